@@ -1,1 +1,13 @@
-//! tbd
+//! RoCEv2 packet-capture analysis.
+//!
+//! [`decode`] turns one captured frame into a [`Record`] (sans-IO: bytes in, a value out);
+//! [`Record::write_json`] and [`Record::write_line`] render it for machines and people;
+//! [`CaptureReader`] streams frames out of pcap and pcapng files of the link types tcpdump
+//! writes.
+
+mod json;
+mod reader;
+mod record;
+
+pub use reader::{CaptureReader, Error as ReadError, RawFrame};
+pub use record::{Decoded, Record, RecordError, Summary, decode};

@@ -1,0 +1,107 @@
+//! `podnet capture …`
+
+use std::cell::Cell;
+use std::fs::File;
+use std::io::{self, IsTerminal, Read, Write};
+use std::process::ExitCode;
+use std::rc::Rc;
+
+use anyhow::Context;
+use capture::{CaptureReader, Decoded, Summary};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::cli::DecodeArgs;
+
+/// Output is flushed to stdout in chunks of about this size.
+const FLUSH_AT: usize = 256 * 1024;
+
+pub(crate) fn decode(args: &DecodeArgs) -> anyhow::Result<ExitCode> {
+    let name = args.file.display().to_string();
+    let (input, size): (Box<dyn Read>, Option<u64>) = if name == "-" {
+        (Box::new(io::stdin().lock()), None)
+    } else {
+        let f = File::open(&args.file).with_context(|| format!("cannot open {name}"))?;
+        let size = f.metadata().ok().map(|m| m.len());
+        (Box::new(f), size)
+    };
+    let bytes_read = Rc::new(Cell::new(0u64));
+    let counted = Counting {
+        inner: input,
+        bytes: bytes_read.clone(),
+    };
+    let mut reader = CaptureReader::new(counted).with_context(|| name.clone())?;
+
+    // A progress bar on stderr, only when a person watches stderr and stdout goes elsewhere.
+    let progress = match size {
+        Some(len) if io::stderr().is_terminal() && !io::stdout().is_terminal() => {
+            let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+            pb.set_style(
+                ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg} ({eta})")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            Some(pb)
+        }
+        _ => None,
+    };
+
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    let mut buf = Vec::with_capacity(FLUSH_AT + 4096);
+    let mut summary = Summary::default();
+    let result = loop {
+        let raw = match reader.next_frame() {
+            None => break Ok(()),
+            Some(Err(e)) => break Err(e),
+            Some(Ok(raw)) => raw,
+        };
+        let index = summary.frames + 1;
+        match raw.link {
+            Ok(link) => {
+                let d = capture::decode(index, link, raw.data, args.roce_port);
+                if let Decoded::Roce(r) = &d {
+                    if args.json {
+                        r.write_json(&mut buf);
+                    } else {
+                        r.write_line(&mut buf);
+                    }
+                }
+                summary.count(&d);
+            }
+            Err(_) => summary.count_unsupported(),
+        }
+        if buf.len() >= FLUSH_AT {
+            out.write_all(&buf)?;
+            buf.clear();
+            if let Some(pb) = &progress {
+                pb.set_position(bytes_read.get());
+                pb.set_message(format!("{} frames", summary.frames));
+            }
+        }
+    };
+    out.write_all(&buf)?;
+    out.flush()?;
+    if let Some(pb) = progress {
+        pb.finish_and_clear();
+    }
+    if args.json {
+        summary.write_line(&mut io::stderr().lock())?;
+    } else {
+        summary.write_line(&mut out)?;
+    }
+    result.with_context(|| name.clone())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Counts the bytes read, for the progress bar.
+struct Counting<R> {
+    inner: R,
+    bytes: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bytes.set(self.bytes.get() + n as u64);
+        Ok(n)
+    }
+}

@@ -1,0 +1,14 @@
+//! Subcommands.
+
+mod capture;
+
+use std::process::ExitCode;
+
+use crate::cli::{CaptureCommand, Cli, Command};
+
+/// Runs the parsed command line.
+pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Capture(CaptureCommand::Decode(args)) => capture::decode(&args),
+    }
+}
