@@ -218,11 +218,10 @@ pub fn parse(link: LinkType, data: &[u8], port: u16) -> core::result::Result<Fra
             (ip, v6.payload().clone())
         }
         _ => {
+            // A frame cut before the end of its IP header cannot be told apart; anything else
+            // without an IP header is another protocol.
             return Err(match sliced.stop_err {
-                Some((
-                    _,
-                    etherparse::err::Layer::Ipv4Header | etherparse::err::Layer::Ipv6Header,
-                )) => NotRoce::Truncated,
+                Some((etherparse::err::packet::SliceError::Len(_), _)) => NotRoce::Truncated,
                 _ => NotRoce::NotIp,
             });
         }

@@ -1,0 +1,6 @@
+//! One integration test binary that runs the real `podnet` executable (ripgrep's layout).
+
+mod decode;
+mod extra;
+mod tshark;
+mod util;
