@@ -34,13 +34,11 @@ impl<'w> Obj<'w> {
     }
     fn num(&mut self, k: &str, v: u64) {
         self.key(k);
-        self.out
-            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+        self.out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
     }
     fn bool(&mut self, k: &str, v: bool) {
         self.key(k);
-        self.out
-            .extend_from_slice(if v { b"true" } else { b"false" });
+        self.out.extend_from_slice(if v { b"true" } else { b"false" });
     }
     fn null(&mut self, k: &str) {
         self.key(k);
@@ -129,19 +127,14 @@ impl Record<'_> {
             match h.reth {
                 Some(r) => o.nested(
                     "reth",
-                    &[
-                        ("va", r.va),
-                        ("rkey", r.rkey.0.into()),
-                        ("dma_len", r.dma_len.into()),
-                    ],
+                    &[("va", r.va), ("rkey", r.rkey.0.into()), ("dma_len", r.dma_len.into())],
                 ),
                 None => o.null("reth"),
             }
             match h.aeth {
-                Some(a) => o.nested(
-                    "aeth",
-                    &[("syndrome", a.syndrome.into()), ("msn", a.msn.into())],
-                ),
+                Some(a) => {
+                    o.nested("aeth", &[("syndrome", a.syndrome.into()), ("msn", a.msn.into())])
+                }
                 None => o.null("aeth"),
             }
             match h.deth {
@@ -215,13 +208,7 @@ impl Record<'_> {
             out.extend_from_slice(b" CE");
         }
         if let Some(b) = &self.bth {
-            let _ = write!(
-                out,
-                " {:?} qp {:#08x} psn {}",
-                b.opcode,
-                b.dest_qp.get(),
-                b.psn
-            );
+            let _ = write!(out, " {:?} qp {:#08x} psn {}", b.opcode, b.dest_qp.get(), b.psn);
             for (set, flag) in [
                 (b.ack_req, " A"),
                 (b.solicited, " SE"),
@@ -248,11 +235,7 @@ impl Record<'_> {
                 let _ = write!(out, " XRCETH srq {:#08x}", x.xrc_srq);
             }
             if let Some(r) = h.reth {
-                let _ = write!(
-                    out,
-                    " RETH va {:#x} rkey {} dma_len {}",
-                    r.va, r.rkey, r.dma_len
-                );
+                let _ = write!(out, " RETH va {:#x} rkey {} dma_len {}", r.va, r.rkey, r.dma_len);
             }
             if let Some(a) = h.atomic_eth {
                 let _ = write!(
@@ -311,18 +294,10 @@ impl Record<'_> {
         }
         match (self.icrc, self.icrc_ok) {
             (Some(b), Some(true)) => {
-                let _ = write!(
-                    out,
-                    " icrc {} ok",
-                    std::str::from_utf8(&hex4(b)).unwrap_or("?")
-                );
+                let _ = write!(out, " icrc {} ok", std::str::from_utf8(&hex4(b)).unwrap_or("?"));
             }
             (Some(b), Some(false)) => {
-                let _ = write!(
-                    out,
-                    " icrc {} BAD",
-                    std::str::from_utf8(&hex4(b)).unwrap_or("?")
-                );
+                let _ = write!(out, " icrc {} BAD", std::str::from_utf8(&hex4(b)).unwrap_or("?"));
             }
             _ => out.extend_from_slice(b" icrc unchecked (cut by snap length)"),
         }

@@ -69,19 +69,14 @@ fn link_of(n: u32) -> Result<LinkType, u32> {
 fn classify(frames: u64, e: pcap_file::PcapError) -> Error {
     use pcap_file::PcapError as P;
     match e {
-        P::IncompleteBuffer => Error::Truncated {
-            frames,
-            detail: "the last record is cut short".into(),
-        },
-        P::IoError(e) if e.kind() == io::ErrorKind::UnexpectedEof => Error::Truncated {
-            frames,
-            detail: e.to_string(),
-        },
+        P::IncompleteBuffer => {
+            Error::Truncated { frames, detail: "the last record is cut short".into() }
+        }
+        P::IoError(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            Error::Truncated { frames, detail: e.to_string() }
+        }
         P::IoError(e) => Error::Io(e),
-        other => Error::Malformed {
-            frames,
-            detail: other.to_string(),
-        },
+        other => Error::Malformed { frames, detail: other.to_string() },
     }
 }
 
@@ -120,11 +115,7 @@ impl<R: Read> CaptureReader<R> {
             }
             _ => return Err(Error::NotPcap(magic.to_vec())),
         };
-        Ok(CaptureReader {
-            inner,
-            frames: 0,
-            buf: Vec::new(),
-        })
+        Ok(CaptureReader { inner, frames: 0, buf: Vec::new() })
     }
 
     /// Frames returned so far.
@@ -149,11 +140,7 @@ impl<R: Read> CaptureReader<R> {
                                 buf
                             }
                         };
-                        Some(Ok(RawFrame {
-                            link,
-                            data,
-                            orig_len: p.orig_len,
-                        }))
+                        Some(Ok(RawFrame { link, data, orig_len: p.orig_len }))
                     }
                     Err(e) => Some(Err(classify(frames, e))),
                 }
@@ -193,11 +180,7 @@ impl<R: Read> CaptureReader<R> {
                     break (link, orig_len);
                 };
                 self.frames += 1;
-                Some(Ok(RawFrame {
-                    link,
-                    data: buf,
-                    orig_len,
-                }))
+                Some(Ok(RawFrame { link, data: buf, orig_len }))
             }
         }
     }

@@ -47,6 +47,10 @@ pub struct Record<'a> {
 
 /// What [`decode`] found in one frame.
 #[derive(Debug, Clone)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one lives on the stack per frame; boxing would allocate per frame on the decode hot path"
+)]
 pub enum Decoded<'a> {
     /// A RoCEv2 frame.
     Roce(Record<'a>),
@@ -64,9 +68,7 @@ pub fn decode(index: u64, link: LinkType, data: &[u8], port: u16) -> Decoded<'_>
     let complete = edge.is_complete();
     let captured = edge.roce;
     let wire_len = edge.roce_len;
-    let bth = bth::Packet::new_checked(captured)
-        .ok()
-        .map(|p| bth::Repr::parse(&p));
+    let bth = bth::Packet::new_checked(captured).ok().map(|p| bth::Repr::parse(&p));
     let headers = roce::Repr::parse_headers(captured).ok();
     let mut error = None;
     let mut payload_len = None;

@@ -7,12 +7,7 @@ use clap::{Args, Parser, Subcommand};
 /// RDMA pod networking: verbs, benchmarks, qualification, burn-in, telemetry and capture
 /// analysis for RoCEv2 and InfiniBand pods.
 #[derive(Debug, Parser)]
-#[command(
-    name = "podnet",
-    version,
-    propagate_version = true,
-    max_term_width = 100
-)]
+#[command(name = "podnet", version, propagate_version = true, max_term_width = 100)]
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Command,

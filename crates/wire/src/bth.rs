@@ -44,10 +44,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn new_checked(buffer: T) -> Result<Packet<T>> {
         let available = buffer.as_ref().len();
         if available < HEADER_LEN {
-            return Err(Error::Truncated {
-                needed: HEADER_LEN,
-                available,
-            });
+            return Err(Error::Truncated { needed: HEADER_LEN, available });
         }
         Ok(Packet { buffer })
     }
@@ -189,10 +186,7 @@ impl Repr {
         check_range("pad_count", self.pad_count.into(), 2)?;
         check_range("tver", self.tver.into(), 4)?;
         if buf.len() < HEADER_LEN {
-            return Err(Error::Truncated {
-                needed: HEADER_LEN,
-                available: buf.len(),
-            });
+            return Err(Error::Truncated { needed: HEADER_LEN, available: buf.len() });
         }
         buf[field::OPCODE] = self.opcode.0;
         buf[field::FLAGS] = (u8::from(self.solicited) << 7)
@@ -213,9 +207,8 @@ mod tests {
     use super::*;
 
     // The UC SEND_ONLY BTH of vector 1 (scapy's roce.uts example).
-    const BYTES: [u8; 12] = [
-        0x24, 0x60, 0xff, 0xff, 0x00, 0x00, 0x00, 0xd3, 0x00, 0xcf, 0x17, 0x10,
-    ];
+    const BYTES: [u8; 12] =
+        [0x24, 0x60, 0xff, 0xff, 0x00, 0x00, 0x00, 0xd3, 0x00, 0xcf, 0x17, 0x10];
 
     #[test]
     fn deconstruct() {
@@ -245,10 +238,7 @@ mod tests {
     fn short_buffers_are_refused() {
         assert_eq!(
             Packet::new_checked(&BYTES[..11]).unwrap_err(),
-            Error::Truncated {
-                needed: 12,
-                available: 11
-            }
+            Error::Truncated { needed: 12, available: 11 }
         );
         let r = Repr::new(Opcode(4), Qpn::new(1), Psn::new(1));
         assert!(r.emit(&mut [0u8; 11]).is_err());

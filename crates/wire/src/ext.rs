@@ -10,10 +10,7 @@ use crate::{Error, QKey, Qpn, RKey, Result, be24, check_range, put_be24};
 
 fn need(buf: &[u8], len: usize) -> Result<()> {
     if buf.len() < len {
-        Err(Error::Truncated {
-            needed: len,
-            available: buf.len(),
-        })
+        Err(Error::Truncated { needed: len, available: buf.len() })
     } else {
         Ok(())
     }
@@ -47,11 +44,7 @@ impl Reth {
     /// Reads a RETH from the start of `buf`.
     pub fn parse(buf: &[u8]) -> Result<Self> {
         need(buf, Self::LEN)?;
-        Ok(Reth {
-            va: u64_at(buf, 0),
-            rkey: RKey(u32_at(buf, 8)),
-            dma_len: u32_at(buf, 12),
-        })
+        Ok(Reth { va: u64_at(buf, 0), rkey: RKey(u32_at(buf, 8)), dma_len: u32_at(buf, 12) })
     }
 
     /// Writes the RETH at the start of `buf`.
@@ -194,10 +187,7 @@ impl Aeth {
     /// Reads an AETH from the start of `buf`.
     pub fn parse(buf: &[u8]) -> Result<Self> {
         need(buf, Self::LEN)?;
-        Ok(Aeth {
-            syndrome: buf[0],
-            msn: be24(&buf[1..4]),
-        })
+        Ok(Aeth { syndrome: buf[0], msn: be24(&buf[1..4]) })
     }
 
     /// Writes the AETH at the start of `buf`.
@@ -231,10 +221,7 @@ impl Deth {
     /// Reads a DETH from the start of `buf`.
     pub fn parse(buf: &[u8]) -> Result<Self> {
         need(buf, Self::LEN)?;
-        Ok(Deth {
-            qkey: QKey(u32_at(buf, 0)),
-            src_qp: Qpn::new(be24(&buf[5..8])),
-        })
+        Ok(Deth { qkey: QKey(u32_at(buf, 0)), src_qp: Qpn::new(be24(&buf[5..8])) })
     }
 
     /// Writes the DETH at the start of `buf` (the reserved byte as 0).
@@ -300,9 +287,7 @@ impl AtomicAckEth {
     /// Reads an AtomicAckETH from the start of `buf`.
     pub fn parse(buf: &[u8]) -> Result<Self> {
         need(buf, Self::LEN)?;
-        Ok(AtomicAckEth {
-            orig: u64_at(buf, 0),
-        })
+        Ok(AtomicAckEth { orig: u64_at(buf, 0) })
     }
 
     /// Writes the AtomicAckETH at the start of `buf`.
@@ -392,30 +377,12 @@ mod tests {
         assert!(CreditCode(0x1f).is_unlimited());
         assert_eq!(Syndrome::from_raw(0x00), Syndrome::Ack(CreditCode(0)));
         assert_eq!(Syndrome::from_raw(0x2e), Syndrome::RnrNak(RnrTimer(14)));
-        assert_eq!(
-            Syndrome::from_raw(0x60),
-            Syndrome::Nak(NakCode::PsnSequenceError)
-        );
-        assert_eq!(
-            Syndrome::from_raw(0x61),
-            Syndrome::Nak(NakCode::InvalidRequest)
-        );
-        assert_eq!(
-            Syndrome::from_raw(0x62),
-            Syndrome::Nak(NakCode::RemoteAccessError)
-        );
-        assert_eq!(
-            Syndrome::from_raw(0x63),
-            Syndrome::Nak(NakCode::RemoteOperationalError)
-        );
-        assert_eq!(
-            Syndrome::from_raw(0x64),
-            Syndrome::Nak(NakCode::InvalidRdRequest)
-        );
-        assert_eq!(
-            Syndrome::from_raw(0x65),
-            Syndrome::Nak(NakCode::Reserved(5))
-        );
+        assert_eq!(Syndrome::from_raw(0x60), Syndrome::Nak(NakCode::PsnSequenceError));
+        assert_eq!(Syndrome::from_raw(0x61), Syndrome::Nak(NakCode::InvalidRequest));
+        assert_eq!(Syndrome::from_raw(0x62), Syndrome::Nak(NakCode::RemoteAccessError));
+        assert_eq!(Syndrome::from_raw(0x63), Syndrome::Nak(NakCode::RemoteOperationalError));
+        assert_eq!(Syndrome::from_raw(0x64), Syndrome::Nak(NakCode::InvalidRdRequest));
+        assert_eq!(Syndrome::from_raw(0x65), Syndrome::Nak(NakCode::Reserved(5)));
         assert_eq!(Syndrome::from_raw(0x41), Syndrome::Reserved(0x41));
         for raw in 0..0x80u8 {
             assert_eq!(Syndrome::from_raw(raw).to_raw(), raw, "{raw:#x}");
@@ -436,19 +403,12 @@ mod tests {
     #[test]
     fn headers_round_trip_and_refuse_short_buffers() {
         let mut b = [0u8; 28];
-        let a = AtomicEth {
-            va: 0x7f00_dead_0008,
-            rkey: RKey(0x1122_3344),
-            swap_add: 1,
-            compare: 2,
-        };
+        let a =
+            AtomicEth { va: 0x7f00_dead_0008, rkey: RKey(0x1122_3344), swap_add: 1, compare: 2 };
         a.emit(&mut b).unwrap();
         assert_eq!(AtomicEth::parse(&b).unwrap(), a);
         assert!(AtomicEth::parse(&b[..27]).is_err());
-        let d = Deth {
-            qkey: QKey(0x8001_0000),
-            src_qp: Qpn::new(0x777),
-        };
+        let d = Deth { qkey: QKey(0x8001_0000), src_qp: Qpn::new(0x777) };
         d.emit(&mut b).unwrap();
         assert_eq!(&b[..8], &[0x80, 0x01, 0, 0, 0, 0, 0x07, 0x77]);
         assert_eq!(Deth::parse(&b).unwrap(), d);
@@ -456,14 +416,7 @@ mod tests {
         x.emit(&mut b).unwrap();
         assert_eq!(&b[..4], &[0, 0xab, 0xcd, 0xef]);
         assert_eq!(XrcEth::parse(&b).unwrap(), x);
-        assert!(
-            Aeth {
-                syndrome: 0,
-                msn: 1 << 24
-            }
-            .emit(&mut b)
-            .is_err()
-        );
+        assert!(Aeth { syndrome: 0, msn: 1 << 24 }.emit(&mut b).is_err());
         assert!(Reth::parse(&b[..15]).is_err());
         assert!(ImmDt::parse(&b[..3]).is_err());
     }

@@ -253,13 +253,7 @@ pub fn parse(link: LinkType, data: &[u8], port: u16) -> core::result::Result<Fra
         after.len()
     };
     let roce = &after[..after.len().min(roce_len)];
-    Ok(Frame {
-        vlans,
-        ip,
-        udp,
-        roce,
-        roce_len,
-    })
+    Ok(Frame { vlans, ip, udp, roce, roce_len })
 }
 
 /// The TPID of the `i`-th VLAN tag: the EtherType field in front of it.
@@ -272,8 +266,7 @@ fn tpid(link: LinkType, data: &[u8], i: usize) -> u16 {
         LinkType::LinuxSll2 => 18 + 4 * i,
         LinkType::RawIp => return 0,
     };
-    data.get(at..at + 2)
-        .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
+    data.get(at..at + 2).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
 }
 
 /// The link layer [`FrameBuilder`] writes.
@@ -386,13 +379,9 @@ impl FrameBuilder {
         match &self.link {
             Link::Ethernet { src, dst, vlans } => {
                 let first = vlans.first().map_or(ether_type, |v| EtherType(v.tpid));
-                Ethernet2Header {
-                    source: *src,
-                    destination: *dst,
-                    ether_type: first,
-                }
-                .write(out)
-                .map_err(io_err)?;
+                Ethernet2Header { source: *src, destination: *dst, ether_type: first }
+                    .write(out)
+                    .map_err(io_err)?;
                 for (i, v) in vlans.iter().enumerate() {
                     let next = vlans.get(i + 1).map_or(ether_type, |n| EtherType(n.tpid));
                     SingleVlanHeader {
@@ -429,13 +418,7 @@ impl FrameBuilder {
         }
         let ip_start = out.len();
         match self.ip {
-            IpParams::V4 {
-                src,
-                dst,
-                tos,
-                ttl,
-                id,
-            } => {
+            IpParams::V4 { src, dst, tos, ttl, id } => {
                 let len =
                     u16::try_from(udp_len).map_err(|_| range("ip length", udp_len as u64, 16))?;
                 let mut h = Ipv4Header::new(len, ttl, IpNumber::UDP, src.octets(), dst.octets())
@@ -447,13 +430,7 @@ impl FrameBuilder {
                 h.header_checksum = h.calc_header_checksum();
                 h.write(out).map_err(io_err)?;
             }
-            IpParams::V6 {
-                src,
-                dst,
-                traffic_class,
-                flow_label,
-                hop_limit,
-            } => {
+            IpParams::V6 { src, dst, traffic_class, flow_label, hop_limit } => {
                 let len =
                     u16::try_from(udp_len).map_err(|_| range("ip length", udp_len as u64, 16))?;
                 Ipv6Header {

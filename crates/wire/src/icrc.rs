@@ -28,16 +28,10 @@ fn seeded() -> crc32fast::Hasher {
 /// little-endian bytes are the trailer.
 pub fn compute(ip_header: &[u8], udp_header: &[u8], covered: &[u8]) -> Result<u32> {
     if udp_header.len() < 8 {
-        return Err(Error::Truncated {
-            needed: 8,
-            available: udp_header.len(),
-        });
+        return Err(Error::Truncated { needed: 8, available: udp_header.len() });
     }
     if covered.len() < bth::HEADER_LEN {
-        return Err(Error::Truncated {
-            needed: bth::HEADER_LEN,
-            available: covered.len(),
-        });
+        return Err(Error::Truncated { needed: bth::HEADER_LEN, available: covered.len() });
     }
     let mut h = seeded();
     let mut ip = [0u8; 60];
@@ -86,10 +80,7 @@ pub fn compute(ip_header: &[u8], udp_header: &[u8], covered: &[u8]) -> Result<u3
 /// Checks the ICRC of a whole RoCEv2 UDP payload (`roce` ends with the four ICRC bytes).
 pub fn verify(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) -> Result<bool> {
     let Some(split) = roce.len().checked_sub(4) else {
-        return Err(Error::Truncated {
-            needed: 4,
-            available: roce.len(),
-        });
+        return Err(Error::Truncated { needed: 4, available: roce.len() });
     };
     let (covered, trailer) = roce.split_at(split);
     let want = u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]);
@@ -100,10 +91,7 @@ pub fn verify(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) -> Result<bool> 
 /// field) and writes it there.
 pub fn seal(ip_header: &[u8], udp_header: &[u8], roce: &mut [u8]) -> Result<u32> {
     let Some(split) = roce.len().checked_sub(4) else {
-        return Err(Error::Truncated {
-            needed: 4,
-            available: roce.len(),
-        });
+        return Err(Error::Truncated { needed: 4, available: roce.len() });
     };
     let (covered, trailer) = roce.split_at_mut(split);
     let icrc = compute(ip_header, udp_header, covered)?;
@@ -155,18 +143,9 @@ mod tests {
 
     #[test]
     fn bad_inputs_are_errors() {
-        assert_eq!(
-            compute(&[0x45; 10], &[0; 8], &[0; 12]),
-            Err(Error::BadIpHeader)
-        );
-        assert_eq!(
-            compute(&[0x60; 39], &[0; 8], &[0; 12]),
-            Err(Error::BadIpHeader)
-        );
-        assert_eq!(
-            compute(&[0x10; 40], &[0; 8], &[0; 12]),
-            Err(Error::BadIpHeader)
-        );
+        assert_eq!(compute(&[0x45; 10], &[0; 8], &[0; 12]), Err(Error::BadIpHeader));
+        assert_eq!(compute(&[0x60; 39], &[0; 8], &[0; 12]), Err(Error::BadIpHeader));
+        assert_eq!(compute(&[0x10; 40], &[0; 8], &[0; 12]), Err(Error::BadIpHeader));
         assert!(compute(&[0x45; 20], &[0; 7], &[0; 12]).is_err());
         assert!(compute(&[0x45; 20], &[0; 8], &[0; 11]).is_err());
         assert!(verify(&[0x45; 20], &[0; 8], &[0; 3]).is_err());

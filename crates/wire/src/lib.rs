@@ -107,9 +107,5 @@ fn put_be24(b: &mut [u8], v: u32) {
 /// Checks that `value` fits in `bits` bits.
 #[inline]
 fn check_range(field: &'static str, value: u64, bits: u32) -> Result<()> {
-    if value >> bits == 0 {
-        Ok(())
-    } else {
-        Err(Error::FieldRange { field, value, bits })
-    }
+    if value >> bits == 0 { Ok(()) } else { Err(Error::FieldRange { field, value, bits }) }
 }

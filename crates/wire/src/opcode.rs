@@ -192,11 +192,7 @@ const OPS: [(&str, ExtHeaders, bool); 24] = {
         ("RDMA_READ_RESPONSE_LAST", A, true),
         ("RDMA_READ_RESPONSE_ONLY", A, true),
         ("ACKNOWLEDGE", A, false),
-        (
-            "ATOMIC_ACKNOWLEDGE",
-            A.union(ExtHeaders::ATOMIC_ACK_ETH),
-            false,
-        ),
+        ("ATOMIC_ACKNOWLEDGE", A.union(ExtHeaders::ATOMIC_ACK_ETH), false),
         ("COMPARE_SWAP", ExtHeaders::ATOMIC_ETH, false),
         ("FETCH_ADD", ExtHeaders::ATOMIC_ETH, false),
         ("RESYNC", N, false),
@@ -286,12 +282,7 @@ impl Opcode {
             Transport::Xrc if request => ExtHeaders::XRCETH.union(base),
             _ => base,
         };
-        Some(OpcodeInfo {
-            name: NAMES[row][op],
-            transport: t,
-            ext,
-            payload,
-        })
+        Some(OpcodeInfo { name: NAMES[row][op], transport: t, ext, payload })
     }
 
     /// The opcode's name, `None` if the table does not define it.
@@ -377,10 +368,7 @@ mod tests {
         assert_eq!(Opcode(0x11).name(), Some("RC_ACKNOWLEDGE"));
         assert_eq!(Opcode(0x17).name(), Some("RC_SEND_ONLY_WITH_INVALIDATE"));
         assert_eq!(Opcode(0x24).name(), Some("UC_SEND_ONLY"));
-        assert_eq!(
-            Opcode(0x2b).name(),
-            Some("UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE")
-        );
+        assert_eq!(Opcode(0x2b).name(), Some("UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE"));
         assert_eq!(Opcode(0x64).name(), Some("UD_SEND_ONLY"));
         assert_eq!(Opcode(0x65).name(), Some("UD_SEND_ONLY_WITH_IMMEDIATE"));
         assert_eq!(Opcode(0x55).name(), Some("RD_RESYNC"));
@@ -390,9 +378,7 @@ mod tests {
 
     #[test]
     fn undefined_opcodes_have_no_name_and_no_headers() {
-        for op in [
-            0x15u8, 0x18, 0x1f, 0x2c, 0x56, 0x60, 0x66, 0x80, 0x82, 0xb5, 0xc0, 0xff,
-        ] {
+        for op in [0x15u8, 0x18, 0x1f, 0x2c, 0x56, 0x60, 0x66, 0x80, 0x82, 0xb5, 0xc0, 0xff] {
             assert_eq!(Opcode(op).name(), None, "{op:#x}");
             assert!(Opcode(op).ext_headers().is_empty());
             assert!(Opcode(op).has_payload());
@@ -408,10 +394,7 @@ mod tests {
         assert_eq!(e(0x0b), ExtHeaders::RETH | ExtHeaders::IMMDT);
         assert_eq!(e(0x12), ExtHeaders::AETH | ExtHeaders::ATOMIC_ACK_ETH);
         assert_eq!(e(0x65), ExtHeaders::DETH | ExtHeaders::IMMDT);
-        assert_eq!(
-            e(0x46),
-            ExtHeaders::RDETH | ExtHeaders::DETH | ExtHeaders::RETH
-        );
+        assert_eq!(e(0x46), ExtHeaders::RDETH | ExtHeaders::DETH | ExtHeaders::RETH);
         assert_eq!(e(0x4d), ExtHeaders::RDETH | ExtHeaders::AETH);
         assert_eq!(e(0x4e), ExtHeaders::RDETH);
         assert_eq!(e(0xac), ExtHeaders::XRCETH | ExtHeaders::RETH);

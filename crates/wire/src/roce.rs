@@ -2,7 +2,7 @@
 //! and the 4-byte ICRC.
 
 use crate::ext::{Aeth, AtomicAckEth, AtomicEth, Deth, Ieth, ImmDt, Rdeth, Reth, XrcEth};
-use crate::{Error, ExtHeaders, Opcode, Result, bth};
+use crate::{Error, ExtHeaders, Opcode, QKey, Qpn, RKey, Result, bth};
 
 /// Length of the ICRC trailer.
 pub const ICRC_LEN: usize = 4;
@@ -32,17 +32,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
         let hdr = header_len(p.opcode());
         let needed = hdr + ICRC_LEN;
         if b.len() < needed {
-            return Err(Error::Truncated {
-                needed,
-                available: b.len(),
-            });
+            return Err(Error::Truncated { needed, available: b.len() });
         }
         let available = b.len() - needed;
         if usize::from(p.pad_count()) > available {
-            return Err(Error::BadPadCount {
-                pad: p.pad_count(),
-                available,
-            });
+            return Err(Error::BadPadCount { pad: p.pad_count(), available });
         }
         Ok(Packet { buffer })
     }
@@ -95,28 +89,23 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// The RDETH, if the opcode carries one.
     pub fn rdeth(&self) -> Option<Rdeth> {
-        self.ext(ExtHeaders::RDETH)
-            .and_then(|b| Rdeth::parse(b).ok())
+        self.ext(ExtHeaders::RDETH).and_then(|b| Rdeth::parse(b).ok())
     }
     /// The XRCETH, if the opcode carries one.
     pub fn xrceth(&self) -> Option<XrcEth> {
-        self.ext(ExtHeaders::XRCETH)
-            .and_then(|b| XrcEth::parse(b).ok())
+        self.ext(ExtHeaders::XRCETH).and_then(|b| XrcEth::parse(b).ok())
     }
     /// The AtomicETH, if the opcode carries one.
     pub fn atomic_eth(&self) -> Option<AtomicEth> {
-        self.ext(ExtHeaders::ATOMIC_ETH)
-            .and_then(|b| AtomicEth::parse(b).ok())
+        self.ext(ExtHeaders::ATOMIC_ETH).and_then(|b| AtomicEth::parse(b).ok())
     }
     /// The AtomicAckETH, if the opcode carries one.
     pub fn atomic_ack_eth(&self) -> Option<AtomicAckEth> {
-        self.ext(ExtHeaders::ATOMIC_ACK_ETH)
-            .and_then(|b| AtomicAckEth::parse(b).ok())
+        self.ext(ExtHeaders::ATOMIC_ACK_ETH).and_then(|b| AtomicAckEth::parse(b).ok())
     }
     /// The immediate data, if the opcode carries it.
     pub fn immdt(&self) -> Option<ImmDt> {
-        self.ext(ExtHeaders::IMMDT)
-            .and_then(|b| ImmDt::parse(b).ok())
+        self.ext(ExtHeaders::IMMDT).and_then(|b| ImmDt::parse(b).ok())
     }
     /// The IETH, if the opcode carries one.
     pub fn ieth(&self) -> Option<Ieth> {
@@ -195,25 +184,24 @@ impl Repr {
     /// Headers for `bth`'s opcode with every extension header it calls for present and zero;
     /// set their fields before emitting.
     pub fn with_zeroed_headers(bth: bth::Repr) -> Repr {
-        let zero = [0u8; AtomicEth::LEN];
         let ext = bth.opcode.ext_headers();
         let has = |h| ext.contains(h);
         Repr {
             bth,
-            rdeth: has(ExtHeaders::RDETH).then(|| Rdeth { ee_context: 0 }),
-            deth: Deth::parse(&zero).ok().filter(|_| has(ExtHeaders::DETH)),
-            xrceth: has(ExtHeaders::XRCETH).then(|| XrcEth { xrc_srq: 0 }),
-            reth: Reth::parse(&zero).ok().filter(|_| has(ExtHeaders::RETH)),
-            atomic_eth: AtomicEth::parse(&zero)
-                .ok()
-                .filter(|_| has(ExtHeaders::ATOMIC_ETH)),
-            aeth: has(ExtHeaders::AETH).then(|| Aeth {
-                syndrome: 0,
-                msn: 0,
+            rdeth: has(ExtHeaders::RDETH).then_some(Rdeth { ee_context: 0 }),
+            deth: has(ExtHeaders::DETH).then_some(Deth { qkey: QKey(0), src_qp: Qpn::new(0) }),
+            xrceth: has(ExtHeaders::XRCETH).then_some(XrcEth { xrc_srq: 0 }),
+            reth: has(ExtHeaders::RETH).then_some(Reth { va: 0, rkey: RKey(0), dma_len: 0 }),
+            atomic_eth: has(ExtHeaders::ATOMIC_ETH).then_some(AtomicEth {
+                va: 0,
+                rkey: RKey(0),
+                swap_add: 0,
+                compare: 0,
             }),
-            atomic_ack_eth: has(ExtHeaders::ATOMIC_ACK_ETH).then(|| AtomicAckEth { orig: 0 }),
-            immdt: has(ExtHeaders::IMMDT).then(|| ImmDt { value: 0 }),
-            ieth: Ieth::parse(&zero).ok().filter(|_| has(ExtHeaders::IETH)),
+            aeth: has(ExtHeaders::AETH).then_some(Aeth { syndrome: 0, msn: 0 }),
+            atomic_ack_eth: has(ExtHeaders::ATOMIC_ACK_ETH).then_some(AtomicAckEth { orig: 0 }),
+            immdt: has(ExtHeaders::IMMDT).then_some(ImmDt { value: 0 }),
+            ieth: has(ExtHeaders::IETH).then_some(Ieth { rkey: RKey(0) }),
         }
     }
 
@@ -224,10 +212,7 @@ impl Repr {
         let ext = p.opcode().ext_headers();
         let needed = bth::HEADER_LEN + ext.len();
         if buf.len() < needed {
-            return Err(Error::Truncated {
-                needed,
-                available: buf.len(),
-            });
+            return Err(Error::Truncated { needed, available: buf.len() });
         }
         let at = |h: ExtHeaders| ext.offset_of(h).map(|o| &buf[bth::HEADER_LEN + o..]);
         Ok(Repr {
@@ -236,13 +221,9 @@ impl Repr {
             deth: at(ExtHeaders::DETH).map(Deth::parse).transpose()?,
             xrceth: at(ExtHeaders::XRCETH).map(XrcEth::parse).transpose()?,
             reth: at(ExtHeaders::RETH).map(Reth::parse).transpose()?,
-            atomic_eth: at(ExtHeaders::ATOMIC_ETH)
-                .map(AtomicEth::parse)
-                .transpose()?,
+            atomic_eth: at(ExtHeaders::ATOMIC_ETH).map(AtomicEth::parse).transpose()?,
             aeth: at(ExtHeaders::AETH).map(Aeth::parse).transpose()?,
-            atomic_ack_eth: at(ExtHeaders::ATOMIC_ACK_ETH)
-                .map(AtomicAckEth::parse)
-                .transpose()?,
+            atomic_ack_eth: at(ExtHeaders::ATOMIC_ACK_ETH).map(AtomicAckEth::parse).transpose()?,
             immdt: at(ExtHeaders::IMMDT).map(ImmDt::parse).transpose()?,
             ieth: at(ExtHeaders::IETH).map(Ieth::parse).transpose()?,
         })
@@ -304,28 +285,17 @@ impl Repr {
         let required = op.ext_headers();
         let present = self.present();
         if required != present {
-            return Err(Error::HeaderMismatch {
-                opcode: op.0,
-                required,
-                present,
-            });
+            return Err(Error::HeaderMismatch { opcode: op.0, required, present });
         }
         if !op.has_payload() && !payload.is_empty() {
             return Err(Error::UnexpectedPayload(op.0));
         }
         let len = self.buffer_len(payload.len());
         if buf.len() < len {
-            return Err(Error::Truncated {
-                needed: len,
-                available: buf.len(),
-            });
+            return Err(Error::Truncated { needed: len, available: buf.len() });
         }
         let pad = pad_for(payload.len());
-        bth::Repr {
-            pad_count: pad,
-            ..self.bth
-        }
-        .emit(buf)?;
+        bth::Repr { pad_count: pad, ..self.bth }.emit(buf)?;
         let at = |h: ExtHeaders| bth::HEADER_LEN + required.offset_of(h).unwrap_or(0);
         if let Some(x) = self.rdeth {
             x.emit(&mut buf[at(ExtHeaders::RDETH)..])?;
@@ -364,15 +334,11 @@ impl Repr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Psn, Qpn, RKey};
+    use crate::Psn;
 
     fn write_first() -> Repr {
         let mut r = Repr::new(bth::Repr::new(Opcode(0x06), Qpn::new(0x12), Psn::new(7)));
-        r.reth = Some(Reth {
-            va: 0x1000,
-            rkey: RKey(0xabcd),
-            dma_len: 8192,
-        });
+        r.reth = Some(Reth { va: 0x1000, rkey: RKey(0xabcd), dma_len: 8192 });
         r
     }
 
@@ -389,16 +355,7 @@ mod tests {
         assert_eq!(p.reth(), r.reth);
         assert_eq!(p.aeth(), None);
         let back = Repr::parse(&p);
-        assert_eq!(
-            back,
-            Repr {
-                bth: bth::Repr {
-                    pad_count: 3,
-                    ..r.bth
-                },
-                ..r
-            }
-        );
+        assert_eq!(back, Repr { bth: bth::Repr { pad_count: 3, ..r.bth }, ..r });
         assert_eq!(Repr::parse_headers(&buf[..28]).unwrap(), back);
         assert!(Repr::parse_headers(&buf[..27]).is_err());
     }
@@ -408,21 +365,12 @@ mod tests {
         let mut r = write_first();
         r.reth = None;
         let mut buf = [0u8; 64];
-        assert!(matches!(
-            r.emit(&[], &mut buf),
-            Err(Error::HeaderMismatch { .. })
-        ));
+        assert!(matches!(r.emit(&[], &mut buf), Err(Error::HeaderMismatch { .. })));
         let mut r = write_first();
         r.immdt = Some(ImmDt { value: 1 });
-        assert!(matches!(
-            r.emit(&[], &mut buf),
-            Err(Error::HeaderMismatch { .. })
-        ));
+        assert!(matches!(r.emit(&[], &mut buf), Err(Error::HeaderMismatch { .. })));
         let mut r = Repr::new(bth::Repr::new(Opcode(0x11), Qpn::new(1), Psn::new(1)));
-        r.aeth = Some(Aeth {
-            syndrome: 0x1f,
-            msn: 1,
-        });
+        r.aeth = Some(Aeth { syndrome: 0x1f, msn: 1 });
         assert_eq!(r.emit(&[1], &mut buf), Err(Error::UnexpectedPayload(0x11)));
         assert!(write_first().emit(&[0; 64], &mut buf).is_err());
     }
@@ -438,10 +386,7 @@ mod tests {
         assert_eq!(p.payload().len(), 4);
         let r = Repr::parse(&p);
         let mut out = [0u8; 64];
-        assert_eq!(
-            r.emit(p.payload(), &mut out),
-            Err(Error::UnexpectedPayload(0xb2))
-        );
+        assert_eq!(r.emit(p.payload(), &mut out), Err(Error::UnexpectedPayload(0xb2)));
         assert_eq!(r.emit(&[], &mut out), Ok(12 + 4 + 8 + 4));
     }
 
@@ -453,20 +398,14 @@ mod tests {
         b[1] = 0x30;
         assert_eq!(
             Packet::new_checked(&b[..]).unwrap_err(),
-            Error::BadPadCount {
-                pad: 3,
-                available: 2
-            }
+            Error::BadPadCount { pad: 3, available: 2 }
         );
         // RDMA WRITE FIRST needs 12 + 16 + 4 bytes.
         let mut b = [0u8; 31];
         b[0] = 0x06;
         assert_eq!(
             Packet::new_checked(&b[..]).unwrap_err(),
-            Error::Truncated {
-                needed: 32,
-                available: 31
-            }
+            Error::Truncated { needed: 32, available: 31 }
         );
         // An unknown opcode: no extension headers, the rest is payload.
         let mut b = [0u8; 20];

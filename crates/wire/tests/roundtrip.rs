@@ -9,14 +9,8 @@ use wire::frame::{self, FrameBuilder, IpParams, Link, VlanTag};
 use wire::{Opcode, Psn, QKey, Qpn, RKey, bth, roce};
 
 fn arb_bth() -> impl Strategy<Value = bth::Repr> {
-    (
-        any::<u8>(),
-        any::<[bool; 6]>(),
-        any::<u16>(),
-        0u32..1 << 24,
-        0u32..1 << 24,
-    )
-        .prop_map(|(op, f, pkey, qp, psn)| bth::Repr {
+    (any::<u8>(), any::<[bool; 6]>(), any::<u16>(), 0u32..1 << 24, 0u32..1 << 24).prop_map(
+        |(op, f, pkey, qp, psn)| bth::Repr {
             opcode: Opcode(op),
             solicited: f[0],
             mig_req: f[1],
@@ -28,7 +22,8 @@ fn arb_bth() -> impl Strategy<Value = bth::Repr> {
             dest_qp: Qpn::new(qp),
             ack_req: f[4],
             psn: Psn::new(psn),
-        })
+        },
+    )
 }
 
 prop_compose! {
@@ -53,82 +48,42 @@ prop_compose! {
 
 fn arb_builder() -> impl Strategy<Value = FrameBuilder> {
     let link = prop_oneof![
-        Just(Link::Ethernet {
-            src: [2, 0, 0, 0, 0, 1],
-            dst: [2, 0, 0, 0, 0, 2],
-            vlans: vec![]
-        }),
+        Just(Link::Ethernet { src: [2, 0, 0, 0, 0, 1], dst: [2, 0, 0, 0, 0, 2], vlans: vec![] }),
         (0u16..4095, 0u8..8).prop_map(|(vid, pcp)| Link::Ethernet {
             src: [2, 0, 0, 0, 0, 1],
             dst: [2, 0, 0, 0, 0, 2],
-            vlans: vec![VlanTag {
-                tpid: 0x8100,
-                pcp,
-                vid
-            }],
+            vlans: vec![VlanTag { tpid: 0x8100, pcp, vid }],
         }),
         (0u16..4095, 0u16..4095).prop_map(|(a, b)| Link::Ethernet {
             src: [2, 0, 0, 0, 0, 1],
             dst: [2, 0, 0, 0, 0, 2],
             vlans: vec![
-                VlanTag {
-                    tpid: 0x88a8,
-                    pcp: 3,
-                    vid: a
-                },
-                VlanTag {
-                    tpid: 0x8100,
-                    pcp: 5,
-                    vid: b
-                }
+                VlanTag { tpid: 0x88a8, pcp: 3, vid: a },
+                VlanTag { tpid: 0x8100, pcp: 5, vid: b }
             ],
         }),
-        Just(Link::LinuxSll {
-            src: [2, 0, 0, 0, 0, 1]
-        }),
-        Just(Link::LinuxSll2 {
-            src: [2, 0, 0, 0, 0, 1],
-            ifindex: 7
-        }),
+        Just(Link::LinuxSll { src: [2, 0, 0, 0, 0, 1] }),
+        Just(Link::LinuxSll2 { src: [2, 0, 0, 0, 0, 1], ifindex: 7 }),
         Just(Link::RawIp),
     ];
     let ip = prop_oneof![
         (any::<u32>(), any::<u32>(), any::<u8>(), 1u8.., any::<u16>()).prop_map(
             |(s, d, tos, ttl, id)| {
-                IpParams::V4 {
-                    src: Ipv4Addr::from(s),
-                    dst: Ipv4Addr::from(d),
-                    tos,
-                    ttl,
-                    id,
-                }
+                IpParams::V4 { src: Ipv4Addr::from(s), dst: Ipv4Addr::from(d), tos, ttl, id }
             }
         ),
-        (
-            any::<u128>(),
-            any::<u128>(),
-            any::<u8>(),
-            0u32..1 << 20,
-            any::<u8>()
-        )
-            .prop_map(
-                |(s, d, traffic_class, flow_label, hop_limit)| IpParams::V6 {
-                    src: Ipv6Addr::from(s),
-                    dst: Ipv6Addr::from(d),
-                    traffic_class,
-                    flow_label,
-                    hop_limit,
-                }
-            ),
+        (any::<u128>(), any::<u128>(), any::<u8>(), 0u32..1 << 20, any::<u8>()).prop_map(
+            |(s, d, traffic_class, flow_label, hop_limit)| IpParams::V6 {
+                src: Ipv6Addr::from(s),
+                dst: Ipv6Addr::from(d),
+                traffic_class,
+                flow_label,
+                hop_limit,
+            }
+        ),
     ];
     (link, ip, any::<u16>(), any::<bool>()).prop_map(|(link, ip, src_port, udp_checksum)| {
-        FrameBuilder {
-            link,
-            ip,
-            src_port,
-            dst_port: 4791,
-            udp_checksum,
-        }
+        FrameBuilder { link, ip, src_port, dst_port: 4791, udp_checksum }
     })
 }
 

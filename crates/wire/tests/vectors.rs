@@ -8,10 +8,7 @@ use wire::frame::{self, LinkType};
 use wire::{icrc, roce};
 
 fn vectors() -> Vec<Value> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../testdata/roce/vectors.json"
-    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/roce/vectors.json");
     let text = std::fs::read_to_string(path).expect("testdata/roce/vectors.json");
     let v: Value = serde_json::from_str(&text).unwrap();
     v["vectors"].as_array().unwrap().clone()
@@ -38,11 +35,7 @@ fn every_vector_decodes_to_its_recorded_fields() {
             .unwrap_or_else(|e| panic!("vector {idx}: {e:?}"));
         assert!(f.is_complete(), "vector {idx}");
         // IP and UDP.
-        let ip = if d.get("ipv4").is_some() {
-            &d["ipv4"]
-        } else {
-            &d["ipv6"]
-        };
+        let ip = if d.get("ipv4").is_some() { &d["ipv4"] } else { &d["ipv6"] };
         let addr = |a: std::net::IpAddr| match a {
             std::net::IpAddr::V4(a) => a.to_string(),
             // The vectors spell IPv6 addresses as 32 hex digits.
@@ -59,31 +52,15 @@ fn every_vector_decodes_to_its_recorded_fields() {
             assert_eq!(u64::from(f.ip.id.unwrap()), num(id), "vector {idx}");
             assert_eq!(u64::from(f.ip.tos), num(&ip["tos"]), "vector {idx}");
         }
-        assert_eq!(
-            u64::from(f.udp.src_port),
-            num(&d["udp"]["sport"]),
-            "vector {idx}"
-        );
-        assert_eq!(
-            u64::from(f.udp.dst_port),
-            num(&d["udp"]["dport"]),
-            "vector {idx}"
-        );
-        assert_eq!(
-            u64::from(f.udp.length),
-            num(&d["udp"]["len"]),
-            "vector {idx}"
-        );
+        assert_eq!(u64::from(f.udp.src_port), num(&d["udp"]["sport"]), "vector {idx}");
+        assert_eq!(u64::from(f.udp.dst_port), num(&d["udp"]["dport"]), "vector {idx}");
+        assert_eq!(u64::from(f.udp.length), num(&d["udp"]["len"]), "vector {idx}");
         // BTH.
         let p = roce::Packet::new_checked(f.roce).unwrap_or_else(|e| panic!("vector {idx}: {e}"));
         let b = p.bth();
         let bj = &d["bth"];
         assert_eq!(u64::from(b.opcode().0), num(&bj["opcode"]), "vector {idx}");
-        assert_eq!(
-            b.opcode().name(),
-            bj["opcode_name"].as_str(),
-            "vector {idx}"
-        );
+        assert_eq!(b.opcode().name(), bj["opcode_name"].as_str(), "vector {idx}");
         assert_eq!(u64::from(b.solicited()), num(&bj["se"]), "vector {idx}");
         assert_eq!(u64::from(b.mig_req()), num(&bj["migreq"]), "vector {idx}");
         assert_eq!(u64::from(b.pad_count()), num(&bj["padcnt"]), "vector {idx}");
@@ -92,11 +69,7 @@ fn every_vector_decodes_to_its_recorded_fields() {
         assert_eq!(u64::from(b.fecn()), num(&bj["fecn"]), "vector {idx}");
         assert_eq!(u64::from(b.becn()), num(&bj["becn"]), "vector {idx}");
         assert_eq!(u64::from(b.resv6()), num(&bj["resv6"]), "vector {idx}");
-        assert_eq!(
-            u64::from(b.dest_qp().get()),
-            num(&bj["destqp"]),
-            "vector {idx}"
-        );
+        assert_eq!(u64::from(b.dest_qp().get()), num(&bj["destqp"]), "vector {idx}");
         assert_eq!(u64::from(b.ack_req()), num(&bj["ackreq"]), "vector {idx}");
         assert_eq!(u64::from(b.resv7()), num(&bj["resv7"]), "vector {idx}");
         assert_eq!(u64::from(b.psn().get()), num(&bj["psn"]), "vector {idx}");
@@ -150,11 +123,7 @@ fn every_vector_decodes_to_its_recorded_fields() {
             None => assert!(p.atomic_ack_eth().is_none(), "vector {idx}"),
         }
         // Payload, pad and ICRC.
-        assert_eq!(
-            p.payload().len() as u64,
-            num(&d["payload_len"]),
-            "vector {idx}"
-        );
+        assert_eq!(p.payload().len() as u64, num(&d["payload_len"]), "vector {idx}");
         // Large payloads are recorded by length only (payload_hex null).
         if let Some(h) = d["payload_hex"].as_str() {
             assert_eq!(hex::encode(p.payload()), h, "vector {idx}");
@@ -189,10 +158,7 @@ fn every_vector_decodes_to_its_recorded_fields() {
 
 #[test]
 fn the_pcap_holds_the_good_vectors_in_order() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../testdata/roce/vectors.pcap"
-    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/roce/vectors.pcap");
     let file = std::fs::File::open(path).unwrap();
     let mut r = pcap_file::pcap::PcapReader::new(file).unwrap();
     let good: Vec<String> = vectors()

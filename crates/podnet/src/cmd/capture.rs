@@ -25,10 +25,7 @@ pub(crate) fn decode(args: &DecodeArgs) -> anyhow::Result<ExitCode> {
         (Box::new(f), size)
     };
     let bytes_read = Rc::new(Cell::new(0u64));
-    let counted = Counting {
-        inner: input,
-        bytes: bytes_read.clone(),
-    };
+    let counted = Counting { inner: input, bytes: bytes_read.clone() };
     let mut reader = CaptureReader::new(counted).with_context(|| name.clone())?;
 
     // A progress bar on stderr, only when a person watches stderr and stdout goes elsewhere.

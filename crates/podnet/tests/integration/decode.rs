@@ -74,12 +74,7 @@ fn json_matches_every_recorded_vector_field() {
     assert_eq!(rows.len(), 28);
     for (v, row) in vs.iter().zip(&rows) {
         let idx = v["index"].as_u64().unwrap();
-        let keys: Vec<&str> = row
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(|k| k.as_str())
-            .collect();
+        let keys: Vec<&str> = row.as_object().unwrap().keys().map(|k| k.as_str()).collect();
         let mut want: Vec<&str> = KEYS.to_vec();
         want.sort();
         let mut got = keys.clone();
@@ -88,11 +83,7 @@ fn json_matches_every_recorded_vector_field() {
         let d = &v["decoded"];
         let bth = &d["bth"];
         assert_eq!(row["frame"], idx + 1);
-        let (ipv, ip) = if d.get("ipv4").is_some() {
-            (4, &d["ipv4"])
-        } else {
-            (6, &d["ipv6"])
-        };
+        let (ipv, ip) = if d.get("ipv4").is_some() { (4, &d["ipv4"]) } else { (6, &d["ipv6"]) };
         assert_eq!(row["ip_version"], ipv);
         let addr = |s: &str| -> String {
             if ipv == 4 {
@@ -102,16 +93,8 @@ fn json_matches_every_recorded_vector_field() {
                 std::net::Ipv6Addr::from(b).to_string()
             }
         };
-        assert_eq!(
-            row["src"],
-            addr(ip["src"].as_str().unwrap()),
-            "vector {idx}"
-        );
-        assert_eq!(
-            row["dst"],
-            addr(ip["dst"].as_str().unwrap()),
-            "vector {idx}"
-        );
+        assert_eq!(row["src"], addr(ip["src"].as_str().unwrap()), "vector {idx}");
+        assert_eq!(row["dst"], addr(ip["dst"].as_str().unwrap()), "vector {idx}");
         assert_eq!(row["src_port"], d["udp"]["sport"]);
         assert_eq!(row["dst_port"], d["udp"]["dport"]);
         assert_eq!(row["opcode"], bth["opcode"], "vector {idx}");
@@ -163,10 +146,7 @@ fn json_matches_every_recorded_vector_field() {
         match d.get("atomiceth") {
             Some(a) => {
                 assert_eq!(row["atomic_eth"]["va"].as_u64().unwrap(), hexnum(&a["va"]));
-                assert_eq!(
-                    row["atomic_eth"]["rkey"].as_u64().unwrap(),
-                    hexnum(&a["rkey"])
-                );
+                assert_eq!(row["atomic_eth"]["rkey"].as_u64().unwrap(), hexnum(&a["rkey"]));
                 assert_eq!(row["atomic_eth"]["swap_add"], a["swap_add"]);
                 assert_eq!(row["atomic_eth"]["compare"], a["compare"]);
             }
@@ -179,11 +159,7 @@ fn json_matches_every_recorded_vector_field() {
         assert!(row["ieth"].is_null() && row["rdeth"].is_null() && row["xrceth"].is_null());
         assert_eq!(row["payload_len"], d["payload_len"], "vector {idx}");
         assert_eq!(row["icrc"], v["icrc_wire_hex"], "vector {idx}");
-        assert_eq!(
-            row["icrc_ok"],
-            !v["corrupted"].as_bool().unwrap(),
-            "vector {idx}"
-        );
+        assert_eq!(row["icrc_ok"], !v["corrupted"].as_bool().unwrap(), "vector {idx}");
     }
     let o = podnet(&["capture", "decode", "--json", path.to_str().unwrap()]);
     assert_eq!(
@@ -194,21 +170,13 @@ fn json_matches_every_recorded_vector_field() {
 
 #[test]
 fn human_output_ends_with_the_summary() {
-    let o = podnet(&[
-        "capture",
-        "decode",
-        testdata("roce/vectors.pcap").to_str().unwrap(),
-    ]);
+    let o = podnet(&["capture", "decode", testdata("roce/vectors.pcap").to_str().unwrap()]);
     assert!(o.status.success());
     let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 25);
     assert!(lines[0].starts_with("1 10.0.17.1:0 > 10.0.18.1:4791 CNP(0x81) qp 0x000118 psn 0 BECN len 16 icrc 82fd002a ok"), "{}", lines[0]);
-    assert!(
-        lines[21].contains("AETH NAK psn-sequence-error msn 66"),
-        "{}",
-        lines[21]
-    );
+    assert!(lines[21].contains("AETH NAK psn-sequence-error msn 66"), "{}", lines[21]);
     assert_eq!(
         lines[24],
         "24 frames: 24 RoCEv2 (ICRC 24 ok, 0 bad, 0 unchecked; 0 undecodable), 0 not RoCEv2"
@@ -229,15 +197,8 @@ fn frames_cut_by_the_snap_length() {
     write_pcap(&path, 1, &frames);
     let o = podnet(&["capture", "decode", "--json", path.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let rows: Vec<Value> = stdout(&o)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(
-        rows.len(),
-        4,
-        "the frame cut inside the UDP header is not known to be RoCEv2"
-    );
+    let rows: Vec<Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 4, "the frame cut inside the UDP header is not known to be RoCEv2");
     // Cut in the payload: every header known, the payload length too (from UDP), ICRC unchecked.
     for r in &rows[..2] {
         assert!(r.get("error").is_none(), "{r}");
@@ -262,14 +223,8 @@ fn frames_cut_by_the_snap_length() {
         "5 frames: 4 RoCEv2 (ICRC 0 ok, 0 bad, 4 unchecked; 2 undecodable), 1 not RoCEv2 (1 cut before UDP, 0 of unsupported link types)"
     );
     let human = stdout(&podnet(&["capture", "decode", path.to_str().unwrap()]));
-    assert!(
-        human.contains("truncated: 3 of 288 UDP payload bytes captured"),
-        "{human}"
-    );
-    assert!(
-        human.contains("icrc unchecked (cut by snap length)"),
-        "{human}"
-    );
+    assert!(human.contains("truncated: 3 of 288 UDP payload bytes captured"), "{human}");
+    assert!(human.contains("icrc unchecked (cut by snap length)"), "{human}");
 }
 
 #[test]
@@ -326,18 +281,8 @@ fn frames_that_are_not_roce_are_counted_and_the_port_is_a_flag() {
         ),
         "{out}"
     );
-    let o = podnet(&[
-        "capture",
-        "decode",
-        "--json",
-        "--roce-port",
-        "4792",
-        path.to_str().unwrap(),
-    ]);
-    let rows: Vec<Value> = stdout(&o)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let o = podnet(&["capture", "decode", "--json", "--roce-port", "4792", path.to_str().unwrap()]);
+    let rows: Vec<Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["frame"], 5);
     assert_eq!(rows[0]["dst_port"], 4792);
@@ -380,12 +325,7 @@ fn pcapng_and_stdin_read_like_pcap() {
         "--json",
         testdata("roce/vectors.pcap").to_str().unwrap(),
     ]));
-    let from_ng = stdout(&podnet(&[
-        "capture",
-        "decode",
-        "--json",
-        ng.to_str().unwrap(),
-    ]));
+    let from_ng = stdout(&podnet(&["capture", "decode", "--json", ng.to_str().unwrap()]));
     assert_eq!(from_pcap, from_ng);
     assert_eq!(from_pcap.lines().count(), 24);
     let mut child = Command::new(env!("CARGO_BIN_EXE_podnet"))
@@ -454,15 +394,7 @@ fn help_explains_the_command() {
     let o = podnet(&["capture", "decode", "--help"]);
     assert!(o.status.success());
     let h = stdout(&o);
-    for needle in [
-        "pcapng",
-        "SLL2",
-        "--json",
-        "--roce-port",
-        "4791",
-        "ICRC",
-        "Exit status",
-    ] {
+    for needle in ["pcapng", "SLL2", "--json", "--roce-port", "4791", "ICRC", "Exit status"] {
         assert!(h.contains(needle), "--help lacks {needle}:\n{h}");
     }
 }

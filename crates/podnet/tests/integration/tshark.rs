@@ -69,25 +69,12 @@ fn dissect(path: &Path) -> Vec<HashMap<String, String>> {
     ] {
         cmd.args(["--disable-heuristic", h]);
     }
-    cmd.args([
-        "-T",
-        "fields",
-        "-E",
-        "separator=/t",
-        "-E",
-        "occurrence=f",
-        "-E",
-        "quote=n",
-    ]);
+    cmd.args(["-T", "fields", "-E", "separator=/t", "-E", "occurrence=f", "-E", "quote=n"]);
     for f in FIELDS {
         cmd.args(["-e", f]);
     }
     let out = cmd.output().expect("run tshark");
-    assert!(
-        out.status.success(),
-        "tshark failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "tshark failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -118,10 +105,7 @@ fn compare(ts: &HashMap<String, String>, row: &Value, what: &str) -> usize {
     let mut n = 0;
     let mut eq = |field: &str, want: Option<u64>| {
         let got = ts.get(field).map(|v| num(field, v));
-        assert_eq!(
-            got, want,
-            "{what}: tshark {field} vs podnet; podnet says {row}"
-        );
+        assert_eq!(got, want, "{what}: tshark {field} vs podnet; podnet says {row}");
         n += 1;
     };
     let u = |v: &Value| v.as_u64();
@@ -161,10 +145,7 @@ fn compare(ts: &HashMap<String, String>, row: &Value, what: &str) -> usize {
     eq("infiniband.ieth", u(&row["ieth"]));
     eq("infiniband.atomiceth.swapdt", u(&atomic["swap_add"]));
     eq("infiniband.atomiceth.cmpdt", u(&atomic["compare"]));
-    eq(
-        "infiniband.atomicacketh.origremdt",
-        u(&row["atomic_ack_eth"]["orig"]),
-    );
+    eq("infiniband.atomicacketh.origremdt", u(&row["atomic_ack_eth"]["orig"]));
     eq("infiniband.deth.q_key", u(&row["deth"]["qkey"]));
     eq("infiniband.deth.srcqp", u(&row["deth"]["src_qp"]));
     // tshark's data.len is payload plus pad, absent when both are zero.
@@ -204,9 +185,6 @@ fn tshark_agrees_on_frames_podnet_emits() {
     for ((t, r), f) in ts.iter().zip(&rows).zip(&frames) {
         compared += compare(t, r, f.what);
     }
-    eprintln!(
-        "tshark cross-check: {compared} fields over {} podnet-emitted frames",
-        frames.len()
-    );
+    eprintln!("tshark cross-check: {compared} fields over {} podnet-emitted frames", frames.len());
     assert!(compared > frames.len() * 11);
 }

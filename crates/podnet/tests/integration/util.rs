@@ -4,32 +4,27 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The repository's `testdata/` folder.
-pub fn testdata(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata")
-        .join(rel)
+pub(crate) fn testdata(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata").join(rel)
 }
 
 /// Runs `podnet` with `args`.
-pub fn podnet(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_podnet"))
-        .args(args)
-        .output()
-        .expect("run podnet")
+pub(crate) fn podnet(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_podnet")).args(args).output().expect("run podnet")
 }
 
 /// stdout as UTF-8.
-pub fn stdout(o: &Output) -> String {
+pub(crate) fn stdout(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
 }
 
 /// stderr as UTF-8.
-pub fn stderr(o: &Output) -> String {
+pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8(o.stderr.clone()).expect("utf-8 stderr")
 }
 
 /// Decodes with `--json` and returns one JSON value per line.
-pub fn decode_json(path: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn decode_json(path: &Path) -> Vec<serde_json::Value> {
     let o = podnet(&["capture", "decode", "--json", path.to_str().unwrap()]);
     assert!(o.status.success(), "decode failed: {}", stderr(&o));
     stdout(&o)
@@ -39,13 +34,10 @@ pub fn decode_json(path: &Path) -> Vec<serde_json::Value> {
 }
 
 /// Writes Ethernet frames (each with its original length) to a pcap file.
-pub fn write_pcap(path: &Path, linktype: u32, frames: &[(Vec<u8>, u32)]) {
+pub(crate) fn write_pcap(path: &Path, linktype: u32, frames: &[(Vec<u8>, u32)]) {
     use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
     let file = std::fs::File::create(path).unwrap();
-    let header = PcapHeader {
-        datalink: linktype.into(),
-        ..Default::default()
-    };
+    let header = PcapHeader { datalink: linktype.into(), ..Default::default() };
     let mut w = PcapWriter::with_header(file, header).unwrap();
     for (i, (data, orig)) in frames.iter().enumerate() {
         let ts = std::time::Duration::from_micros(1_700_000_000_000_000 + i as u64);
@@ -55,7 +47,7 @@ pub fn write_pcap(path: &Path, linktype: u32, frames: &[(Vec<u8>, u32)]) {
 
 /// Panics, loudly, when a tool a test needs is missing. CI installs every one of them
 /// (`.ci/run`); no test is skipped silently.
-pub fn require_tool(name: &str) {
+pub(crate) fn require_tool(name: &str) {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {name}")])
         .output()
