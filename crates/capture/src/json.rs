@@ -13,67 +13,105 @@ use crate::record::{Record, Summary};
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-struct Obj<'w> {
-    out: &'w mut Vec<u8>,
-    first: bool,
+/// Appends `,"key":` (a compile-time constant, so the copy inlines).
+macro_rules! key {
+    ($out:expr, $k:literal) => {
+        $out.extend_from_slice(concat!(",\"", $k, "\":").as_bytes())
+    };
 }
 
-impl<'w> Obj<'w> {
-    fn new(out: &'w mut Vec<u8>) -> Self {
-        out.push(b'{');
-        Obj { out, first: true }
-    }
-    fn key(&mut self, k: &str) {
-        if !self.first {
-            self.out.push(b',');
+/// Appends `,"key":` and a number.
+macro_rules! num {
+    ($out:expr, $k:literal, $v:expr) => {{
+        key!($out, $k);
+        $out.extend_from_slice(itoa::Buffer::new().format($v).as_bytes());
+    }};
+}
+
+/// Appends `,"key":` and true or false.
+macro_rules! boolean {
+    ($out:expr, $k:literal, $v:expr) => {{
+        key!($out, $k);
+        $out.extend_from_slice(if $v { b"true" } else { b"false" });
+    }};
+}
+
+/// Appends `,"key":null`.
+macro_rules! null {
+    ($out:expr, $k:literal) => {
+        $out.extend_from_slice(concat!(",\"", $k, "\":null").as_bytes())
+    };
+}
+
+/// Appends `,"key":{"a":1,"b":2}`.
+macro_rules! nested {
+    ($out:expr, $k:literal, $first:literal: $v:expr $(, $name:literal: $w:expr)*) => {{
+        $out.extend_from_slice(concat!(",\"", $k, "\":{\"", $first, "\":").as_bytes());
+        $out.extend_from_slice(itoa::Buffer::new().format($v).as_bytes());
+        $(num!($out, $name, $w);)*
+        $out.push(b'}');
+    }};
+}
+
+/// Appends an address as std's `Display` writes it (IPv6 per RFC 5952: lowercase, no leading
+/// zeros, the longest run of two or more zero groups, leftmost on a tie, as `::`;
+/// IPv4-mapped as `::ffff:a.b.c.d`), without going through `core::fmt`.
+pub(crate) fn write_ip(out: &mut Vec<u8>, addr: IpAddr) {
+    match addr {
+        IpAddr::V4(a) => write_v4(out, a.octets()),
+        IpAddr::V6(a) => {
+            if let Some(v4) = a.to_ipv4_mapped() {
+                out.extend_from_slice(b"::ffff:");
+                return write_v4(out, v4.octets());
+            }
+            let seg = a.segments();
+            let (mut best, mut best_len, mut cur, mut cur_len) = (0, 0, 0, 0);
+            for (i, &s) in seg.iter().enumerate() {
+                if s == 0 {
+                    if cur_len == 0 {
+                        cur = i;
+                    }
+                    cur_len += 1;
+                    if cur_len > best_len {
+                        best = cur;
+                        best_len = cur_len;
+                    }
+                } else {
+                    cur_len = 0;
+                }
+            }
+            let groups = |out: &mut Vec<u8>, segs: &[u16]| {
+                for (i, &s) in segs.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b':');
+                    }
+                    let mut started = false;
+                    for shift in [12, 8, 4, 0] {
+                        let d = (s >> shift) & 0xf;
+                        if d != 0 || started || shift == 0 {
+                            out.push(HEX[usize::from(d)]);
+                            started = true;
+                        }
+                    }
+                }
+            };
+            if best_len > 1 {
+                groups(out, &seg[..best]);
+                out.extend_from_slice(b"::");
+                groups(out, &seg[best + best_len..]);
+            } else {
+                groups(out, &seg);
+            }
         }
-        self.first = false;
-        self.out.push(b'"');
-        self.out.extend_from_slice(k.as_bytes());
-        self.out.extend_from_slice(b"\":");
     }
-    fn num(&mut self, k: &str, v: u64) {
-        self.key(k);
-        self.out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
-    }
-    fn bool(&mut self, k: &str, v: bool) {
-        self.key(k);
-        self.out.extend_from_slice(if v { b"true" } else { b"false" });
-    }
-    fn null(&mut self, k: &str) {
-        self.key(k);
-        self.out.extend_from_slice(b"null");
-    }
-    /// `s` must need no escaping (it is one of podnet's own ASCII names).
-    fn str(&mut self, k: &str, s: &str) {
-        self.key(k);
-        self.out.push(b'"');
-        self.out.extend_from_slice(s.as_bytes());
-        self.out.push(b'"');
-    }
-    fn ip(&mut self, k: &str, a: IpAddr) {
-        self.key(k);
-        self.out.push(b'"');
-        // Ipv6Addr's Display is RFC 5952 (compressed, lowercase).
-        let _ = write!(self.out, "{a}");
-        self.out.push(b'"');
-    }
-    fn opt_num(&mut self, k: &str, v: Option<u64>) {
-        match v {
-            Some(v) => self.num(k, v),
-            None => self.null(k),
+}
+
+fn write_v4(out: &mut Vec<u8>, o: [u8; 4]) {
+    for (i, b) in o.iter().enumerate() {
+        if i > 0 {
+            out.push(b'.');
         }
-    }
-    fn nested(&mut self, k: &str, fields: &[(&str, u64)]) {
-        self.key(k);
-        let mut o = Obj::new(self.out);
-        for (name, v) in fields {
-            o.num(name, *v);
-        }
-        o.end();
-    }
-    fn end(self) {
-        self.out.push(b'}');
+        out.extend_from_slice(itoa::Buffer::new().format(*b).as_bytes());
     }
 }
 
@@ -95,100 +133,106 @@ impl Record<'_> {
     /// `payload_len`, `icrc`, `icrc_ok`. A frame that could not be decoded whole has `error`
     /// after `frame`, and only the keys that could be read.
     pub fn write_json(&self, out: &mut Vec<u8>) {
-        let mut o = Obj::new(out);
-        o.num("frame", self.frame);
+        out.reserve(768);
+        out.extend_from_slice(b"{\"frame\":");
+        out.extend_from_slice(itoa::Buffer::new().format(self.frame).as_bytes());
         if let Some(e) = self.error {
-            o.str("error", e.as_str());
+            key!(out, "error");
+            out.push(b'"');
+            out.extend_from_slice(e.as_str().as_bytes());
+            out.push(b'"');
         }
         let e = &self.edge;
-        o.num("ip_version", e.ip.version().into());
-        o.ip("src", e.ip.src);
-        o.ip("dst", e.ip.dst);
-        o.num("src_port", e.udp.src_port.into());
-        o.num("dst_port", e.udp.dst_port.into());
+        num!(out, "ip_version", e.ip.version());
+        key!(out, "src");
+        out.push(b'"');
+        write_ip(out, e.ip.src);
+        out.extend_from_slice(b"\",\"dst\":\"");
+        write_ip(out, e.ip.dst);
+        out.push(b'"');
+        num!(out, "src_port", e.udp.src_port);
+        num!(out, "dst_port", e.udp.dst_port);
         if let Some(b) = &self.bth {
-            o.num("opcode", b.opcode.0.into());
+            num!(out, "opcode", b.opcode.0);
             match b.opcode.name() {
-                Some(n) => o.str("opcode_name", n),
-                None => o.null("opcode_name"),
+                Some(n) => {
+                    key!(out, "opcode_name");
+                    out.push(b'"');
+                    out.extend_from_slice(n.as_bytes());
+                    out.push(b'"');
+                }
+                None => null!(out, "opcode_name"),
             }
-            o.bool("se", b.solicited);
-            o.bool("migreq", b.mig_req);
-            o.num("pad_count", b.pad_count.into());
-            o.num("tver", b.tver.into());
-            o.num("pkey", b.pkey.into());
-            o.bool("fecn", b.fecn);
-            o.bool("becn", b.becn);
-            o.num("dest_qp", b.dest_qp.get().into());
-            o.bool("ack_req", b.ack_req);
-            o.num("psn", b.psn.get().into());
+            boolean!(out, "se", b.solicited);
+            boolean!(out, "migreq", b.mig_req);
+            num!(out, "pad_count", b.pad_count);
+            num!(out, "tver", b.tver);
+            num!(out, "pkey", b.pkey);
+            boolean!(out, "fecn", b.fecn);
+            boolean!(out, "becn", b.becn);
+            num!(out, "dest_qp", b.dest_qp.get());
+            boolean!(out, "ack_req", b.ack_req);
+            num!(out, "psn", b.psn.get());
         }
         if let Some(h) = &self.headers {
             match h.reth {
-                Some(r) => o.nested(
-                    "reth",
-                    &[("va", r.va), ("rkey", r.rkey.0.into()), ("dma_len", r.dma_len.into())],
-                ),
-                None => o.null("reth"),
+                Some(r) => nested!(out, "reth", "va": r.va, "rkey": r.rkey.0, "dma_len": r.dma_len),
+                None => null!(out, "reth"),
             }
             match h.aeth {
-                Some(a) => {
-                    o.nested("aeth", &[("syndrome", a.syndrome.into()), ("msn", a.msn.into())])
-                }
-                None => o.null("aeth"),
+                Some(a) => nested!(out, "aeth", "syndrome": a.syndrome, "msn": a.msn),
+                None => null!(out, "aeth"),
             }
             match h.deth {
-                Some(d) => o.nested(
-                    "deth",
-                    &[("qkey", d.qkey.0.into()), ("src_qp", d.src_qp.get().into())],
-                ),
-                None => o.null("deth"),
+                Some(d) => nested!(out, "deth", "qkey": d.qkey.0, "src_qp": d.src_qp.get()),
+                None => null!(out, "deth"),
             }
-            o.opt_num("immdt", h.immdt.map(|i| i.value.into()));
-            o.opt_num("ieth", h.ieth.map(|i| i.rkey.0.into()));
+            match h.immdt {
+                Some(i) => num!(out, "immdt", i.value),
+                None => null!(out, "immdt"),
+            }
+            match h.ieth {
+                Some(i) => num!(out, "ieth", i.rkey.0),
+                None => null!(out, "ieth"),
+            }
             match h.atomic_eth {
-                Some(a) => o.nested(
-                    "atomic_eth",
-                    &[
-                        ("va", a.va),
-                        ("rkey", a.rkey.0.into()),
-                        ("swap_add", a.swap_add),
-                        ("compare", a.compare),
-                    ],
+                Some(a) => nested!(
+                    out, "atomic_eth", "va": a.va, "rkey": a.rkey.0, "swap_add": a.swap_add,
+                    "compare": a.compare
                 ),
-                None => o.null("atomic_eth"),
+                None => null!(out, "atomic_eth"),
             }
             match h.atomic_ack_eth {
-                Some(a) => o.nested("atomic_ack_eth", &[("orig", a.orig)]),
-                None => o.null("atomic_ack_eth"),
+                Some(a) => nested!(out, "atomic_ack_eth", "orig": a.orig),
+                None => null!(out, "atomic_ack_eth"),
             }
             match h.rdeth {
-                Some(r) => o.nested("rdeth", &[("ee_context", r.ee_context.into())]),
-                None => o.null("rdeth"),
+                Some(r) => nested!(out, "rdeth", "ee_context": r.ee_context),
+                None => null!(out, "rdeth"),
             }
             match h.xrceth {
-                Some(x) => o.nested("xrceth", &[("xrc_srq", x.xrc_srq.into())]),
-                None => o.null("xrceth"),
+                Some(x) => nested!(out, "xrceth", "xrc_srq": x.xrc_srq),
+                None => null!(out, "xrceth"),
             }
-        }
-        if self.headers.is_some() {
-            o.opt_num("payload_len", self.payload_len.map(|n| n as u64));
+            match self.payload_len {
+                Some(n) => num!(out, "payload_len", n),
+                None => null!(out, "payload_len"),
+            }
         }
         match self.icrc {
             Some(b) => {
-                o.key("icrc");
-                o.out.push(b'"');
-                o.out.extend_from_slice(&hex4(b));
-                o.out.push(b'"');
+                key!(out, "icrc");
+                out.push(b'"');
+                out.extend_from_slice(&hex4(b));
+                out.push(b'"');
             }
-            None => o.null("icrc"),
+            None => null!(out, "icrc"),
         }
         match self.icrc_ok {
-            Some(v) => o.bool("icrc_ok", v),
-            None => o.null("icrc_ok"),
+            Some(v) => boolean!(out, "icrc_ok", v),
+            None => null!(out, "icrc_ok"),
         }
-        o.end();
-        out.push(b'\n');
+        out.extend_from_slice(b"}\n");
     }
 
     /// Appends one human-readable line, e.g.
@@ -327,5 +371,59 @@ impl Summary {
             )?;
         }
         writeln!(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    use super::write_ip;
+
+    fn check(a: IpAddr) {
+        let mut out = Vec::new();
+        write_ip(&mut out, a);
+        assert_eq!(String::from_utf8(out).unwrap(), a.to_string());
+    }
+
+    #[test]
+    fn addresses_print_as_std_does() {
+        for s in [
+            "::",
+            "::1",
+            "1::",
+            "fd00::1",
+            "fd00:0:0:1::",
+            "2001:db8::1:0:0:1",
+            "2001:db8:0:1:1:1:1:1",
+            "1:0:0:2:0:0:0:3",
+            "1:0:0:0:2:0:0:3",
+            "::ffff:10.1.2.3",
+            "::10.1.2.3",
+            "fe80::abcd:ef01",
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+            "0:1:0:1:0:1:0:1",
+        ] {
+            check(IpAddr::V6(s.parse::<Ipv6Addr>().unwrap()));
+        }
+        for s in ["0.0.0.0", "10.0.17.1", "255.255.255.255", "192.168.0.7"] {
+            check(IpAddr::V4(s.parse::<Ipv4Addr>().unwrap()));
+        }
+        // A deterministic sweep with many zero groups.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut seg = [0u16; 8];
+            for (i, s) in seg.iter_mut().enumerate() {
+                if (x >> (i * 3)) & 3 != 0 {
+                    *s = (x >> (i * 5 + 16)) as u16
+                        & if (x >> (40 + i)) & 1 == 0 { 0xf } else { 0xffff };
+                }
+            }
+            check(IpAddr::V6(Ipv6Addr::from(seg)));
+            check(IpAddr::V4(Ipv4Addr::from(x as u32)));
+        }
     }
 }

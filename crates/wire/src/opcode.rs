@@ -223,6 +223,17 @@ macro_rules! names {
 }
 const NAMES: [[&str; 24]; 5] = names!("RC", "UC", "RD", "UD", "XRC");
 
+/// The opcode table, computed once at compile time.
+static TABLE: [Option<OpcodeInfo>; 256] = {
+    let mut t = [None; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = Opcode(i as u8).compute_info();
+        i += 1;
+    }
+    t
+};
+
 impl Opcode {
     /// The RoCEv2 Congestion Notification Packet.
     pub const CNP: Opcode = Opcode(0x81);
@@ -247,6 +258,10 @@ impl Opcode {
 
     /// The table row, or `None` for an opcode the table does not define.
     pub const fn info(self) -> Option<OpcodeInfo> {
+        TABLE[self.0 as usize]
+    }
+
+    const fn compute_info(self) -> Option<OpcodeInfo> {
         let op = self.operation() as usize;
         let t = self.transport();
         let (row, defined) = match t {
