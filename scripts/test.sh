@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs every podnet test on this machine: installs what the tests need (scripts/deps.sh), checks
+# formatting and lints, then runs the workspace's tests with cargo-nextest (cargo test if
+# nextest is absent). No test is skipped: a test whose tool is missing fails and names it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --all-features --locked -q -- -D warnings
+# The fuzz crate is outside the workspace (cargo-fuzz builds it with nightly); check it compiles.
+cargo check --manifest-path fuzz/Cargo.toml --locked -q
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --all-features --locked --no-fail-fast
+else
+  cargo test --workspace --all-features --locked --no-fail-fast
+fi
