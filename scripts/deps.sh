@@ -2,11 +2,43 @@
 # Installs the Debian packages podnet's tests need, if they are missing. Idempotent; needs root
 # (or sudo) only when something is missing.
 #
-#   tshark   dissects podnet-emitted frames for the wire-format cross-check
+#   tshark                       dissects podnet-emitted frames for the wire-format cross-check
+#   qemu-system-x86, busybox-static, kmod, cpio, xz-utils
+#                                boot the Linux Soft-RoCE guest (crates/rxevm)
+#   rdma-core, ibverbs-utils, ibverbs-providers, rdmacm-utils, perftest
+#                                the reference peer's tools, run inside the guest
+#   iproute2, tcpdump, nftables, python3, util-linux
+#                                the guest's network, captures, loss rules, and helpers
 set -euo pipefail
+# command  package
+want="
+tshark tshark
+qemu-system-x86_64 qemu-system-x86
+busybox busybox-static
+depmod kmod
+cpio cpio
+xz xz-utils
+ibv_rc_pingpong ibverbs-utils
+ib_send_bw perftest
+rping rdmacm-utils
+rdma iproute2
+tcpdump tcpdump
+nft nftables
+python3 python3
+unshare util-linux
+nsenter util-linux
+"
 need=()
-command -v tshark >/dev/null 2>&1 || need+=(tshark)
+while read -r cmd pkg; do
+  [ -n "$cmd" ] || continue
+  PATH="$PATH:/usr/sbin:/sbin" command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
+done <<< "$want"
+# Providers (the rxe plugin) and rdma-core's udev/config files have no command to look for.
+for pkg in ibverbs-providers rdma-core; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
+done
 [ ${#need[@]} -eq 0 ] && exit 0
+mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
 echo "installing: ${need[*]}" >&2
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -2,5 +2,6 @@
 
 mod decode;
 mod extra;
+mod rxe;
 mod tshark;
 mod util;
