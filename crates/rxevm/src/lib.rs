@@ -26,7 +26,8 @@ mod vm;
 
 pub use kernel::Kernel;
 pub use vm::{
-    Config, GUEST_IP4, GUEST_IP6, GuestJob, HOST_IP4, HOST_IP6, JobOutput, RxeDev, RxeSetup, Vm,
+    Config, GUEST_IP4, GUEST_IP6, GuestJob, HOST_IP4, HOST_IP6, JobOutput, NFT_TABLE, RxeDev,
+    RxeSetup, Vm,
 };
 
 use std::path::PathBuf;

@@ -96,6 +96,9 @@ pub struct RxeSetup {
     pub eth: RxeDev,
 }
 
+/// The nftables table the harness owns in the guest.
+pub const NFT_TABLE: &str = "podnet";
+
 /// Shell functions every guest job can use (the harness sources this file first).
 const LIB_SH: &str = r#"
 # wait_tcp PORT [PID]: until something listens on TCP PORT (tcp or tcp6), up to 20 s, or
@@ -111,12 +114,16 @@ pair() { srv=$1; cli=$2; port=${3:-18515}; timeout 120 sh -c "$srv" > $OUT/.srv 
   timeout 120 sh -c "$cli" > $OUT/.cli 2>&1; c=$?; wait $sp; s=$?
   echo "--- server: $srv (rc=$s)"; cat $OUT/.srv; echo "--- client: $cli (rc=$c)"; cat $OUT/.cli
   [ $c = 0 ] && [ $s = 0 ]; }
-# cap_start IFACE FILE FILTER: tcpdump in the background until cap_stop.
-cap_start() { tcpdump --immediate-mode -B 32768 -U -Z root -i "$1" -w "$2" "$3" 2>>$OUT/.tcpdump.err & CAP_PIDS="$CAP_PIDS $!"
-  for _ in $(seq 100); do grep -q 'listening on' $OUT/.tcpdump.err 2>/dev/null && break; sleep 0.1; done; sleep 0.3; }
-# cap_stop: stop every capture started by this job (after the last packets are written).
-# tcpdump's own counts go to $OUT/.tcpdump.err; a capture that dropped packets fails the job.
+# cap_start IFACE FILE FILTER: tcpdump in the background until cap_stop. It writes to the
+# guest's tmpfs (9p is too slow for tcpdump under TCG) and cap_stop copies the file to FILE.
+cap_start() { mkdir -p /tmp/cap; tmp=/tmp/cap/$(basename "$2")
+  tcpdump --immediate-mode -B 65536 -U -Z root -i "$1" -w "$tmp" "$3" 2>>$OUT/.tcpdump.err & CAP_PIDS="$CAP_PIDS $!"
+  CAP_FILES="$CAP_FILES $tmp:$2"
+  for _ in $(seq 100); do [ "$(grep -c 'listening on' $OUT/.tcpdump.err 2>/dev/null)" -ge "$(echo $CAP_PIDS | wc -w)" ] && break; sleep 0.1; done; sleep 0.3; }
+# cap_stop: stop every capture started by this job and copy the files out. tcpdump's counts
+# go to $OUT/.tcpdump.err; a capture that dropped packets fails.
 cap_stop() { sleep 0.5; for p in $CAP_PIDS; do kill $p; wait $p 2>/dev/null; done; CAP_PIDS=
+  for f in $CAP_FILES; do cp "${f%%:*}" "${f#*:}"; rm -f "${f%%:*}"; done; CAP_FILES=
   grep -E 'captured|received|dropped' $OUT/.tcpdump.err
   ! grep -qE '^[1-9][0-9]* packets dropped' $OUT/.tcpdump.err; }
 # counters DEV: rxe's hw_counters as NAME VALUE lines.
@@ -318,7 +325,7 @@ impl Vm {
         let ctl = std::fs::canonicalize(&self.ctl).map_err(io_err(&self.ctl))?;
         let body = ctl.join("bodies").join(format!("{id}.sh"));
         let full = format!(
-            "OUT={out}; CTL={ctl}; CAP_PIDS=; . $CTL/lib.sh\n{script}\n",
+            "OUT={out}; CTL={ctl}; CAP_PIDS=; CAP_FILES=; . $CTL/lib.sh\n{script}\n",
             out = ctl.join("out").display(),
             ctl = ctl.display()
         );
@@ -375,6 +382,44 @@ impl Vm {
             cmd: "host-namespace thread".into(),
             detail: "panicked".into(),
         })?
+    }
+
+    /// rxe's `hw_counters` of port 1 of `dev` (e.g. `rcvd_pkts`, `rcvd_seq_err`,
+    /// `duplicate_request`, `retry_exceeded_err`).
+    pub fn rxe_counters(&self, dev: &str) -> Result<std::collections::BTreeMap<String, u64>> {
+        let out = self.run(
+            &format!("counters {dev}"),
+            &format!("counters {dev}"),
+            Duration::from_secs(30),
+        )?;
+        Ok(out
+            .output
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                Some((k.to_string(), v.trim().parse().ok()?))
+            })
+            .collect())
+    }
+
+    /// Replaces the guest's `inet podnet` nftables table with `chains`: the body of a
+    /// `table inet podnet { … }` block, e.g. a chain on the `input` hook with
+    /// `iifname "vB" udp dport 4791 numgen random mod 100 < 5 drop` (5 % loss) or
+    /// `udp dport 4791 limit rate over 1000/second ip ecn set ce` (ECN marks).
+    pub fn nft(&self, chains: &str) -> Result<()> {
+        let script = format!(
+            "nft list table inet {NFT_TABLE} >/dev/null 2>&1 && nft delete table inet {NFT_TABLE}\n\
+             nft -f - <<'NFT'\ntable inet {NFT_TABLE} {{\n{chains}\n}}\nNFT\nnft list table inet {NFT_TABLE}"
+        );
+        self.run("nft", &script, Duration::from_secs(30)).map(|_| ())
+    }
+
+    /// Removes the harness's nftables table, if any.
+    pub fn nft_reset(&self) -> Result<()> {
+        let script = format!(
+            "nft list table inet {NFT_TABLE} >/dev/null 2>&1 && nft delete table inet {NFT_TABLE}; true"
+        );
+        self.run("nft reset", &script, Duration::from_secs(30)).map(|_| ())
     }
 
     /// Brings up rxe: a veth pair `vA`/`vB` (169.254.88.1/2, fd88::1/2) with policy routing so

@@ -3,6 +3,7 @@
 //! perftest tools run between two rxe devices over the veth wire, IPv4 and IPv6 GIDs, and
 //! `podnet capture decode` must decode every frame they put on the wire with its ICRC OK.
 
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -116,6 +117,7 @@ fn rxe_tools_on_the_wire_decode_with_every_icrc_ok() {
         );
         eprintln!("{:32} {frames:5} RoCE frames, every ICRC ok", r.session.name);
     }
+    loss_and_ecn_rules(&vm, &rxe);
     eprintln!(
         "rxe suite: boot {:.1} s, total {:.1} s",
         boot.as_secs_f64(),
@@ -136,4 +138,57 @@ fn the_committed_recordings_decode_with_every_icrc_ok() {
         }
     }
     assert_eq!(n, 18, "testdata/rxe should hold 18 RoCE captures");
+}
+
+/// nftables inside the guest: 5 % of the RoCE packets arriving on vB are dropped, and every
+/// one leaving vA is marked CE. The transfer must still complete, rxe's recovery counters must
+/// rise, and the marks must be on the wire with every ICRC still OK (the ICRC masks the TOS).
+fn loss_and_ecn_rules(vm: &Vm, rxe: &rxevm::RxeSetup) {
+    let before_a = vm.rxe_counters("rxeA").unwrap();
+    let before_b = vm.rxe_counters("rxeB").unwrap();
+    vm.nft(
+        "chain input { type filter hook input priority 0;\n\
+           iifname \"vB\" udp dport 4791 numgen random mod 100 < 5 drop\n}\n\
+         chain output { type filter hook output priority 0;\n\
+           oifname \"vA\" udp dport 4791 ip ecn set ce\n}",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let pcap = vm.out_dir().join("loss.pcap");
+    let script = format!(
+        "rm -f $OUT/.tcpdump.err; cap_start vB {pcap} 'udp port 4791'\n\
+         pair 'ib_write_bw -d {b} -x {gb} -n 20 -F' 'ib_write_bw -d {a} -x {ga} -n 20 -F 127.0.0.1' >/dev/null; rc=$?\n\
+         cap_stop || exit 1; exit $rc",
+        pcap = pcap.display(),
+        a = rxe.a.name,
+        b = rxe.b.name,
+        ga = rxe.a.gid4,
+        gb = rxe.b.gid4
+    );
+    vm.run("write_bw under 5% loss, CE marks", &script, Duration::from_secs(240))
+        .unwrap_or_else(|e| panic!("{e}"));
+    vm.nft_reset().unwrap();
+    let after_a = vm.rxe_counters("rxeA").unwrap();
+    let after_b = vm.rxe_counters("rxeB").unwrap();
+    let delta = |a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>, k: &str| {
+        a.get(k).copied().unwrap_or(0) - b.get(k).copied().unwrap_or(0)
+    };
+    // rxeB receives the WRITEs: a lost packet shows there as an out-of-sequence request; rxeA,
+    // the requester, sees the NAK or times out and resends.
+    let oos = delta(&after_b, &before_b, "out_of_seq_request");
+    let seq_err = delta(&after_a, &before_a, "rcvd_seq_err");
+    let retries = delta(&after_a, &before_a, "completer_retry_err");
+    eprintln!(
+        "under 5% loss: rxeB out_of_seq_request +{oos}, rxeA rcvd_seq_err +{seq_err}, \
+         completer_retry_err +{retries}"
+    );
+    assert!(
+        oos + seq_err + retries > 0,
+        "no recovery counted under loss:\n{after_a:?}\n{after_b:?}"
+    );
+    // The marks, on the wire, from the receiving side.
+    let frames = decode_all_ok(&pcap);
+    let human = util::stdout(&util::podnet(&["capture", "decode", pcap.to_str().unwrap()]));
+    let ce = human.lines().filter(|l| l.contains(" > 169.254.88.2:4791 CE ")).count();
+    eprintln!("{frames} frames captured on vB, {ce} CE-marked, every ICRC ok");
+    assert!(ce > 0, "no CE-marked frames from vA:\n{human}");
 }
