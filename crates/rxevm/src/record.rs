@@ -113,9 +113,10 @@ pub fn record(vm: &Vm, rxe: &RxeSetup, sessions: &[Session], dir: &Path) -> Resu
     Ok(done)
 }
 
-/// The TCP conversation in a capture as text: one line per message (consecutive bytes in one
-/// direction), `c>s` from the client (the side that connected) or `s>c`, the byte count and
-/// the bytes with printable ASCII as is, `\0` for NUL, `\n` and `\xNN` otherwise.
+/// The TCP conversation in a capture as text: one line per TCP segment with payload (on lo one
+/// `write()` is one segment), `c>s` from the client (the side that connected) or `s>c`, the
+/// byte count and the bytes with printable ASCII as is, `\0` for NUL, `\n`, `\\` and
+/// `\xNN` otherwise.
 pub fn transcript(pcap: &Path, label: &str) -> Result<String> {
     let file = std::fs::File::open(pcap).map_err(io_err(pcap))?;
     let mut r = pcap_file::pcap::PcapReader::new(file).map_err(|e| Error::Command {
@@ -149,18 +150,14 @@ pub fn transcript(pcap: &Path, label: &str) -> Result<String> {
         if payload.is_empty() {
             continue;
         }
-        let from_client = Some(tcp.source_port()) == client;
-        match msgs.last_mut() {
-            Some((dir, bytes)) if *dir == from_client => bytes.extend_from_slice(payload),
-            _ => msgs.push((from_client, payload.to_vec())),
-        }
+        msgs.push((Some(tcp.source_port()) == client, payload.to_vec()));
     }
     let mut s = String::new();
     let total: usize = msgs.iter().map(|m| m.1.len()).sum();
     let _ = writeln!(s, "# TCP side channel of {label}");
     let _ = writeln!(
         s,
-        "# server port {server_port}; {} messages, {total} bytes; c>s from the client, s>c from the server",
+        "# server port {server_port}; {} segments, {total} bytes; c>s from the client, s>c from the server",
         msgs.len()
     );
     for (from_client, bytes) in &msgs {
