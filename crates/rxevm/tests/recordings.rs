@@ -26,7 +26,10 @@ fn transcripts_match_their_side_channel_captures() {
         } else {
             assert_eq!(old, now, "{stem}: transcript and capture differ");
         }
-        assert!(now.lines().any(|l| l.starts_with("c>s ")) && now.lines().any(|l| l.starts_with("s>c ")));
+        assert!(
+            now.lines().any(|l| l.starts_with("c>s "))
+                && now.lines().any(|l| l.starts_with("s>c "))
+        );
         n += 1;
     }
     assert_eq!(n, 18);
