@@ -59,6 +59,12 @@ impl Kernel {
         let root = dir.join("root");
         let modules = root.join("lib/modules").join(&version);
         let done = dir.join(".complete");
+        // Tests boot guests in parallel processes: one prepares the kernel, the others wait.
+        std::fs::create_dir_all(cache_dir()).map_err(io_err(cache_dir()))?;
+        let lock_path = cache_dir().join(format!("{version}.lock"));
+        let lock_file = std::fs::File::create(&lock_path).map_err(io_err(&lock_path))?;
+        let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| Error::Kernel(format!("cannot lock {}: {e}", lock_path.display())))?;
         if !done.exists() {
             let _ = std::fs::remove_dir_all(&dir);
             let dl = dir.join("dl");
