@@ -1,0 +1,73 @@
+//! Transport counters. Names follow Linux rxe's `hw_counters` where the two overlap, so the
+//! telemetry agent can export soft and rxe devices alike.
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// Counters of one endpoint, monotonic.
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        pub struct Counters {
+            $($(#[$doc])* pub $name: u64,)*
+        }
+
+        impl Counters {
+            /// Every counter as (name, value), in declaration order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+                [$((stringify!($name), self.$name)),*].into_iter()
+            }
+        }
+    };
+}
+
+counters! {
+    /// Packets handed to the driver (rxe: sent_pkts).
+    sent_pkts,
+    /// Packets accepted from the driver, ICRC good (rxe: rcvd_pkts).
+    rcvd_pkts,
+    /// Request packets the responder saw a second time (rxe: duplicate_request).
+    duplicate_request,
+    /// Request packets ahead of the expected PSN (rxe: out_of_seq_request).
+    out_of_seq_request,
+    /// RNR NAKs received by the requester (rxe: rcvd_rnr_err).
+    rcvd_rnr_err,
+    /// RNR NAKs sent by the responder (rxe: send_rnr_err).
+    send_rnr_err,
+    /// PSN-sequence-error NAKs received by the requester (rxe: rcvd_seq_err).
+    rcvd_seq_err,
+    /// PSN-sequence-error NAKs sent by the responder.
+    sent_seq_err,
+    /// Work requests failed with RETRY_EXC_ERR (rxe: retry_exceeded_err).
+    retry_exceeded_err,
+    /// Work requests failed with RNR_RETRY_EXC_ERR (rxe: retry_rnr_exceeded_err).
+    retry_rnr_exceeded_err,
+    /// Go-back-N restarts of the requester, for any reason (rxe: completer_retry_err).
+    completer_retry_err,
+    /// Retransmission timer expiries (mlx5: local_ack_timeout_err).
+    local_ack_timeout_err,
+    /// Packets sent again by a go-back-N restart.
+    retransmitted_pkts,
+    /// Packets dropped because their ICRC did not verify.
+    icrc_errors,
+    /// Packets whose ICRC could not be checked (the driver had no IP header); must stay 0 on a
+    /// default soft path.
+    icrc_unverified,
+    /// Packets dropped: unknown destination QP, wrong state, malformed.
+    dropped_pkts,
+    /// UD packets dropped on a Q_Key mismatch.
+    qkey_violations,
+    /// UD/UC packets dropped for want of a receive.
+    rcv_no_wqe,
+    /// NAKs sent for invalid requests, remote access or operational errors.
+    sent_nak_err,
+    /// Received packets marked CE (ECN congestion experienced).
+    ecn_ce_rcvd,
+    /// CNPs sent in answer to CE marks (mlx5: np_cnp_sent).
+    cnp_sent,
+    /// CNPs received (mlx5: rp_cnp_handled).
+    cnp_rcvd,
+    /// CE marks not answered because the per-QP CNP rate limit held them back.
+    cnp_rate_limited,
+    /// SEND messages received (rxe: rdma_recvs counts these and WRITE-with-immediate).
+    rdma_recvs,
+    /// Messages completed by the requester (rxe: rdma_sends).
+    rdma_sends,
+}
