@@ -113,6 +113,12 @@ pub struct Net {
     /// Packets put on the wire, and dropped by the fault model.
     pub sent: u64,
     pub dropped: u64,
+    /// Node `.0`: let `.1` more packets through, then drop the next `.2`, whatever the fault
+    /// model says.
+    pub drop_next: Option<(usize, u32, u32)>,
+    /// Every packet put on the wire: (from, to, RoCE bytes), for inspection.
+    pub log: Vec<(usize, usize, Vec<u8>)>,
+    pub keep_log: bool,
 }
 
 pub fn ip(i: usize) -> IpAddr {
@@ -140,6 +146,9 @@ impl Net {
             ip_id: 0,
             sent: 0,
             dropped: 0,
+            drop_next: None,
+            log: Vec::new(),
+            keep_log: false,
         }
     }
 
@@ -172,6 +181,20 @@ impl Net {
                 udp[4..6].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
                 wire::icrc::seal(&h, &udp, &mut payload).expect("seal");
                 self.sent += 1;
+                if self.keep_log {
+                    self.log.push((i, to, payload.clone()));
+                }
+                if let Some((from, skip, n)) = self.drop_next
+                    && from == i
+                {
+                    if skip > 0 {
+                        self.drop_next = Some((from, skip - 1, n));
+                    } else {
+                        self.drop_next = if n > 1 { Some((from, 0, n - 1)) } else { None };
+                        self.dropped += 1;
+                        continue;
+                    }
+                }
                 let f = self.faults;
                 if f.partition || self.rng.chance(f.loss) {
                     self.dropped += 1;
@@ -205,6 +228,13 @@ impl Net {
                 }
             }
         }
+    }
+
+    /// Lets `d` of virtual time pass, delivering whatever falls due.
+    pub fn advance(&mut self, d: Duration) {
+        let target = self.now + d;
+        self.run_until(d, |net| net.now >= target);
+        self.now = self.now.max(target);
     }
 
     /// Runs until `done` holds or nothing is left to happen; false if `limit` of virtual time

@@ -1,0 +1,434 @@
+//! One test per error and edge case of the transport: NAK codes and what they complete with,
+//! retry and RNR exhaustion, PSN wrap-around, duplicate READ and atomic replay, NAK-once,
+//! the Q_Key check, CNP rate limiting, and illegal posts and transitions.
+
+mod sim;
+
+use std::time::Duration;
+
+use sim::{BUF_ADDR, Faults, Net, Params, Side, connect, ip, side, ud_ready};
+use transport::{
+    Access, Error, Instant, ModifyQp, MrId, Mtu, QKey, QpCaps, QpState, QpType, RKey, RecvWr,
+    SendOp, SendWr, UdDest, WcOpcode, WcStatus, WorkCompletion,
+};
+
+const BUF: usize = 1 << 20;
+
+fn rc_pair(p: Params) -> (Net, Side, Side) {
+    let mut net = Net::new(2, 7, Faults { delay: Duration::from_micros(5), ..Faults::default() });
+    let a = side(&mut net, 0, QpType::Rc, BUF);
+    let b = side(&mut net, 1, QpType::Rc, BUF);
+    connect(&mut net, &a, &b, p);
+    (net, a, b)
+}
+
+/// Runs until `cq` of `node` yields a completion (or `limit` passes).
+fn next_wc(net: &mut Net, node: usize, s: &Side, limit: Duration) -> Option<WorkCompletion> {
+    let mut got = None;
+    net.run_until(limit, |net| {
+        got = net.nodes[node].poll_completion(s.cq);
+        got.is_some()
+    });
+    got
+}
+
+fn write(i: u64, b: &Side, addr: u64, len: u32, a: &Side) -> SendWr {
+    SendWr::new(i, SendOp::Write { remote_addr: addr, rkey: RKey(b.mr.rkey) })
+        .sge(BUF_ADDR, len, a.mr.lkey)
+}
+
+fn state(net: &Net, s: &Side) -> QpState {
+    net.nodes[s.node].query_qp(s.qpn).unwrap().0
+}
+
+#[test]
+fn a_vanished_peer_ends_in_retry_exc_err_within_the_bound() {
+    let p = Params { timeout: 10, retry_cnt: 3, ..Params::default() };
+    let (mut net, a, b) = rc_pair(p);
+    net.faults.partition = true;
+    for i in 0..3 {
+        net.nodes[0].post_send(a.qpn, write(i, &b, BUF_ADDR, 100, &a)).unwrap();
+    }
+    let t0 = net.now;
+    let wc = next_wc(&mut net, 0, &a, Duration::from_secs(1)).expect("a completion");
+    let elapsed = net.now.saturating_since(t0);
+    let bound = Duration::from_nanos(2 * (3 + 1) * 4096 * (1 << 10));
+    assert_eq!((wc.wr_id, wc.status), (0, WcStatus::RetryExcErr));
+    assert!(elapsed <= bound, "RETRY_EXC_ERR after {elapsed:?}, bound {bound:?}");
+    assert!(elapsed >= Duration::from_nanos(4 * 4096 * (1 << 10)), "gave up early: {elapsed:?}");
+    for i in 1..3 {
+        let wc = next_wc(&mut net, 0, &a, Duration::from_millis(1)).unwrap();
+        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::WrFlushErr));
+    }
+    assert_eq!(state(&net, &a), QpState::Err);
+    let c = net.nodes[0].counters();
+    assert_eq!((c.retry_exceeded_err, c.local_ack_timeout_err), (1, 4), "{c:?}");
+}
+
+#[test]
+fn retry_cnt_7_means_7_retries_not_forever() {
+    let p = Params { timeout: 1, retry_cnt: 7, ..Params::default() };
+    let (mut net, a, b) = rc_pair(p);
+    net.faults.partition = true;
+    net.nodes[0].post_send(a.qpn, write(0, &b, BUF_ADDR, 8, &a)).unwrap();
+    let wc = next_wc(&mut net, 0, &a, Duration::from_secs(1))
+        .expect("RETRY_EXC_ERR, not an endless retry");
+    assert_eq!(wc.status, WcStatus::RetryExcErr);
+    assert_eq!(net.nodes[0].counters().local_ack_timeout_err, 8);
+}
+
+/// Posts `wr` on A, expects its completion with `status`, and that B's memory did not change.
+fn expect_nak(net: &mut Net, a: &Side, b: &Side, wr: SendWr, status: WcStatus) {
+    net.nodes[1].memory_mut().bytes_mut(b.mr.id)[..4096].fill(0xee);
+    net.nodes[0].memory_mut().bytes_mut(a.mr.id)[..4096].fill(0x11);
+    net.nodes[0].post_send(a.qpn, wr).unwrap();
+    let wc = next_wc(net, 0, a, Duration::from_secs(1)).expect("a completion");
+    assert_eq!(wc.status, status, "{wc:?}");
+    assert!(
+        net.nodes[1].memory().bytes(b.mr.id)[..4096].iter().all(|&x| x == 0xee),
+        "responder memory touched"
+    );
+    assert_eq!(state(net, a), QpState::Err);
+    assert_eq!(state(net, b), QpState::Err);
+    assert_eq!(net.nodes[1].counters().sent_nak_err, 1);
+}
+
+#[test]
+fn a_bad_rkey_is_a_remote_access_error() {
+    let (mut net, a, b) = rc_pair(Params::default());
+    let wr = SendWr::new(1, SendOp::Write { remote_addr: BUF_ADDR, rkey: RKey(b.mr.rkey ^ 1) })
+        .sge(BUF_ADDR, 64, a.mr.lkey);
+    expect_nak(&mut net, &a, &b, wr, WcStatus::RemAccessErr);
+}
+
+#[test]
+fn an_out_of_bounds_write_is_a_remote_access_error() {
+    let (mut net, a, b) = rc_pair(Params::default());
+    let wr = write(1, &b, BUF_ADDR + BUF as u64 - 10, 64, &a);
+    expect_nak(&mut net, &a, &b, wr, WcStatus::RemAccessErr);
+}
+
+#[test]
+fn a_missing_access_right_is_a_remote_access_error() {
+    // The region lacks REMOTE_WRITE.
+    let (mut net, a, b) = rc_pair(Params::default());
+    let mr = net.nodes[1]
+        .register_mr(b.pd, b.mr.id, BUF_ADDR, 4096, Access::LOCAL_WRITE | Access::REMOTE_READ)
+        .unwrap();
+    let wr = SendWr::new(1, SendOp::Write { remote_addr: BUF_ADDR, rkey: RKey(mr.rkey) })
+        .sge(BUF_ADDR, 64, a.mr.lkey);
+    expect_nak(&mut net, &a, &b, wr, WcStatus::RemAccessErr);
+    // The QP does not grant REMOTE_READ.
+    let (mut net, a, b) = rc_pair(Params::default());
+    let m = ModifyQp { access: Some(Access::REMOTE_WRITE), ..ModifyQp::default() };
+    net.nodes[1].modify_qp(b.qpn, &m).unwrap();
+    let wr = SendWr::new(1, SendOp::Read { remote_addr: BUF_ADDR, rkey: RKey(b.mr.rkey) })
+        .sge(BUF_ADDR, 64, a.mr.lkey);
+    expect_nak(&mut net, &a, &b, wr, WcStatus::RemAccessErr);
+    assert!(
+        net.nodes[0].memory().bytes(a.mr.id)[..64].iter().all(|&x| x == 0x11),
+        "READ wrote the requester's buffer"
+    );
+}
+
+#[test]
+fn a_region_of_another_pd_is_a_remote_access_error() {
+    let (mut net, a, b) = rc_pair(Params::default());
+    let other = net.nodes[1].alloc_pd();
+    let all =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    let mr = net.nodes[1].register_mr(other, b.mr.id, BUF_ADDR, 4096, all).unwrap();
+    let wr = SendWr::new(1, SendOp::Write { remote_addr: BUF_ADDR, rkey: RKey(mr.rkey) })
+        .sge(BUF_ADDR, 64, a.mr.lkey);
+    expect_nak(&mut net, &a, &b, wr, WcStatus::RemAccessErr);
+}
+
+#[test]
+fn a_misaligned_atomic_is_an_invalid_request() {
+    let (mut net, a, b) = rc_pair(Params::default());
+    let wr = SendWr::new(
+        1,
+        SendOp::FetchAdd { remote_addr: BUF_ADDR + 4, rkey: RKey(b.mr.rkey), add: 1 },
+    )
+    .sge(BUF_ADDR, 8, a.mr.lkey);
+    expect_nak(&mut net, &a, &b, wr, WcStatus::RemInvReqErr);
+}
+
+#[test]
+fn a_send_longer_than_the_receive_is_an_invalid_request() {
+    let (mut net, a, b) = rc_pair(Params::default());
+    net.nodes[1].post_recv(b.qpn, RecvWr::new(9).sge(BUF_ADDR, 100, b.mr.lkey)).unwrap();
+    net.nodes[0]
+        .post_send(a.qpn, SendWr::new(1, SendOp::Send).sge(BUF_ADDR, 200, a.mr.lkey))
+        .unwrap();
+    let wc = next_wc(&mut net, 0, &a, Duration::from_secs(1)).unwrap();
+    assert_eq!(wc.status, WcStatus::RemInvReqErr);
+    let r = next_wc(&mut net, 1, &b, Duration::from_millis(1)).unwrap();
+    assert_eq!((r.wr_id, r.status), (9, WcStatus::LocLenErr));
+}
+
+#[test]
+fn a_failing_memory_access_is_a_remote_operational_error() {
+    // A region registered longer than the provider's buffer: the provider refuses the write.
+    let (mut net, a, b) = rc_pair(Params::default());
+    let id = net.nodes[1].memory_mut().add(64);
+    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let mr = net.nodes[1].register_mr(b.pd, id, 0x1000, 4096, all).unwrap();
+    net.nodes[0]
+        .post_send(
+            a.qpn,
+            SendWr::new(1, SendOp::Write { remote_addr: 0x1000, rkey: RKey(mr.rkey) })
+                .sge(BUF_ADDR, 128, a.mr.lkey),
+        )
+        .unwrap();
+    let wc = next_wc(&mut net, 0, &a, Duration::from_secs(1)).unwrap();
+    assert_eq!(wc.status, WcStatus::RemOpErr);
+}
+
+#[test]
+fn psns_wrap_around_24_bits() {
+    let p = Params { mtu: Mtu::Mtu256, psn_a: 0xff_ff80, psn_b: 0xff_fffe, ..Params::default() };
+    let (mut net, a, b) = rc_pair(p);
+    net.keep_log = true;
+    for i in 0..64u64 {
+        let off = i * 1024;
+        net.nodes[0].memory_mut().bytes_mut(a.mr.id)[off as usize..off as usize + 1000]
+            .fill(i as u8 + 1);
+        let wr =
+            SendWr::new(i, SendOp::Write { remote_addr: BUF_ADDR + off, rkey: RKey(b.mr.rkey) })
+                .sge(BUF_ADDR + off, 1000, a.mr.lkey);
+        net.nodes[0].post_send(a.qpn, wr).unwrap();
+    }
+    for i in 0..64 {
+        let wc = next_wc(&mut net, 0, &a, Duration::from_secs(1)).unwrap();
+        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
+    }
+    for i in 0..64usize {
+        assert!(
+            net.nodes[1].memory().bytes(b.mr.id)[i * 1024..i * 1024 + 1000]
+                .iter()
+                .all(|&x| x == i as u8 + 1)
+        );
+    }
+    let psns: Vec<u32> = net
+        .log
+        .iter()
+        .filter(|(from, _, _)| *from == 0)
+        .map(|(_, _, p)| wire::roce::Packet::new_checked(&p[..]).unwrap().bth().psn().get())
+        .collect();
+    assert!(
+        psns.contains(&0xff_ffff) && psns.contains(&0) && psns.contains(&1),
+        "no wrap in {psns:x?}"
+    );
+}
+
+#[test]
+fn rnr_naks_retry_until_a_receive_is_posted() {
+    let p = Params { min_rnr_timer: 1, rnr_retry: 7, ..Params::default() };
+    let (mut net, a, b) = rc_pair(p);
+    net.nodes[0].memory_mut().bytes_mut(a.mr.id)[..32].fill(0x5a);
+    net.nodes[0]
+        .post_send(a.qpn, SendWr::new(1, SendOp::Send).sge(BUF_ADDR, 32, a.mr.lkey))
+        .unwrap();
+    assert!(
+        next_wc(&mut net, 0, &a, Duration::from_micros(300)).is_none(),
+        "completed with no receive posted"
+    );
+    assert!(net.nodes[0].counters().rcvd_rnr_err >= 3);
+    assert!(net.nodes[1].counters().send_rnr_err >= 3);
+    net.nodes[1].post_recv(b.qpn, RecvWr::new(7).sge(BUF_ADDR, 64, b.mr.lkey)).unwrap();
+    let wc = next_wc(&mut net, 0, &a, Duration::from_secs(1)).unwrap();
+    assert_eq!(wc.status, WcStatus::Success);
+    let r = next_wc(&mut net, 1, &b, Duration::from_millis(1)).unwrap();
+    assert_eq!((r.wr_id, r.byte_len, r.status), (7, 32, WcStatus::Success));
+    assert!(net.nodes[1].memory().bytes(b.mr.id)[..32].iter().all(|&x| x == 0x5a));
+}
+
+#[test]
+fn rnr_retries_run_out() {
+    let p = Params { min_rnr_timer: 1, rnr_retry: 2, ..Params::default() };
+    let (mut net, a, _b) = rc_pair(p);
+    net.nodes[0]
+        .post_send(a.qpn, SendWr::new(1, SendOp::Send).sge(BUF_ADDR, 32, a.mr.lkey))
+        .unwrap();
+    let wc = next_wc(&mut net, 0, &a, Duration::from_secs(1)).unwrap();
+    assert_eq!(wc.status, WcStatus::RnrRetryExcErr);
+    let c = net.nodes[0].counters();
+    assert_eq!((c.rcvd_rnr_err, c.retry_rnr_exceeded_err), (3, 1), "{c:?}");
+}
+
+#[test]
+fn a_duplicate_read_is_replayed() {
+    let (mut net, a, b) = rc_pair(Params { timeout: 4, ..Params::default() });
+    for (k, x) in net.nodes[1].memory_mut().bytes_mut(b.mr.id)[..10_000].iter_mut().enumerate() {
+        *x = (k * 7) as u8;
+    }
+    // The responder's first response packet is lost: the READ is asked again and replayed.
+    net.drop_next = Some((1, 0, 1));
+    let wr = SendWr::new(1, SendOp::Read { remote_addr: BUF_ADDR, rkey: RKey(b.mr.rkey) })
+        .sge(BUF_ADDR, 10_000, a.mr.lkey);
+    net.nodes[0].post_send(a.qpn, wr).unwrap();
+    let wc = next_wc(&mut net, 0, &a, Duration::from_secs(1)).unwrap();
+    assert_eq!(
+        (wc.status, wc.opcode, wc.byte_len),
+        (WcStatus::Success, WcOpcode::RdmaRead, 10_000)
+    );
+    assert_eq!(
+        net.nodes[0].memory().bytes(a.mr.id)[..10_000],
+        net.nodes[1].memory().bytes(b.mr.id)[..10_000]
+    );
+    assert!(net.nodes[1].counters().duplicate_request >= 1);
+}
+
+#[test]
+fn a_duplicate_atomic_returns_the_saved_result_and_runs_once() {
+    let (mut net, a, b) = rc_pair(Params { timeout: 4, ..Params::default() });
+    net.nodes[1].memory_mut().bytes_mut(b.mr.id)[..8].copy_from_slice(&41u64.to_ne_bytes());
+    net.drop_next = Some((1, 0, 1)); // the ATOMIC_ACKNOWLEDGE
+    let wr =
+        SendWr::new(1, SendOp::FetchAdd { remote_addr: BUF_ADDR, rkey: RKey(b.mr.rkey), add: 1 })
+            .sge(BUF_ADDR, 8, a.mr.lkey);
+    net.nodes[0].post_send(a.qpn, wr).unwrap();
+    let wc = next_wc(&mut net, 0, &a, Duration::from_secs(1)).unwrap();
+    assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::FetchAdd));
+    let orig = u64::from_ne_bytes(net.nodes[0].memory().bytes(a.mr.id)[..8].try_into().unwrap());
+    let now = u64::from_ne_bytes(net.nodes[1].memory().bytes(b.mr.id)[..8].try_into().unwrap());
+    assert_eq!((orig, now), (41, 42), "the atomic ran twice or returned a fresh value");
+    assert_eq!(net.nodes[1].counters().duplicate_request, 1);
+}
+
+#[test]
+fn a_gap_is_naked_once() {
+    let (mut net, a, b) = rc_pair(Params { mtu: Mtu::Mtu256, ..Params::default() });
+    // A 16-packet WRITE whose second packet is lost: packets 3..16 arrive out of sequence,
+    // one NAK is sent, the requester goes back to packet 2.
+    net.drop_next = Some((0, 1, 1));
+    net.nodes[0].post_send(a.qpn, write(1, &b, BUF_ADDR, 16 * 256, &a)).unwrap();
+    let wc = next_wc(&mut net, 0, &a, Duration::from_secs(1)).unwrap();
+    assert_eq!(wc.status, WcStatus::Success);
+    let cb = net.nodes[1].counters();
+    assert_eq!((cb.sent_seq_err, cb.out_of_seq_request), (1, 14), "{cb:?}");
+    assert_eq!(net.nodes[0].counters().rcvd_seq_err, 1);
+}
+
+#[test]
+fn ud_drops_a_wrong_q_key_and_fills_the_grh_area() {
+    let mut net = Net::new(2, 3, Faults::default());
+    let a = side(&mut net, 0, QpType::Ud, BUF);
+    let b = side(&mut net, 1, QpType::Ud, BUF);
+    ud_ready(&mut net, &a);
+    ud_ready(&mut net, &b);
+    net.nodes[1].post_recv(b.qpn, RecvWr::new(5).sge(BUF_ADDR, 4096, b.mr.lkey)).unwrap();
+    let send = |i, qkey| {
+        let mut wr = SendWr::new(i, SendOp::SendWithImm(0xabcd)).sge(BUF_ADDR, 100, a.mr.lkey);
+        wr.ud = Some(UdDest { ip: ip(1), qpn: b.qpn, qkey: QKey(qkey) });
+        wr
+    };
+    net.nodes[0].post_send(a.qpn, send(1, 0x2222_2222)).unwrap();
+    assert!(next_wc(&mut net, 1, &b, Duration::from_millis(1)).is_none());
+    assert_eq!(net.nodes[1].counters().qkey_violations, 1);
+    net.nodes[0].post_send(a.qpn, send(2, 0x1111_1111)).unwrap();
+    let r = next_wc(&mut net, 1, &b, Duration::from_millis(1)).unwrap();
+    assert_eq!(
+        (r.wr_id, r.byte_len, r.imm, r.src_qp, r.grh),
+        (5, 140, Some(0xabcd), Some(a.qpn), true)
+    );
+    let g = &net.nodes[1].memory().bytes(b.mr.id)[..40];
+    assert_eq!(&g[20..21], &[0x45]);
+    assert_eq!(&g[32..36], &[10, 0, 0, 1], "source address in the IPv4 header");
+}
+
+#[test]
+fn ce_marks_get_one_cnp_per_window() {
+    let mut net =
+        Net::new(2, 9, Faults { delay: Duration::from_micros(5), ce: 1.0, ..Faults::default() });
+    let a = side(&mut net, 0, QpType::Rc, BUF);
+    let b = side(&mut net, 1, QpType::Rc, BUF);
+    connect(&mut net, &a, &b, Params::default());
+    for i in 0..10 {
+        net.nodes[0].post_send(a.qpn, write(i, &b, BUF_ADDR, 64, &a)).unwrap();
+    }
+    for _ in 0..10 {
+        assert_eq!(
+            next_wc(&mut net, 0, &a, Duration::from_millis(1)).unwrap().status,
+            WcStatus::Success
+        );
+    }
+    let cb = net.nodes[1].counters().clone();
+    assert_eq!(cb.ecn_ce_rcvd, 10);
+    assert_eq!((cb.cnp_sent, cb.cnp_rate_limited), (1, 9), "{cb:?}");
+    // A window later, the next CE mark gets its own CNP.
+    net.advance(Duration::from_micros(60));
+    net.nodes[0].post_send(a.qpn, write(10, &b, BUF_ADDR, 64, &a)).unwrap();
+    next_wc(&mut net, 0, &a, Duration::from_millis(1)).unwrap();
+    assert_eq!(net.nodes[1].counters().cnp_sent, 2);
+    assert!(net.nodes[0].counters().cnp_rcvd >= 2);
+}
+
+#[test]
+fn packets_carry_the_traffic_class_ect0_by_default() {
+    let (mut net, a, b) = rc_pair(Params::default());
+    net.nodes[0].post_send(a.qpn, write(1, &b, BUF_ADDR, 8, &a)).unwrap();
+    let t = net.nodes[0].poll_transmit(Instant::ZERO).unwrap();
+    assert_eq!(t.tos, 0x02);
+    net.nodes[0]
+        .modify_qp(a.qpn, &ModifyQp { traffic_class: Some(0x68 | 0x02), ..ModifyQp::default() })
+        .unwrap();
+    net.nodes[0].post_send(a.qpn, write(2, &b, BUF_ADDR, 8, &a)).unwrap();
+    let t = net.nodes[0].poll_transmit(Instant::ZERO).unwrap();
+    assert_eq!(t.tos, 0x6a);
+}
+
+#[test]
+fn illegal_posts_are_refused_with_a_clear_error() {
+    let mut net = Net::new(2, 1, Faults::default());
+    let uc = side(&mut net, 0, QpType::Uc, BUF);
+    let ud = side(&mut net, 0, QpType::Ud, BUF);
+    let read =
+        SendWr::new(1, SendOp::Read { remote_addr: 0, rkey: RKey(1) }).sge(BUF_ADDR, 8, uc.mr.lkey);
+    assert!(matches!(
+        net.nodes[0].post_send(uc.qpn, read.clone()),
+        Err(Error::OpNotSupported { op: "RDMA_READ", .. })
+    ));
+    let w = SendWr::new(1, SendOp::Write { remote_addr: 0, rkey: RKey(1) });
+    assert!(matches!(net.nodes[0].post_send(ud.qpn, w), Err(Error::OpNotSupported { .. })));
+    // INIT does not send.
+    assert!(matches!(
+        net.nodes[0].post_send(uc.qpn, SendWr::new(1, SendOp::Send)),
+        Err(Error::BadState { .. })
+    ));
+    ud_ready(&mut net, &ud);
+    let mut big = SendWr::new(1, SendOp::Send).sge(BUF_ADDR, 4097, ud.mr.lkey);
+    big.ud = Some(UdDest { ip: ip(1), qpn: ud.qpn, qkey: QKey(1) });
+    assert!(matches!(net.nodes[0].post_send(ud.qpn, big), Err(Error::TooLong { .. })));
+    let no_dest = SendWr::new(1, SendOp::Send);
+    assert!(matches!(net.nodes[0].post_send(ud.qpn, no_dest), Err(Error::InvalidWr(_))));
+    // Atomics need 8 bytes of local buffer.
+    let (mut net, a, b) = rc_pair(Params::default());
+    let short =
+        SendWr::new(1, SendOp::FetchAdd { remote_addr: BUF_ADDR, rkey: RKey(b.mr.rkey), add: 1 })
+            .sge(BUF_ADDR, 4, a.mr.lkey);
+    assert!(matches!(net.nodes[0].post_send(a.qpn, short), Err(Error::InvalidWr(_))));
+    // A bad local key completes with LOC_PROT_ERR and takes the QP to ERR; later posts flush.
+    net.nodes[0].post_send(a.qpn, SendWr::new(2, SendOp::Send).sge(BUF_ADDR, 8, 0xdead)).unwrap();
+    assert_eq!(net.nodes[0].poll_completion(a.cq).unwrap().status, WcStatus::LocProtErr);
+    net.nodes[0].post_send(a.qpn, SendWr::new(3, SendOp::Send)).unwrap();
+    assert_eq!(net.nodes[0].poll_completion(a.cq).unwrap().status, WcStatus::WrFlushErr);
+    // Illegal transitions.
+    let to_rts = ModifyQp { state: Some(QpState::Rts), ..ModifyQp::default() };
+    assert!(matches!(net.nodes[0].modify_qp(a.qpn, &to_rts), Err(Error::Transition(_))));
+    let _ = (MrId(0), Duration::ZERO);
+}
+
+#[test]
+fn the_queue_depth_is_enforced() {
+    let mut net = Net::new(2, 1, Faults::default());
+    let n = &mut net.nodes[0];
+    let pd = n.alloc_pd();
+    let cq = n.create_cq();
+    let qpn =
+        n.create_qp(pd, QpType::Rc, cq, cq, QpCaps { max_send_wr: 2, max_recv_wr: 1 }).unwrap();
+    n.modify_qp(qpn, &ModifyQp { state: Some(QpState::Init), ..ModifyQp::default() }).unwrap();
+    n.post_recv(qpn, RecvWr::new(1)).unwrap();
+    assert_eq!(n.post_recv(qpn, RecvWr::new(2)), Err(Error::QueueFull("receive")));
+}
