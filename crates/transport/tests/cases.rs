@@ -432,3 +432,47 @@ fn the_queue_depth_is_enforced() {
     n.post_recv(qpn, RecvWr::new(1)).unwrap();
     assert_eq!(n.post_recv(qpn, RecvWr::new(2)), Err(Error::QueueFull("receive")));
 }
+
+#[test]
+fn scatter_gather_lists_on_both_sides() {
+    let (mut net, a, b) = rc_pair(Params { mtu: Mtu::Mtu256, ..Params::default() });
+    // 3 gather elements (100 + 300 + 50 bytes) into 2 scatter elements (200 + 1000).
+    let src: Vec<u8> = (0..450u32).map(|i| (i * 13) as u8).collect();
+    let mem = net.nodes[0].memory_mut().bytes_mut(a.mr.id);
+    mem[0..100].copy_from_slice(&src[0..100]);
+    mem[1000..1300].copy_from_slice(&src[100..400]);
+    mem[5000..5050].copy_from_slice(&src[400..450]);
+    let wr = SendWr::new(1, SendOp::Send)
+        .sge(BUF_ADDR, 100, a.mr.lkey)
+        .sge(BUF_ADDR + 1000, 300, a.mr.lkey)
+        .sge(BUF_ADDR + 5000, 50, a.mr.lkey);
+    net.nodes[1]
+        .post_recv(
+            b.qpn,
+            RecvWr::new(2).sge(BUF_ADDR + 64, 200, b.mr.lkey).sge(BUF_ADDR + 8192, 1000, b.mr.lkey),
+        )
+        .unwrap();
+    net.nodes[0].post_send(a.qpn, wr).unwrap();
+    assert_eq!(
+        next_wc(&mut net, 0, &a, Duration::from_millis(1)).unwrap().status,
+        WcStatus::Success
+    );
+    let r = next_wc(&mut net, 1, &b, Duration::from_millis(1)).unwrap();
+    assert_eq!((r.status, r.byte_len), (WcStatus::Success, 450));
+    let got = net.nodes[1].memory().bytes(b.mr.id);
+    assert_eq!(&got[64..264], &src[..200]);
+    assert_eq!(&got[8192..8442], &src[200..]);
+}
+
+#[test]
+fn unsignaled_work_completes_silently_and_in_order() {
+    let (mut net, a, b) = rc_pair(Params::default());
+    let mut wr = write(1, &b, BUF_ADDR, 64, &a);
+    wr.signaled = false;
+    net.nodes[0].post_send(a.qpn, wr).unwrap();
+    net.nodes[0].post_send(a.qpn, write(2, &b, BUF_ADDR + 64, 64, &a)).unwrap();
+    let wc = next_wc(&mut net, 0, &a, Duration::from_millis(1)).unwrap();
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::Success));
+    assert!(next_wc(&mut net, 0, &a, Duration::from_millis(1)).is_none());
+    assert_eq!(net.nodes[0].counters().rdma_sends, 2);
+}

@@ -374,6 +374,77 @@ macro_rules! unreliable_tests {
     )*};
 }
 
+/// UC WRITE has no completion at the responder, and a lost packet leaves a partial write (UC
+/// allows that). What may never happen is a corrupted packet landing: every MTU-sized chunk
+/// of every buffer must equal that chunk of some message written to it, or still be zero.
+#[test]
+fn uc_write() {
+    for (k, loss) in LOSSES.iter().enumerate() {
+        let seed = 0xfeed + k as u64;
+        let ctx = format!("Uc Write at {:.0}% loss, seed {seed}", loss * 100.0);
+        const RING: u64 = 8;
+        let mut net = Net::new(2, seed, Faults::lossy(*loss));
+        let a = side(&mut net, 0, QpType::Uc, (RING * SLOT) as usize);
+        let b = side(&mut net, 1, QpType::Uc, (RING * SLOT) as usize);
+        let p = Params::default();
+        connect(&mut net, &a, &b, p);
+        let mtu = u64::from(p.mtu.bytes());
+        let size_of = |i: u64| sizes(mtu)[(i % 6) as usize];
+        let slot = |i: u64| BUF_ADDR + (i % RING) * SLOT;
+        let (mut posted, mut sent) = (0u64, 0u64);
+        let ok = net.run_until(Duration::from_secs(600), |net| {
+            if posted == sent && posted < MESSAGES {
+                let i = posted;
+                let len = size_of(i) as usize;
+                let off = ((i % RING) * SLOT) as usize;
+                net.nodes[0].memory_mut().bytes_mut(a.mr.id)[off..off + len]
+                    .copy_from_slice(&pattern(seed, i, len));
+                let mut wr =
+                    SendWr::new(i, SendOp::Write { remote_addr: slot(i), rkey: RKey(b.mr.rkey) });
+                if len > 0 {
+                    wr = wr.sge(slot(i), len as u32, a.mr.lkey);
+                }
+                net.nodes[0].post_send(a.qpn, wr).unwrap();
+                posted += 1;
+            }
+            while let Some(wc) = net.nodes[0].poll_completion(a.cq) {
+                assert_eq!((wc.wr_id, wc.status), (sent, WcStatus::Success), "{ctx}");
+                sent += 1;
+            }
+            sent == MESSAGES
+        });
+        assert!(ok, "{ctx}: stalled");
+        net.advance(Duration::from_millis(10));
+        let mem = net.nodes[1].memory().bytes(b.mr.id);
+        for s in 0..RING {
+            let base = (s * SLOT) as usize;
+            for c in 0..(SLOT / mtu) as usize {
+                let chunk = &mem[base + c * mtu as usize..base + (c + 1) * mtu as usize];
+                let whole = chunk.iter().all(|&x| x == 0)
+                    || (s..MESSAGES).step_by(RING as usize).rev().any(|i| {
+                        let len = size_of(i) as usize;
+                        let from = c * mtu as usize;
+                        if from >= len {
+                            return false;
+                        }
+                        let to = len.min(from + mtu as usize);
+                        pattern(seed, i, len)[from..to] == chunk[..to - from]
+                    });
+                assert!(whole, "{ctx}: slot {s} chunk {c} holds bytes no WRITE sent");
+            }
+        }
+        if *loss == 0.0 {
+            for s in 0..RING {
+                let last = (s..MESSAGES).step_by(RING as usize).last().unwrap();
+                let len = size_of(last) as usize;
+                let base = (s * SLOT) as usize;
+                assert!(mem[base..base + len] == pattern(seed, last, len)[..], "{ctx}: slot {s}");
+            }
+        }
+        eprintln!("{ctx}: ok; {} packets dropped", net.dropped);
+    }
+}
+
 unreliable_tests! {
     uc_send: QpType::Uc, Op::Send,
     uc_send_with_imm: QpType::Uc, Op::SendImm,
