@@ -421,7 +421,7 @@ fn uc_write() {
             for c in 0..(SLOT / mtu) as usize {
                 let chunk = &mem[base + c * mtu as usize..base + (c + 1) * mtu as usize];
                 let whole = chunk.iter().all(|&x| x == 0)
-                    || (s..MESSAGES).step_by(RING as usize).rev().any(|i| {
+                    || (0..(MESSAGES - s).div_ceil(RING)).rev().map(|k| s + k * RING).any(|i| {
                         let len = size_of(i) as usize;
                         let from = c * mtu as usize;
                         if from >= len {
