@@ -186,18 +186,15 @@ fn run_rc(op: Op, loss: f64, seed: u64) {
         assert_eq!(v, MESSAGES, "{ctx}: the remote counter");
     }
     let c = net.nodes[0].counters();
-    if loss > 0.0 {
-        assert!(
-            c.completer_retry_err > 0 && c.retransmitted_pkts > 0,
-            "{ctx}: no retransmission counted: {c:?}"
-        );
-        assert!(
-            net.nodes[0].counters().icrc_errors + net.nodes[1].counters().icrc_errors > 0,
-            "{ctx}: corruption never caught"
-        );
-    } else {
-        assert_eq!(c.completer_retry_err, 0, "{ctx}: retransmitted with no loss");
-    }
+    // Corrupted packets are dropped on their ICRC, so even at 0 % loss there is recovery.
+    assert!(
+        c.completer_retry_err > 0 && c.retransmitted_pkts > 0,
+        "{ctx}: no retransmission counted: {c:?}"
+    );
+    assert!(
+        net.nodes[0].counters().icrc_errors + net.nodes[1].counters().icrc_errors > 0,
+        "{ctx}: corruption never caught"
+    );
     eprintln!(
         "{ctx}: ok; {} packets, {} dropped, A retransmitted {}, B duplicates {}, ICRC drops {}",
         net.sent,
@@ -355,11 +352,10 @@ fn run_unreliable(qp_type: QpType, op: Op, loss: f64, seed: u64) {
     );
     // Let the last packets land.
     let _ = net.run_until(Duration::from_millis(10), |_| false);
-    if loss == 0.0 {
-        assert_eq!(delivered, MESSAGES, "{ctx}: a clean network lost messages");
-    } else {
-        assert!(delivered > 0 && delivered < MESSAGES, "{ctx}: {delivered} delivered under loss");
-    }
+    // Corruption and loss cost messages; the rest arrives. At 0 % loss only corruption (0.5 %
+    // of packets) and reordering (UD drops a datagram older than one already taken) do.
+    let floor = if loss == 0.0 { MESSAGES * 90 / 100 } else { 1 };
+    assert!(delivered >= floor && delivered < MESSAGES, "{ctx}: {delivered} delivered");
     eprintln!("{ctx}: ok; {delivered} of {MESSAGES} delivered, {} packets dropped", net.dropped);
 }
 
@@ -433,7 +429,7 @@ fn uc_write() {
                 assert!(whole, "{ctx}: slot {s} chunk {c} holds bytes no WRITE sent");
             }
         }
-        if *loss == 0.0 {
+        if *loss == 0.0 && net.dropped == 0 {
             for s in 0..RING {
                 let last = (s..MESSAGES).step_by(RING as usize).last().unwrap();
                 let len = size_of(last) as usize;
