@@ -24,8 +24,15 @@ pub struct Session {
 
 /// The sessions issue 3 asks for: ibv_rc_pingpong at 1, 4096 and 65536 bytes and the six
 /// perftest tools, over IPv4 and IPv6 GIDs. `iters` is each tool's iteration count (perftest
-/// refuses fewer than 5, so its tools get at least 5).
+/// refuses fewer than 5, so its tools get at least 5); the bandwidth tools use their default
+/// message size (64 KiB).
 pub fn reference_sessions(iters: u32) -> Vec<Session> {
+    sessions(iters, None)
+}
+
+/// [`reference_sessions`] with the bandwidth tools' message size set to `bw_size` bytes (for a
+/// quicker run under emulation).
+pub fn sessions(iters: u32, bw_size: Option<u32>) -> Vec<Session> {
     let mut v = Vec::new();
     for ipv6 in [false, true] {
         let fam = if ipv6 { "ipv6" } else { "ipv4" };
@@ -37,21 +44,13 @@ pub fn reference_sessions(iters: u32) -> Vec<Session> {
                 ipv6,
             });
         }
-        for tool in [
-            "ib_send_bw",
-            "ib_write_bw",
-            "ib_read_bw",
-            "ib_atomic_bw",
-            "ib_send_lat",
-            "ib_write_lat",
-        ] {
+        for tool in ["ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_atomic_bw", "ib_send_lat", "ib_write_lat"] {
             let n = iters.max(5);
-            v.push(Session {
-                name: format!("{tool}-{fam}"),
-                tool,
-                args: format!("-n {n} -F"),
-                ipv6,
-            });
+            let size = match bw_size {
+                Some(s) if tool.ends_with("_bw") && tool != "ib_atomic_bw" => format!(" -s {s}"),
+                _ => String::new(),
+            };
+            v.push(Session { name: format!("{tool}-{fam}"), tool, args: format!("-n {n} -F{size}"), ipv6 });
         }
     }
     v
