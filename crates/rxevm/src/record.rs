@@ -44,13 +44,25 @@ pub fn sessions(iters: u32, bw_size: Option<u32>) -> Vec<Session> {
                 ipv6,
             });
         }
-        for tool in ["ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_atomic_bw", "ib_send_lat", "ib_write_lat"] {
+        for tool in [
+            "ib_send_bw",
+            "ib_write_bw",
+            "ib_read_bw",
+            "ib_atomic_bw",
+            "ib_send_lat",
+            "ib_write_lat",
+        ] {
             let n = iters.max(5);
             let size = match bw_size {
                 Some(s) if tool.ends_with("_bw") && tool != "ib_atomic_bw" => format!(" -s {s}"),
                 _ => String::new(),
             };
-            v.push(Session { name: format!("{tool}-{fam}"), tool, args: format!("-n {n} -F{size}"), ipv6 });
+            v.push(Session {
+                name: format!("{tool}-{fam}"),
+                tool,
+                args: format!("-n {n} -F{size}"),
+                ipv6,
+            });
         }
     }
     v
