@@ -255,6 +255,26 @@ impl MrTable {
         })
     }
 
+    /// The region a remote request of `len` bytes targets, and the offset in it. A zero-length
+    /// request touches no memory, so it needs no valid key (IBTA); any other must pass
+    /// [`MrTable::check_remote`].
+    fn target(
+        &self,
+        pd: PdId,
+        rkey: RKey,
+        addr: u64,
+        len: u64,
+        need: Access,
+        qp_access: Access,
+    ) -> Option<(MrInfo, u64)> {
+        if len == 0 {
+            let none =
+                MrInfo { id: MrId(0), pd, addr: 0, len: 0, access: Access(0), lkey: 0, rkey: 0 };
+            return Some((none, 0));
+        }
+        self.check_remote(pd, rkey, addr, len, need, qp_access)
+    }
+
     /// Checks a remote access; returns the region and the offset in it.
     fn check_remote(
         &self,
@@ -1634,31 +1654,15 @@ impl<M: Memory> Endpoint<M> {
                         return Outcome::Nak(NakCode::InvalidRequest);
                     };
                     let total = u64::from(reth.dma_len);
-                    let (mr, offset) = if total == 0 {
-                        (
-                            MrInfo {
-                                id: MrId(0),
-                                pd: qp.pd,
-                                addr: 0,
-                                len: 0,
-                                access: Access(0),
-                                lkey: 0,
-                                rkey: 0,
-                            },
-                            0,
-                        )
-                    } else {
-                        match mrs.check_remote(
-                            qp.pd,
-                            reth.rkey,
-                            reth.va,
-                            total,
-                            Access::REMOTE_WRITE,
-                            qp.attr.access,
-                        ) {
-                            Some(x) => x,
-                            None => return Outcome::Nak(NakCode::RemoteAccessError),
-                        }
+                    let Some((mr, offset)) = mrs.target(
+                        qp.pd,
+                        reth.rkey,
+                        reth.va,
+                        total,
+                        Access::REMOTE_WRITE,
+                        qp.attr.access,
+                    ) else {
+                        return Outcome::Nak(NakCode::RemoteAccessError);
                     };
                     qp.in_msg = Some(InMsg::Write { mr, offset, remaining: total, total });
                 }
@@ -1693,31 +1697,10 @@ impl<M: Memory> Endpoint<M> {
             Req::Read if !unreliable => {
                 let Some(reth) = pkt.reth() else { return Outcome::Nak(NakCode::InvalidRequest) };
                 let len = u64::from(reth.dma_len);
-                let (mr, offset) = if len == 0 {
-                    (
-                        MrInfo {
-                            id: MrId(0),
-                            pd: qp.pd,
-                            addr: 0,
-                            len: 0,
-                            access: Access(0),
-                            lkey: 0,
-                            rkey: 0,
-                        },
-                        0,
-                    )
-                } else {
-                    match mrs.check_remote(
-                        qp.pd,
-                        reth.rkey,
-                        reth.va,
-                        len,
-                        Access::REMOTE_READ,
-                        qp.attr.access,
-                    ) {
-                        Some(x) => x,
-                        None => return Outcome::Nak(NakCode::RemoteAccessError),
-                    }
+                let Some((mr, offset)) =
+                    mrs.target(qp.pd, reth.rkey, reth.va, len, Access::REMOTE_READ, qp.attr.access)
+                else {
+                    return Outcome::Nak(NakCode::RemoteAccessError);
                 };
                 let npkts = (len.div_ceil(mtu as u64)).max(1) as u32;
                 Self::remember(qp, Resource::Read { psn, npkts, mr, offset, len });
