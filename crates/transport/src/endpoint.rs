@@ -223,6 +223,8 @@ struct QueuePair {
     last_cnp: Option<Instant>,
     /// UD: the last PSN accepted from each (address, source QP), to drop duplicates.
     ud_seen: HashMap<(IpAddr, Qpn), Psn>,
+    /// Whether the QP is in the endpoint's queue of QPs that may have something to send.
+    queued: bool,
 }
 
 impl QueuePair {
@@ -356,10 +358,12 @@ pub struct Endpoint<M: Memory> {
     next_qpn: u32,
     cqs: Vec<VecDeque<WorkCompletion>>,
     counters: Counters,
-    /// Control packets (ACKs, NAKs, CNPs) ready to go.
+    /// Control packets (NAKs that end a QP, CNPs) ready to go.
     ctrl: VecDeque<Transmit>,
-    /// Round-robin cursor over QPs for data packets.
-    rr: Qpn,
+    /// QPs that may have something to send, served round-robin. A QP joins when work is
+    /// posted, its state changes, a packet or a timer concerns it; it leaves when it has
+    /// nothing to send.
+    active: VecDeque<Qpn>,
     key_state: u64,
     next_lkey: u32,
 }
@@ -378,7 +382,7 @@ impl<M: Memory> Endpoint<M> {
             cqs: Vec::new(),
             counters: Counters::default(),
             ctrl: VecDeque::new(),
-            rr: Qpn::new(0),
+            active: VecDeque::new(),
             key_state,
             next_lkey: 1,
         }
@@ -516,6 +520,7 @@ impl<M: Memory> Endpoint<M> {
                 resources: VecDeque::new(),
                 last_cnp: None,
                 ud_seen: HashMap::new(),
+                queued: false,
             },
         );
         Ok(qpn)
@@ -567,6 +572,7 @@ impl<M: Memory> Endpoint<M> {
             }
             _ => {}
         }
+        self.mark(qpn);
         Ok(())
     }
 
@@ -694,6 +700,7 @@ impl<M: Memory> Endpoint<M> {
         let first_psn = qp.post_psn;
         qp.post_psn = first_psn.add(npkts);
         qp.sq.push_back(SendWqe { wr, first_psn, npkts, len, done_bytes: 0 });
+        self.mark(qpn);
         Ok(())
     }
 
@@ -734,6 +741,16 @@ impl<M: Memory> Endpoint<M> {
     /// The next completion of `cq`.
     pub fn poll_completion(&mut self, cq: CqId) -> Option<WorkCompletion> {
         self.cqs.get_mut(cq.0 as usize)?.pop_front()
+    }
+
+    /// Puts `qpn` in the queue of QPs that may have something to send.
+    fn mark(&mut self, qpn: Qpn) {
+        if let Some(qp) = self.qps.get_mut(&qpn)
+            && !qp.queued
+        {
+            qp.queued = true;
+            self.active.push_back(qpn);
+        }
     }
 
     /// When [`Endpoint::handle_timeout`] wants to be called next.
@@ -799,17 +816,15 @@ impl<M: Memory> Endpoint<M> {
             self.counters.sent_pkts += 1;
             return Some(t);
         }
-        let start = self.rr;
-        let order: Vec<Qpn> = self
-            .qps
-            .range((std::ops::Bound::Excluded(start), std::ops::Bound::Unbounded))
-            .chain(self.qps.range(..=start))
-            .map(|(q, _)| *q)
-            .collect();
-        for qpn in order {
+        // Each QP in the queue gets one chance per call; one that sent goes to the back
+        // (round-robin), one with nothing to send leaves until something concerns it again.
+        for _ in 0..self.active.len() {
+            let qpn = self.active.pop_front()?;
+            let Some(qp) = self.qps.get_mut(&qpn) else { continue };
+            qp.queued = false;
             let t = self.next_response(qpn).or_else(|| self.next_request(qpn, now));
             if let Some(t) = t {
-                self.rr = qpn;
+                self.mark(qpn);
                 self.counters.sent_pkts += 1;
                 return Some(t);
             }
@@ -1038,12 +1053,22 @@ impl<M: Memory> Endpoint<M> {
     /// RETRY_EXC_ERR when the retries are spent) and the end of RNR waits.
     pub fn handle_timeout(&mut self, now: Instant) {
         for qp in self.qps.values_mut() {
+            let mut fired = false;
             if qp.rnr_until.is_some_and(|t| t <= now) {
                 qp.rnr_until = None;
+                fired = true;
+            }
+            if fired && !qp.queued {
+                qp.queued = true;
+                self.active.push_back(qp.qpn);
             }
             let Some(t) = qp.timer else { continue };
             if t > now {
                 continue;
+            }
+            if !qp.queued {
+                qp.queued = true;
+                self.active.push_back(qp.qpn);
             }
             qp.timer = None;
             if qp.state != QpState::Rts && qp.state != QpState::Sqd || !qp.outstanding() {
@@ -1175,6 +1200,7 @@ impl<M: Memory> Endpoint<M> {
                 QpType::Ud => self.on_ud_request(qpn, meta, &pkt),
             }
         }
+        self.mark(qpn);
     }
 }
 
