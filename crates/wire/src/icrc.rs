@@ -151,3 +151,135 @@ mod tests {
         assert!(verify(&[0x45; 20], &[0; 8], &[0; 3]).is_err());
     }
 }
+
+/// Recovering the IPv4 Identification from an ICRC.
+///
+/// A plain UDP socket does not show a received packet's IP header, and the ICRC covers its
+/// Identification field. CRC-32 is affine in its input, so for two inputs of equal length that
+/// differ only in the 2 ID bytes, the ICRCs differ by the raw (zero-init) CRC of those bytes
+/// advanced over everything after them. Given every other field, exactly one 16-bit ID can make
+/// a received ICRC match — and only if the other 16 bits of the CRC agree: a 16-bit check
+/// remains, not a 32-bit one, so a driver that relies on this must count such packets as not
+/// fully verified.
+mod id_recovery {
+    use std::collections::HashMap;
+    use std::sync::OnceLock;
+
+    const POLY: u32 = 0xedb8_8320;
+
+    fn table() -> &'static [u32; 256] {
+        static T: OnceLock<[u32; 256]> = OnceLock::new();
+        T.get_or_init(|| {
+            let mut t = [0u32; 256];
+            for (i, e) in t.iter_mut().enumerate() {
+                let mut c = i as u32;
+                for _ in 0..8 {
+                    c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
+                }
+                *e = c;
+            }
+            t
+        })
+    }
+
+    /// The raw (zero-init, no final xor) CRC of the two ID bytes.
+    fn raw2(id: u16) -> u32 {
+        let t = table();
+        let [b0, b1] = id.to_be_bytes();
+        let s = t[usize::from(b0)];
+        (s >> 8) ^ t[((s ^ u32::from(b1)) & 0xff) as usize]
+    }
+
+    /// Undoes one zero byte of CRC progress: the inverse of `s -> (s >> 8) ^ T[s & 0xff]`.
+    /// The top bytes of the 256 table entries are all distinct, which is what makes it
+    /// invertible.
+    fn back_one(s: u32) -> u32 {
+        static TOP: OnceLock<[u8; 256]> = OnceLock::new();
+        let top = TOP.get_or_init(|| {
+            let mut inv = [0u8; 256];
+            for (x, e) in table().iter().enumerate() {
+                inv[(e >> 24) as usize] = x as u8;
+            }
+            inv
+        });
+        let x = top[(s >> 24) as usize];
+        ((s ^ table()[usize::from(x)]) << 8) | u32::from(x)
+    }
+
+    type Matrix = [u32; 32];
+
+    fn apply(m: &Matrix, v: u32) -> u32 {
+        let mut r = 0;
+        for (i, col) in m.iter().enumerate() {
+            if v >> i & 1 != 0 {
+                r ^= col;
+            }
+        }
+        r
+    }
+
+    /// `back_one` raised to 2^j, for j = 0..=24 (inputs up to 16 MiB).
+    fn powers() -> &'static [Matrix; 25] {
+        static P: OnceLock<[Matrix; 25]> = OnceLock::new();
+        P.get_or_init(|| {
+            let mut p = [[0u32; 32]; 25];
+            for i in 0..32 {
+                p[0][i] = back_one(1 << i);
+            }
+            for j in 1..25 {
+                let prev = p[j - 1];
+                for i in 0..32 {
+                    p[j][i] = apply(&prev, apply(&prev, 1 << i));
+                }
+            }
+            p
+        })
+    }
+
+    /// Undoes `k` zero bytes of CRC progress.
+    pub(super) fn back(mut v: u32, k: usize) -> Option<u32> {
+        let p = powers();
+        for (j, m) in p.iter().enumerate() {
+            if k >> j & 1 != 0 {
+                v = apply(m, v);
+            }
+        }
+        (k >> p.len() == 0).then_some(v)
+    }
+
+    /// The ID whose raw CRC is `y`, if any.
+    pub(super) fn id_of(y: u32) -> Option<u16> {
+        static INV: OnceLock<HashMap<u32, u16>> = OnceLock::new();
+        INV.get_or_init(|| (0..=u16::MAX).map(|id| (raw2(id), id)).collect()).get(&y).copied()
+    }
+}
+
+/// Recovers the IPv4 Identification a sender used, from a received RoCEv2 packet whose IP
+/// header is known except for that field (its value in `ip_header` is ignored): the one ID
+/// that makes the ICRC match, or `None` when no ID does (the packet is damaged). Only 16 of
+/// the ICRC's 32 bits remain as a check; see the module notes.
+pub fn recover_ipv4_id(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) -> Result<Option<u16>> {
+    if ip_header.first().map(|b| b >> 4) != Some(4) || ip_header.len() < 20 {
+        return Err(Error::BadIpHeader);
+    }
+    let Some(split) = roce.len().checked_sub(4) else {
+        return Err(Error::Truncated { needed: 4, available: roce.len() });
+    };
+    let ihl = usize::from(ip_header[0] & 0x0f) * 4;
+    if ihl < 20 || ip_header.len() < ihl {
+        return Err(Error::BadIpHeader);
+    }
+    let mut zeroed = [0u8; 60];
+    zeroed[..ihl].copy_from_slice(&ip_header[..ihl]);
+    zeroed[4] = 0;
+    zeroed[5] = 0;
+    let (covered, trailer) = roce.split_at(split);
+    let received = u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]);
+    let base = compute(&zeroed[..ihl], udp_header, covered)?;
+    // Bytes of ICRC input after the ID field: 8 (LRH stand-in) + IP header + UDP + covered,
+    // minus the 14 up to and including the ID.
+    let after = 8 + ihl + 8 + covered.len() - 14;
+    let y = id_recovery::back(base ^ received, after)
+        .ok_or(Error::Truncated { needed: 0, available: after })?;
+    Ok(id_recovery::id_of(y))
+}
