@@ -223,13 +223,13 @@ mod id_recovery {
         static P: OnceLock<[Matrix; 25]> = OnceLock::new();
         P.get_or_init(|| {
             let mut p = [[0u32; 32]; 25];
-            for i in 0..32 {
-                p[0][i] = back_one(1 << i);
+            for (i, col) in p[0].iter_mut().enumerate() {
+                *col = back_one(1 << i);
             }
             for j in 1..25 {
                 let prev = p[j - 1];
-                for i in 0..32 {
-                    p[j][i] = apply(&prev, apply(&prev, 1 << i));
+                for (i, col) in p[j].iter_mut().enumerate() {
+                    *col = apply(&prev, apply(&prev, 1 << i));
                 }
             }
             p
