@@ -1219,28 +1219,30 @@ impl<M: Memory> Endpoint<M> {
         match pkt.opcode().operation() {
             0x11 => {
                 let Some(aeth) = pkt.aeth() else { return };
-                // Every arm accepts only a PSN this requester sent and has not seen
-                // acknowledged (0 <= behind < sent); anything else is stale or forged.
-                match aeth.syndrome() {
+                let syndrome = aeth.syndrome();
+                match syndrome {
+                    Syndrome::RnrNak(_) => self.counters.rcvd_rnr_err += 1,
+                    Syndrome::Nak(NakCode::PsnSequenceError) => self.counters.rcvd_seq_err += 1,
+                    _ => {}
+                }
+                // Only a PSN this requester sent and has not seen acknowledged
+                // (0 <= behind < sent) counts; anything else is stale or forged.
+                if behind < 0 || behind >= sent {
+                    return;
+                }
+                let nak = match syndrome {
                     Syndrome::Ack(_) => {
-                        if behind < 0 || behind >= sent {
-                            return;
-                        }
                         Self::ack_through(&mut self.cqs, &mut self.counters, qp, psn, now, rto);
+                        return;
                     }
+                    Syndrome::Reserved(_) => return,
+                    nak => nak,
+                };
+                // A NAK acknowledges every PSN before its own.
+                let before = psn.add(0xff_ffff);
+                Self::ack_through(&mut self.cqs, &mut self.counters, qp, before, now, rto);
+                match nak {
                     Syndrome::RnrNak(t) => {
-                        self.counters.rcvd_rnr_err += 1;
-                        if behind < 0 || behind >= sent {
-                            return;
-                        }
-                        Self::ack_through(
-                            &mut self.cqs,
-                            &mut self.counters,
-                            qp,
-                            psn.add(0xff_ffff),
-                            now,
-                            rto,
-                        );
                         if qp.rnr_left == 0 {
                             self.counters.retry_rnr_exceeded_err += 1;
                             Self::fail_head(&mut self.cqs, qp, WcStatus::RnrRetryExcErr);
@@ -1253,18 +1255,6 @@ impl<M: Memory> Endpoint<M> {
                         qp.rnr_until = Some(now + t.duration());
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
-                        self.counters.rcvd_seq_err += 1;
-                        if behind < 0 || behind >= sent {
-                            return;
-                        }
-                        Self::ack_through(
-                            &mut self.cqs,
-                            &mut self.counters,
-                            qp,
-                            psn.add(0xff_ffff),
-                            now,
-                            rto,
-                        );
                         if qp.retry_left == 0 {
                             self.counters.retry_exceeded_err += 1;
                             Self::fail_head(&mut self.cqs, qp, WcStatus::RetryExcErr);
@@ -1274,17 +1264,6 @@ impl<M: Memory> Endpoint<M> {
                         Self::rewind(&mut self.counters, qp, psn);
                     }
                     Syndrome::Nak(code) => {
-                        if behind < 0 || behind >= sent {
-                            return;
-                        }
-                        Self::ack_through(
-                            &mut self.cqs,
-                            &mut self.counters,
-                            qp,
-                            psn.add(0xff_ffff),
-                            now,
-                            rto,
-                        );
                         let status = match code {
                             NakCode::InvalidRequest => WcStatus::RemInvReqErr,
                             NakCode::RemoteAccessError => WcStatus::RemAccessErr,
@@ -1292,7 +1271,7 @@ impl<M: Memory> Endpoint<M> {
                         };
                         Self::fail_head(&mut self.cqs, qp, status);
                     }
-                    Syndrome::Reserved(_) => {}
+                    Syndrome::Ack(_) | Syndrome::Reserved(_) => {}
                 }
             }
             0x12 => {
