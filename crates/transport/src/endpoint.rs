@@ -1289,9 +1289,9 @@ impl<M: Memory> Endpoint<M> {
                 if !atomic || psn != w.first_psn || behind != 0 {
                     return;
                 }
-                let sgl = w.wr.sgl.clone();
                 // The original value lands in the local buffer in host order.
-                if scatter(&self.mrs, &mut self.mem, &sgl, 0, &ack.orig.to_ne_bytes()).is_err() {
+                let orig = ack.orig.to_ne_bytes();
+                if scatter(&self.mrs, &mut self.mem, &w.wr.sgl, 0, &orig).is_err() {
                     Self::fail_head(&mut self.cqs, qp, WcStatus::LocProtErr);
                     return;
                 }
@@ -1327,8 +1327,7 @@ impl<M: Memory> Endpoint<M> {
                     Self::fail_head(&mut self.cqs, qp, WcStatus::BadRespErr);
                     return;
                 }
-                let sgl = w.wr.sgl.clone();
-                if scatter(&self.mrs, &mut self.mem, &sgl, k * mtu, data).is_err() {
+                if scatter(&self.mrs, &mut self.mem, &w.wr.sgl, k * mtu, data).is_err() {
                     Self::fail_head(&mut self.cqs, qp, WcStatus::LocProtErr);
                     return;
                 }
