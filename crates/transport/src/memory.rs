@@ -156,9 +156,18 @@ impl VecMemory {
         Ok((start, end))
     }
 
-    fn word(&mut self, mr: MrId, offset: u64) -> Result<&mut [u8], MemoryError> {
-        let (s, e) = self.range(mr, offset, 8)?;
-        Ok(&mut self.buffers[mr.0 as usize][s..e])
+    /// Replaces the 64-bit word at `offset` with `f` of it; returns the original value.
+    fn update(
+        &mut self,
+        mr: MrId,
+        offset: u64,
+        f: impl FnOnce(u64) -> u64,
+    ) -> Result<u64, MemoryError> {
+        let (s, _) = self.range(mr, offset, 8)?;
+        let w = &mut self.buffers[mr.0 as usize][s..s + 8];
+        let orig = u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+        w.copy_from_slice(&f(orig).to_ne_bytes());
+        Ok(orig)
     }
 }
 
@@ -182,18 +191,10 @@ impl Memory for VecMemory {
         compare: u64,
         swap: u64,
     ) -> Result<u64, MemoryError> {
-        let w = self.word(mr, offset)?;
-        let orig = u64::from_ne_bytes(w[..8].try_into().map_err(|_| MemoryError::OutOfBounds)?);
-        if orig == compare {
-            w.copy_from_slice(&swap.to_ne_bytes());
-        }
-        Ok(orig)
+        self.update(mr, offset, |v| if v == compare { swap } else { v })
     }
 
     fn fetch_add(&mut self, mr: MrId, offset: u64, add: u64) -> Result<u64, MemoryError> {
-        let w = self.word(mr, offset)?;
-        let orig = u64::from_ne_bytes(w[..8].try_into().map_err(|_| MemoryError::OutOfBounds)?);
-        w.copy_from_slice(&orig.wrapping_add(add).to_ne_bytes());
-        Ok(orig)
+        self.update(mr, offset, |v| v.wrapping_add(add))
     }
 }
