@@ -25,12 +25,18 @@ pub(crate) fn stderr(o: &Output) -> String {
 
 /// Decodes with `--json` and returns one JSON value per line.
 pub(crate) fn decode_json(path: &Path) -> Vec<serde_json::Value> {
+    decode_json_and_summary(path).0
+}
+
+/// Decodes with `--json`: one JSON value per line, and the summary line from stderr.
+pub(crate) fn decode_json_and_summary(path: &Path) -> (Vec<serde_json::Value>, String) {
     let o = podnet(&["capture", "decode", "--json", path.to_str().unwrap()]);
     assert!(o.status.success(), "decode failed: {}", stderr(&o));
-    stdout(&o)
+    let rows = stdout(&o)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
+        .collect();
+    (rows, stderr(&o))
 }
 
 /// Writes Ethernet frames (each with its original length) to a pcap file.
