@@ -19,6 +19,71 @@ use crate::wr::{RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion}
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CqId(pub u32);
 
+/// A shared receive queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SrqId(pub u32);
+
+/// An asynchronous event (`ibv_async_event`), from [`Endpoint::poll_event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The QP went to the error state on its own (IBV_EVENT_QP_FATAL): a retry limit was
+    /// exceeded, a NAK or a local error ended it.
+    QpFatal(Qpn),
+    /// Fewer receives than the armed limit remain in the SRQ (IBV_EVENT_SRQ_LIMIT_REACHED).
+    SrqLimitReached(SrqId),
+}
+
+/// A shared receive queue's state.
+#[derive(Debug)]
+struct Srq {
+    pd: PdId,
+    rq: VecDeque<RecvWr>,
+    max_wr: u32,
+    /// Raise [`Event::SrqLimitReached`] when fewer remain; 0: disarmed.
+    limit: u32,
+}
+
+/// What QPs share: completion queues, shared receive queues and the events they raise.
+#[derive(Debug, Default)]
+struct CqTable {
+    queues: Vec<VecDeque<WorkCompletion>>,
+    srqs: Vec<Option<Srq>>,
+    events: VecDeque<Event>,
+}
+
+impl CqTable {
+    fn srq(&self, id: SrqId) -> Option<&Srq> {
+        self.srqs.get(id.0 as usize)?.as_ref()
+    }
+
+    fn srq_mut(&mut self, id: SrqId) -> Option<&mut Srq> {
+        self.srqs.get_mut(id.0 as usize)?.as_mut()
+    }
+
+    fn srq_pop(&mut self, id: SrqId) -> Option<RecvWr> {
+        let srq = self.srq_mut(id)?;
+        let r = srq.rq.pop_front()?;
+        if srq.limit != 0 && (srq.rq.len() as u64) < u64::from(srq.limit) {
+            srq.limit = 0;
+            self.events.push_back(Event::SrqLimitReached(id));
+        }
+        Some(r)
+    }
+}
+
+impl core::ops::Deref for CqTable {
+    type Target = [VecDeque<WorkCompletion>];
+    fn deref(&self) -> &Self::Target {
+        &self.queues
+    }
+}
+
+impl core::ops::DerefMut for CqTable {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.queues
+    }
+}
+
 /// Configuration of an endpoint.
 #[derive(Debug, Clone)]
 pub struct EndpointConfig {
@@ -83,6 +148,9 @@ pub enum Error {
     /// No such CQ.
     #[error("no CQ {0:?}")]
     NoCq(CqId),
+    /// No such shared receive queue.
+    #[error("no SRQ {0:?}")]
+    NoSrq(SrqId),
     /// No such protection domain.
     #[error("no protection domain {0:?}")]
     NoPd(PdId),
@@ -225,6 +293,8 @@ struct QueuePair {
     ud_seen: HashMap<(IpAddr, Qpn), Psn>,
     /// Whether the QP is in the endpoint's queue of QPs that may have something to send.
     queued: bool,
+    /// The shared receive queue its receives come from, if any.
+    srq: Option<SrqId>,
 }
 
 impl QueuePair {
@@ -356,7 +426,7 @@ pub struct Endpoint<M: Memory> {
     pds: u32,
     qps: BTreeMap<Qpn, QueuePair>,
     next_qpn: u32,
-    cqs: Vec<VecDeque<WorkCompletion>>,
+    cqs: CqTable,
     counters: Counters,
     /// Control packets (NAKs that end a QP, CNPs) ready to go.
     ctrl: VecDeque<Transmit>,
@@ -379,7 +449,7 @@ impl<M: Memory> Endpoint<M> {
             pds: 0,
             qps: BTreeMap::new(),
             next_qpn: 0x11,
-            cqs: Vec::new(),
+            cqs: CqTable::default(),
             counters: Counters::default(),
             ctrl: VecDeque::new(),
             active: VecDeque::new(),
@@ -416,7 +486,7 @@ impl<M: Memory> Endpoint<M> {
 
     /// A new completion queue.
     pub fn create_cq(&mut self) -> CqId {
-        self.cqs.push(VecDeque::new());
+        self.cqs.queues.push(VecDeque::new());
         CqId(self.cqs.len() as u32 - 1)
     }
 
@@ -479,8 +549,29 @@ impl<M: Memory> Endpoint<M> {
         recv_cq: CqId,
         caps: QpCaps,
     ) -> Result<Qpn, Error> {
+        self.create_qp_with_srq(pd, qp_type, send_cq, recv_cq, caps, None)
+    }
+
+    /// Creates a QP in the RESET state whose receives come from the shared receive queue
+    /// `srq` (when given); such a QP refuses [`Endpoint::post_recv`].
+    pub fn create_qp_with_srq(
+        &mut self,
+        pd: PdId,
+        qp_type: QpType,
+        send_cq: CqId,
+        recv_cq: CqId,
+        caps: QpCaps,
+        srq: Option<SrqId>,
+    ) -> Result<Qpn, Error> {
         if pd.0 == 0 || pd.0 > self.pds {
             return Err(Error::NoPd(pd));
+        }
+        if let Some(id) = srq {
+            match self.cqs.srq(id) {
+                Some(s) if s.pd == pd => {}
+                Some(_) => return Err(Error::InvalidWr("the SRQ belongs to another PD")),
+                None => return Err(Error::NoSrq(id)),
+            }
         }
         for cq in [send_cq, recv_cq] {
             if cq.0 as usize >= self.cqs.len() {
@@ -521,6 +612,7 @@ impl<M: Memory> Endpoint<M> {
                 last_cnp: None,
                 ud_seen: HashMap::new(),
                 queued: false,
+                srq,
             },
         );
         Ok(qpn)
@@ -528,7 +620,78 @@ impl<M: Memory> Endpoint<M> {
 
     /// Destroys a QP; its outstanding work is dropped without completions.
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), Error> {
-        self.qps.remove(&qpn).map(|_| ()).ok_or(Error::NoQp(qpn))
+        let mut qp = self.qps.remove(&qpn).ok_or(Error::NoQp(qpn))?;
+        Self::return_to_srq(&mut self.cqs, &mut qp);
+        Ok(())
+    }
+
+    /// Gives the receives a QP took from its SRQ (and has not begun to fill) back to the SRQ.
+    fn return_to_srq(cqs: &mut CqTable, qp: &mut QueuePair) {
+        let Some(srq) = qp.srq.and_then(|id| cqs.srq_mut(id)) else { return };
+        if let Some(InMsg::Send { recv, .. }) = qp.in_msg.take() {
+            qp.rq.push_front(recv);
+        }
+        while let Some(r) = qp.rq.pop_back() {
+            srq.rq.push_front(r);
+        }
+    }
+
+    /// A new shared receive queue in `pd` holding up to `max_wr` receives.
+    pub fn create_srq(&mut self, pd: PdId, max_wr: u32) -> Result<SrqId, Error> {
+        if pd.0 == 0 || pd.0 > self.pds {
+            return Err(Error::NoPd(pd));
+        }
+        self.cqs.srqs.push(Some(Srq { pd, rq: VecDeque::new(), max_wr, limit: 0 }));
+        Ok(SrqId(self.cqs.srqs.len() as u32 - 1))
+    }
+
+    /// Destroys a shared receive queue; refused while a QP uses it.
+    pub fn destroy_srq(&mut self, id: SrqId) -> Result<(), Error> {
+        if self.qps.values().any(|q| q.srq == Some(id)) {
+            return Err(Error::InvalidWr("the SRQ is still used by a QP"));
+        }
+        let slot = self.cqs.srqs.get_mut(id.0 as usize).ok_or(Error::NoSrq(id))?;
+        slot.take().map(|_| ()).ok_or(Error::NoSrq(id))
+    }
+
+    /// Arms the SRQ limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): when fewer than `limit`
+    /// receives remain, [`Event::SrqLimitReached`] is raised once and the limit disarms.
+    pub fn arm_srq_limit(&mut self, id: SrqId, limit: u32) -> Result<(), Error> {
+        let srq = self.cqs.srq_mut(id).ok_or(Error::NoSrq(id))?;
+        srq.limit = limit;
+        Ok(())
+    }
+
+    /// Posts a receive to a shared receive queue.
+    pub fn post_srq_recv(&mut self, id: SrqId, wr: RecvWr) -> Result<(), Error> {
+        let srq = self.cqs.srq(id).ok_or(Error::NoSrq(id))?;
+        if srq.rq.len() >= srq.max_wr as usize {
+            return Err(Error::QueueFull("shared receive"));
+        }
+        if !self.mrs.check_sgl(srq.pd, &wr.sgl, true) {
+            return Err(Error::InvalidWr(
+                "a receive buffer's key, bounds, PD or LOCAL_WRITE right is wrong",
+            ));
+        }
+        if let Some(srq) = self.cqs.srq_mut(id) {
+            srq.rq.push_back(wr);
+        }
+        Ok(())
+    }
+
+    /// The number of receives waiting in a shared receive queue.
+    pub fn srq_len(&self, id: SrqId) -> Option<usize> {
+        self.cqs.srq(id).map(|s| s.rq.len())
+    }
+
+    /// The number of completions waiting in `cq`.
+    pub fn cq_len(&self, cq: CqId) -> usize {
+        self.cqs.queues.get(cq.0 as usize).map_or(0, VecDeque::len)
+    }
+
+    /// The next asynchronous event (a QP that failed, an SRQ below its limit).
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.cqs.events.pop_front()
     }
 
     /// A QP's state and attributes.
@@ -545,6 +708,7 @@ impl<M: Memory> Endpoint<M> {
         qp.state = to;
         match to {
             QpState::Reset => {
+                Self::return_to_srq(&mut self.cqs, qp);
                 qp.sq.clear();
                 qp.rq.clear();
                 qp.resp_out.clear();
@@ -577,7 +741,12 @@ impl<M: Memory> Endpoint<M> {
     }
 
     /// Completes everything outstanding on `qp` with WR_FLUSH_ERR.
-    fn flush(cqs: &mut [VecDeque<WorkCompletion>], qp: &mut QueuePair) {
+    fn flush(cqs: &mut CqTable, qp: &mut QueuePair) {
+        if qp.state != QpState::Err {
+            // Not asked for by modify_qp: the QP failed on its own.
+            cqs.events.push_back(Event::QpFatal(qp.qpn));
+        }
+        Self::return_to_srq(cqs, qp);
         qp.state = QpState::Err;
         qp.timer = None;
         qp.rnr_until = None;
@@ -707,6 +876,9 @@ impl<M: Memory> Endpoint<M> {
     /// Posts a receive work request.
     pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), Error> {
         let qp = self.qps.get_mut(&qpn).ok_or(Error::NoQp(qpn))?;
+        if qp.srq.is_some() {
+            return Err(Error::InvalidWr("the QP takes its receives from an SRQ"));
+        }
         match qp.state {
             QpState::Reset => {
                 return Err(Error::BadState { qpn, state: qp.state, verb: "post_recv" });
@@ -740,7 +912,7 @@ impl<M: Memory> Endpoint<M> {
 
     /// The next completion of `cq`.
     pub fn poll_completion(&mut self, cq: CqId) -> Option<WorkCompletion> {
-        self.cqs.get_mut(cq.0 as usize)?.pop_front()
+        self.cqs.queues.get_mut(cq.0 as usize)?.pop_front()
     }
 
     /// Puts `qpn` in the queue of QPs that may have something to send.
@@ -1098,7 +1270,7 @@ impl<M: Memory> Endpoint<M> {
     }
 
     /// Completes the oldest send WQE with `status` and moves the QP to the error state.
-    fn fail_head(cqs: &mut [VecDeque<WorkCompletion>], qp: &mut QueuePair, status: WcStatus) {
+    fn fail_head(cqs: &mut CqTable, qp: &mut QueuePair, status: WcStatus) {
         if let Some(w) = qp.sq.pop_front() {
             cqs[qp.send_cq.0 as usize].push_back(wc(
                 qp,
@@ -1194,6 +1366,15 @@ impl<M: Memory> Endpoint<M> {
         if qp.qp_type == QpType::Rc && (0x0d..=0x12).contains(&operation) {
             self.on_response(now, qpn, &pkt);
         } else {
+            // A packet that starts consuming a receive takes one from the SRQ, if the QP has
+            // one and holds none already.
+            if let Some(id) = qp.srq
+                && qp.rq.is_empty()
+                && matches!(operation, 0x00 | 0x04 | 0x05 | 0x09 | 0x0b | 0x17)
+                && let Some(r) = self.cqs.srq_pop(id)
+            {
+                qp.rq.push_back(r);
+            }
             match qp.qp_type {
                 QpType::Rc => self.on_rc_request(qpn, &pkt),
                 QpType::Uc => self.on_uc_request(qpn, &pkt),

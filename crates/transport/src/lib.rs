@@ -22,7 +22,7 @@ mod time;
 mod wr;
 
 pub use counters::Counters;
-pub use endpoint::{CqId, Endpoint, EndpointConfig, Error, RecvMeta, Transmit};
+pub use endpoint::{CqId, Endpoint, EndpointConfig, Error, Event, RecvMeta, SrqId, Transmit};
 pub use memory::{Access, Memory, MemoryError, MrId, MrInfo, PdId, VecMemory};
 pub use qp::{ModifyQp, Mtu, Path, QpAttr, QpCaps, QpState, QpType};
 pub use time::Instant;

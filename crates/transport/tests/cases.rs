@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use sim::{BUF_ADDR, Faults, Net, Params, Side, connect, ip, side, ud_ready};
 use transport::{
-    Access, Error, Instant, ModifyQp, Mtu, QKey, QpCaps, QpState, QpType, RKey, RecvWr, SendOp,
-    SendWr, UdDest, WcOpcode, WcStatus, WorkCompletion,
+    Access, Error, Event, Instant, ModifyQp, Mtu, QKey, QpCaps, QpState, QpType, RKey, RecvWr,
+    SendOp, SendWr, UdDest, WcOpcode, WcStatus, WorkCompletion,
 };
 
 const BUF: usize = 1 << 20;
@@ -63,6 +63,76 @@ fn a_vanished_peer_ends_in_retry_exc_err_within_the_bound() {
     assert_eq!(state(&net, &a), QpState::Err);
     let c = net.nodes[0].counters();
     assert_eq!((c.retry_exceeded_err, c.local_ack_timeout_err), (1, 4), "{c:?}");
+    assert_eq!(net.nodes[0].poll_event(), Some(Event::QpFatal(a.qpn)));
+    assert_eq!(net.nodes[0].poll_event(), None, "one event per failure");
+}
+
+#[test]
+fn an_srq_feeds_several_qps_and_raises_its_limit_event_once() {
+    let mut net = Net::new(2, 7, Faults { delay: Duration::from_micros(5), ..Faults::default() });
+    let senders = [side(&mut net, 0, QpType::Rc, BUF), side(&mut net, 0, QpType::Rc, BUF)];
+    let n = &mut net.nodes[1];
+    let pd = n.alloc_pd();
+    let cq = n.create_cq();
+    let id = n.memory_mut().add(BUF);
+    let mr = n.register_mr(pd, id, BUF_ADDR, BUF as u64, Access::LOCAL_WRITE).unwrap();
+    let srq = n.create_srq(pd, 8).unwrap();
+    let mut receivers = Vec::new();
+    for _ in 0..2 {
+        let qpn =
+            n.create_qp_with_srq(pd, QpType::Rc, cq, cq, QpCaps::default(), Some(srq)).unwrap();
+        let init = ModifyQp { state: Some(QpState::Init), ..Default::default() };
+        n.modify_qp(qpn, &init).unwrap();
+        receivers.push(sim::Side { node: 1, qpn, cq, pd, mr });
+    }
+    let err = n.post_recv(receivers[0].qpn, RecvWr::new(0)).unwrap_err();
+    assert!(matches!(err, Error::InvalidWr(_)), "{err:?}");
+    for i in 0..4 {
+        let wr = RecvWr::new(100 + i).sge(BUF_ADDR + i * 64, 64, mr.lkey);
+        n.post_srq_recv(srq, wr).unwrap();
+    }
+    n.arm_srq_limit(srq, 2).unwrap();
+    for (a, b) in senders.iter().zip(&receivers) {
+        connect(&mut net, a, b, Params::default());
+    }
+    for (k, a) in senders.iter().enumerate() {
+        for i in 0..2 {
+            let wr = SendWr::new(i, SendOp::Send).sge(BUF_ADDR, 16 + k as u32, a.mr.lkey);
+            net.nodes[0].post_send(a.qpn, wr).unwrap();
+        }
+    }
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        let wc = next_wc(&mut net, 1, &receivers[0], Duration::from_secs(1)).expect("a receive");
+        assert_eq!(wc.status, WcStatus::Success);
+        got.push((wc.qp_num, wc.byte_len, wc.wr_id));
+    }
+    for (k, b) in receivers.iter().enumerate() {
+        let on_qp = got.iter().filter(|g| g.0 == b.qpn && g.1 == 16 + k as u32).count();
+        assert_eq!(on_qp, 2, "two receives completed on QP {}: {got:?}", b.qpn);
+    }
+    let mut ids: Vec<u64> = got.iter().map(|g| g.2).collect();
+    ids.sort();
+    assert_eq!(ids, [100, 101, 102, 103], "each SRQ receive used once");
+    assert_eq!(net.nodes[1].srq_len(srq), Some(0));
+    assert_eq!(net.nodes[1].poll_event(), Some(Event::SrqLimitReached(srq)));
+    assert_eq!(net.nodes[1].poll_event(), None);
+    for a in &senders {
+        for i in 0..2 {
+            let wc = next_wc(&mut net, 0, a, Duration::from_millis(1)).unwrap();
+            assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
+        }
+    }
+    // An empty SRQ means RNR for every QP on it; one receive lets the next message in.
+    let a = &senders[0];
+    let wr = SendWr::new(9, SendOp::Send).sge(BUF_ADDR, 8, a.mr.lkey);
+    net.nodes[0].post_send(a.qpn, wr).unwrap();
+    assert!(next_wc(&mut net, 0, a, Duration::from_micros(200)).is_none());
+    assert!(net.nodes[1].counters().send_rnr_err >= 1);
+    net.nodes[1].post_srq_recv(srq, RecvWr::new(7).sge(BUF_ADDR, 64, mr.lkey)).unwrap();
+    let wc = next_wc(&mut net, 0, a, Duration::from_secs(1)).unwrap();
+    assert_eq!((wc.wr_id, wc.status), (9, WcStatus::Success));
+    assert!(net.nodes[1].destroy_srq(srq).is_err(), "an SRQ in use cannot be destroyed");
 }
 
 #[test]
