@@ -533,6 +533,11 @@ impl<M: Memory> Endpoint<M> {
         Ok(mr)
     }
 
+    /// The region with local key `lkey`.
+    pub fn mr(&self, lkey: u32) -> Option<&MrInfo> {
+        self.mrs.by_lkey.get(&lkey)
+    }
+
     /// Deregisters a region; later accesses with its keys fail.
     pub fn deregister_mr(&mut self, lkey: u32) -> Option<MrInfo> {
         let mr = self.mrs.by_lkey.remove(&lkey)?;

@@ -1,0 +1,697 @@
+//! podnet's RDMA verbs API: devices, contexts, protection domains, memory regions, completion
+//! queues and channels, queue pairs (RC, UC, UD), shared receive queues and asynchronous
+//! events — the objects and the vocabulary of `libibverbs`, with Rust ownership.
+//!
+//! ```no_run
+//! use verbs::{Access, Context, ContextOptions};
+//! let ctx = Context::open("soft:127.0.0.1", &ContextOptions::default())?;
+//! let pd = ctx.alloc_pd()?;
+//! let mr = pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//! println!("rkey {:#x} at {:#x}", mr.rkey(), mr.addr());
+//! # Ok::<(), verbs::Error>(())
+//! ```
+//!
+//! Every object holds its context alive; dropping an object destroys it on the device.
+//! Registered memory belongs to its [`MemoryRegion`]: work requests name it by key and address
+//! (as verbs do), and a provider checks every access against its region table, so a work
+//! request that outlives its region fails with a protection error instead of touching freed
+//! memory. `unsafe` lives only in providers.
+//!
+//! Providers implement [`Provider`]: [`soft`] (a userspace RoCEv2 device over UDP sockets, on
+//! any Linux host) and, later, `rdma-core`.
+
+mod device;
+mod provider;
+pub mod soft;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use device::{DeviceName, Progress, ROCE_PORT};
+pub use provider::Provider;
+pub use transport::{
+    Access, CqId, ModifyQp, Mtu, Path, Psn, QKey, QpAttr, QpCaps, QpState, QpType, Qpn, RKey,
+    RecvWr, SendOp, SendWr, Sge, SrqId, UdDest, WcOpcode, WcStatus, WorkCompletion,
+};
+pub use transport::{Counters, PdId};
+
+/// Why a verb failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The device name could not be understood.
+    #[error("bad device name {name:?}: {why}")]
+    BadDeviceName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The device could not be opened.
+    #[error("cannot open {device}: {source}")]
+    Open {
+        /// The device.
+        device: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The transport refused the verb (bad state, queue full, unknown object, …).
+    #[error(transparent)]
+    Verb(#[from] transport::Error),
+    /// A memory access fell outside its region.
+    #[error("{len} bytes at offset {offset} lie outside the {region_len}-byte region")]
+    OutOfBounds {
+        /// Offset in the region.
+        offset: usize,
+        /// Length of the access.
+        len: usize,
+        /// Length of the region.
+        region_len: usize,
+    },
+    /// The object belongs to another context.
+    #[error("the {0} belongs to another device context")]
+    ForeignObject(&'static str),
+    /// A GID index beyond the table.
+    #[error("GID index {index} is not in the table of {device} ({len} entries)")]
+    NoGid {
+        /// The device.
+        device: String,
+        /// The index asked for.
+        index: usize,
+        /// The table's length.
+        len: usize,
+    },
+    /// The provider does not support the operation.
+    #[error("{device} does not support {what}")]
+    Unsupported {
+        /// The device.
+        device: String,
+        /// What it lacks.
+        what: &'static str,
+    },
+    /// An I/O error of the provider.
+    #[error("{device}: {source}")]
+    Io {
+        /// The device.
+        device: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The state of a port (`ibv_port_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PortState {
+    /// IBV_PORT_DOWN.
+    Down,
+    /// IBV_PORT_INIT.
+    Init,
+    /// IBV_PORT_ACTIVE.
+    Active,
+}
+
+/// A GID's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GidType {
+    /// RoCE v1 (GRH over Ethernet).
+    RoceV1,
+    /// RoCE v2 (UDP/IP).
+    RoceV2,
+    /// InfiniBand.
+    Ib,
+}
+
+/// A 16-byte global identifier; RoCE v2 GIDs are IPv6 addresses, IPv4 ones mapped as
+/// `::ffff:a.b.c.d`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// The GID of an IP address (IPv4 addresses are mapped).
+    pub fn from_ip(ip: std::net::IpAddr) -> Gid {
+        match ip {
+            std::net::IpAddr::V4(v4) => Gid(v4.to_ipv6_mapped().octets()),
+            std::net::IpAddr::V6(v6) => Gid(v6.octets()),
+        }
+    }
+
+    /// The IP address of a RoCE v2 GID (`None` for the zero GID).
+    pub fn to_ip(self) -> Option<std::net::IpAddr> {
+        let v6 = std::net::Ipv6Addr::from(self.0);
+        if v6.is_unspecified() {
+            return None;
+        }
+        Some(match v6.to_ipv4_mapped() {
+            Some(v4) => std::net::IpAddr::V4(v4),
+            None => std::net::IpAddr::V6(v6),
+        })
+    }
+
+    /// Whether every byte is zero.
+    pub fn is_zero(self) -> bool {
+        self.0 == [0; 16]
+    }
+}
+
+impl fmt::Debug for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Gid {
+    /// `fe80:0000:…` as `ibv_devinfo -v` prints GIDs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, pair) in self.0.chunks(2).enumerate() {
+            if i > 0 {
+                f.write_str(":")?;
+            }
+            write!(f, "{:02x}{:02x}", pair[0], pair[1])?;
+        }
+        Ok(())
+    }
+}
+
+/// One entry of a port's GID table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GidEntry {
+    /// Its index (what `-g` selects).
+    pub index: usize,
+    /// The GID.
+    pub gid: Gid,
+    /// Its type.
+    pub gid_type: GidType,
+}
+
+/// A port's attributes (`ibv_port_attr`, the fields RoCE tools use).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortAttr {
+    /// Logical state.
+    pub state: PortState,
+    /// The largest MTU the port supports.
+    pub max_mtu: Mtu,
+    /// The MTU in use on the link.
+    pub active_mtu: Mtu,
+    /// The LID (0 on RoCE).
+    pub lid: u16,
+    /// The link layer: `"Ethernet"` for RoCE.
+    pub link_layer: &'static str,
+}
+
+/// An asynchronous event (`ibv_async_event`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// IBV_EVENT_QP_FATAL: the QP went to the error state on its own.
+    QpFatal(Qpn),
+    /// IBV_EVENT_SRQ_LIMIT_REACHED.
+    SrqLimitReached(SrqId),
+    /// IBV_EVENT_PORT_ACTIVE: the port works again.
+    PortActive,
+    /// IBV_EVENT_PORT_ERR: the port stopped working (the device's network is unreachable).
+    PortErr,
+}
+
+/// How a context makes progress.
+#[derive(Debug, Clone)]
+pub struct ContextOptions {
+    /// Busy-poll or event-driven.
+    pub progress: Progress,
+}
+
+impl Default for ContextOptions {
+    fn default() -> Self {
+        ContextOptions { progress: Progress::Event }
+    }
+}
+
+/// An open device: the root of every other verbs object (`ibv_context`).
+#[derive(Clone)]
+pub struct Context {
+    dev: Arc<dyn Provider>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context").field("device", &self.dev.device_name()).finish()
+    }
+}
+
+impl Context {
+    /// Opens a device by name: `soft:<IP>[:<udp-port>]` (see [`DeviceName`]).
+    pub fn open(name: &str, opts: &ContextOptions) -> Result<Context> {
+        match DeviceName::parse(name)? {
+            DeviceName::Soft { ip, port } => Context::soft(ip, port, opts),
+            DeviceName::SoftDefault => {
+                let dev = soft::SoftDevice::open_default_loopback(opts)?;
+                Ok(Context { dev: Arc::new(dev) })
+            }
+        }
+    }
+
+    /// Opens the soft device at `ip`, UDP port `port`.
+    pub fn soft(ip: std::net::IpAddr, port: u16, opts: &ContextOptions) -> Result<Context> {
+        Ok(Context { dev: Arc::new(soft::SoftDevice::open(ip, port, opts)?) })
+    }
+
+    /// Wraps a provider's device.
+    pub fn from_provider(dev: Arc<dyn Provider>) -> Context {
+        Context { dev }
+    }
+
+    /// The device's name (`soft:127.0.0.1`).
+    pub fn device_name(&self) -> String {
+        self.dev.device_name()
+    }
+
+    /// The provider's name (`soft`).
+    pub fn provider_name(&self) -> &'static str {
+        self.dev.provider_name()
+    }
+
+    /// The device's IP address (RoCE).
+    pub fn ip(&self) -> std::net::IpAddr {
+        self.dev.ip()
+    }
+
+    /// The port's attributes (`ibv_query_port`; RoCE devices here have one port, 1).
+    pub fn query_port(&self) -> PortAttr {
+        self.dev.port_attr()
+    }
+
+    /// The port's GID table.
+    pub fn gid_table(&self) -> Vec<GidEntry> {
+        self.dev.gid_table()
+    }
+
+    /// The GID at `index` (`ibv_query_gid`).
+    pub fn query_gid(&self, index: usize) -> Result<GidEntry> {
+        let t = self.gid_table();
+        t.get(index).copied().ok_or(Error::NoGid {
+            device: self.device_name(),
+            index,
+            len: t.len(),
+        })
+    }
+
+    /// A new protection domain.
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
+        Ok(ProtectionDomain { dev: self.dev.clone(), id: self.dev.alloc_pd()? })
+    }
+
+    /// A completion channel: a place to block until a CQ armed with
+    /// [`CompletionQueue::req_notify`] gets a completion.
+    pub fn create_comp_channel(&self) -> Result<CompletionChannel> {
+        Ok(CompletionChannel { dev: self.dev.clone(), id: self.dev.create_channel()? })
+    }
+
+    /// A completion queue of at least `cqe` entries, reporting to `channel` if given.
+    pub fn create_cq(
+        &self,
+        cqe: u32,
+        channel: Option<&CompletionChannel>,
+    ) -> Result<CompletionQueue> {
+        if let Some(ch) = channel
+            && !Arc::ptr_eq(&ch.dev, &self.dev)
+        {
+            return Err(Error::ForeignObject("completion channel"));
+        }
+        let id = self.dev.create_cq(cqe, channel.map(|c| c.id))?;
+        Ok(CompletionQueue { dev: self.dev.clone(), id })
+    }
+
+    /// The next asynchronous event, waiting up to `timeout` (`None`: forever).
+    pub fn get_async_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
+        self.dev.get_async_event(timeout)
+    }
+
+    /// The device's transport counters (named as rxe's `hw_counters` where they overlap).
+    pub fn counters(&self) -> Counters {
+        self.dev.counters()
+    }
+}
+
+/// A protection domain (`ibv_pd`): memory regions and QPs of one PD cannot reach another's.
+pub struct ProtectionDomain {
+    dev: Arc<dyn Provider>,
+    id: PdId,
+}
+
+impl fmt::Debug for ProtectionDomain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ProtectionDomain").field(&self.id.0).finish()
+    }
+}
+
+impl ProtectionDomain {
+    /// Allocates `len` zeroed bytes and registers them with `access` rights. The region gets a
+    /// local key and, with any remote right, a random remote key.
+    pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
+        let info = self.dev.reg_mr(self.id, len, access)?;
+        Ok(MemoryRegion { dev: self.dev.clone(), info })
+    }
+
+    /// A queue pair (`ibv_create_qp`), in the RESET state.
+    pub fn create_qp(&self, init: &QpInit<'_>) -> Result<QueuePair> {
+        for (cq, what) in [(init.send_cq, "send CQ"), (init.recv_cq, "receive CQ")] {
+            if !Arc::ptr_eq(&cq.dev, &self.dev) {
+                return Err(Error::ForeignObject(what));
+            }
+        }
+        let srq = match init.srq {
+            Some(s) if !Arc::ptr_eq(&s.dev, &self.dev) => {
+                return Err(Error::ForeignObject("SRQ"));
+            }
+            s => s.map(|s| s.id),
+        };
+        let spec = QpSpec {
+            pd: self.id,
+            qp_type: init.qp_type,
+            send_cq: init.send_cq.id,
+            recv_cq: init.recv_cq.id,
+            caps: init.caps,
+            srq,
+        };
+        let qpn = self.dev.create_qp(&spec)?;
+        Ok(QueuePair { dev: self.dev.clone(), qpn, qp_type: init.qp_type })
+    }
+
+    /// A shared receive queue of `max_wr` receives (`ibv_create_srq`).
+    pub fn create_srq(&self, max_wr: u32) -> Result<SharedReceiveQueue> {
+        Ok(SharedReceiveQueue { dev: self.dev.clone(), id: self.dev.create_srq(self.id, max_wr)? })
+    }
+}
+
+/// What a provider needs to create a QP.
+#[derive(Debug, Clone, Copy)]
+pub struct QpSpec {
+    /// Its protection domain.
+    pub pd: PdId,
+    /// RC, UC or UD.
+    pub qp_type: QpType,
+    /// Where send completions go.
+    pub send_cq: CqId,
+    /// Where receive completions go.
+    pub recv_cq: CqId,
+    /// Queue depths.
+    pub caps: QpCaps,
+    /// Its shared receive queue.
+    pub srq: Option<SrqId>,
+}
+
+/// The attributes of a new QP (`ibv_qp_init_attr`).
+#[derive(Debug, Clone, Copy)]
+pub struct QpInit<'a> {
+    /// RC, UC or UD.
+    pub qp_type: QpType,
+    /// Where send completions go.
+    pub send_cq: &'a CompletionQueue,
+    /// Where receive completions go.
+    pub recv_cq: &'a CompletionQueue,
+    /// Queue depths.
+    pub caps: QpCaps,
+    /// Take receives from this SRQ instead of the QP's own receive queue.
+    pub srq: Option<&'a SharedReceiveQueue>,
+}
+
+impl<'a> QpInit<'a> {
+    /// A QP of `qp_type` with one CQ for both directions and default depths.
+    pub fn new(qp_type: QpType, cq: &'a CompletionQueue) -> QpInit<'a> {
+        QpInit { qp_type, send_cq: cq, recv_cq: cq, caps: QpCaps::default(), srq: None }
+    }
+}
+
+/// A registered memory region (`ibv_mr`) and the memory it owns.
+pub struct MemoryRegion {
+    dev: Arc<dyn Provider>,
+    info: transport::MrInfo,
+}
+
+impl fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("addr", &format_args!("{:#x}", self.info.addr))
+            .field("len", &self.info.len)
+            .field("lkey", &format_args!("{:#x}", self.info.lkey))
+            .field("rkey", &format_args!("{:#x}", self.info.rkey))
+            .field("access", &self.info.access)
+            .finish()
+    }
+}
+
+impl MemoryRegion {
+    /// The virtual address of the first byte (what work requests and peers name).
+    pub fn addr(&self) -> u64 {
+        self.info.addr
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.info.len as usize
+    }
+
+    /// Whether it is empty (never: zero-length regions are refused).
+    pub fn is_empty(&self) -> bool {
+        self.info.len == 0
+    }
+
+    /// The local key.
+    pub fn lkey(&self) -> u32 {
+        self.info.lkey
+    }
+
+    /// The remote key (0 without remote rights).
+    pub fn rkey(&self) -> RKey {
+        RKey(self.info.rkey)
+    }
+
+    /// Its access rights.
+    pub fn access(&self) -> Access {
+        self.info.access
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(Error::OutOfBounds { offset, len, region_len: self.len() }),
+        }
+    }
+
+    /// A scatter/gather element for `len` bytes at `offset`, bounds-checked.
+    pub fn sge(&self, offset: usize, len: usize) -> Result<Sge> {
+        self.check(offset, len)?;
+        let length = u32::try_from(len).map_err(|_| Error::OutOfBounds {
+            offset,
+            len,
+            region_len: self.len(),
+        })?;
+        Ok(Sge { addr: self.info.addr + offset as u64, length, lkey: self.info.lkey })
+    }
+
+    /// Copies `out.len()` bytes at `offset` out of the region.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len())?;
+        self.dev.mr_read(self.info.lkey, offset, out)
+    }
+
+    /// Copies `data` into the region at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
+        self.dev.mr_write(self.info.lkey, offset, data)
+    }
+
+    /// A copy of `len` bytes at `offset`.
+    pub fn to_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
+        let mut v = vec![0; len];
+        self.read(offset, &mut v)?;
+        Ok(v)
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        self.dev.dereg_mr(self.info.lkey);
+    }
+}
+
+/// A completion queue (`ibv_cq`).
+pub struct CompletionQueue {
+    dev: Arc<dyn Provider>,
+    id: CqId,
+}
+
+impl fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("CompletionQueue").field(&self.id.0).finish()
+    }
+}
+
+impl CompletionQueue {
+    /// The CQ's id (what [`CompletionChannel::get_cq_event`] returns).
+    pub fn id(&self) -> CqId {
+        self.id
+    }
+
+    /// Moves up to `out.len()` completions into `out` and returns how many (`ibv_poll_cq`).
+    /// On a busy-poll context this also drives the device's I/O.
+    pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
+        self.dev.poll_cq(self.id, out)
+    }
+
+    /// Polls until one completion arrives or `timeout` passes.
+    pub fn poll_one_blocking(&self, timeout: Duration) -> Option<WorkCompletion> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut wc = [empty_wc()];
+        loop {
+            if self.poll(&mut wc) == 1 {
+                return Some(wc[0]);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Arms the CQ: its channel gets one event when the next completion arrives (or at once
+    /// if completions are already waiting) (`ibv_req_notify_cq`).
+    pub fn req_notify(&self) -> Result<()> {
+        self.dev.req_notify_cq(self.id)
+    }
+}
+
+impl Drop for CompletionQueue {
+    fn drop(&mut self) {
+        self.dev.destroy_cq(self.id);
+    }
+}
+
+/// A zeroed completion, to size poll buffers.
+pub const fn empty_wc() -> WorkCompletion {
+    WorkCompletion {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm: None,
+        qp_num: Qpn::new(0),
+        src_qp: None,
+        grh: false,
+    }
+}
+
+/// A completion channel (`ibv_comp_channel`).
+pub struct CompletionChannel {
+    dev: Arc<dyn Provider>,
+    id: u32,
+}
+
+impl fmt::Debug for CompletionChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("CompletionChannel").field(&self.id).finish()
+    }
+}
+
+impl CompletionChannel {
+    /// Blocks (no spinning) until an armed CQ of this channel has a completion, or `timeout`
+    /// passes; returns the CQ (`ibv_get_cq_event`). Re-arm the CQ before polling it empty.
+    pub fn get_cq_event(&self, timeout: Option<Duration>) -> Option<CqId> {
+        self.dev.get_cq_event(self.id, timeout)
+    }
+}
+
+/// A queue pair (`ibv_qp`).
+pub struct QueuePair {
+    dev: Arc<dyn Provider>,
+    qpn: Qpn,
+    qp_type: QpType,
+}
+
+impl fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueuePair").field("qpn", &self.qpn).field("type", &self.qp_type).finish()
+    }
+}
+
+impl QueuePair {
+    /// The QP number.
+    pub fn qpn(&self) -> Qpn {
+        self.qpn
+    }
+
+    /// RC, UC or UD.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// Changes state and attributes (`ibv_modify_qp`).
+    pub fn modify(&self, attr: &ModifyQp) -> Result<()> {
+        self.dev.modify_qp(self.qpn, attr)
+    }
+
+    /// The state and attributes (`ibv_query_qp`).
+    pub fn query(&self) -> Result<(QpState, QpAttr)> {
+        self.dev.query_qp(self.qpn)
+    }
+
+    /// Posts a send work request (`ibv_post_send`); the device starts sending at once.
+    pub fn post_send(&self, wr: SendWr) -> Result<()> {
+        self.dev.post_send(self.qpn, std::slice::from_ref(&wr))
+    }
+
+    /// Posts several send work requests with one doorbell.
+    pub fn post_send_batch(&self, wrs: &[SendWr]) -> Result<()> {
+        self.dev.post_send(self.qpn, wrs)
+    }
+
+    /// Posts a receive work request (`ibv_post_recv`).
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        self.dev.post_recv(self.qpn, std::slice::from_ref(&wr))
+    }
+
+    /// Posts several receive work requests.
+    pub fn post_recv_batch(&self, wrs: &[RecvWr]) -> Result<()> {
+        self.dev.post_recv(self.qpn, wrs)
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        self.dev.destroy_qp(self.qpn);
+    }
+}
+
+/// A shared receive queue (`ibv_srq`).
+pub struct SharedReceiveQueue {
+    dev: Arc<dyn Provider>,
+    id: SrqId,
+}
+
+impl fmt::Debug for SharedReceiveQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("SharedReceiveQueue").field(&self.id.0).finish()
+    }
+}
+
+impl SharedReceiveQueue {
+    /// Posts a receive (`ibv_post_srq_recv`).
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        self.dev.post_srq_recv(self.id, std::slice::from_ref(&wr))
+    }
+
+    /// Arms the limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): one
+    /// [`AsyncEvent::SrqLimitReached`] when fewer than `limit` receives remain.
+    pub fn arm_limit(&self, limit: u32) -> Result<()> {
+        self.dev.arm_srq_limit(self.id, limit)
+    }
+}
+
+impl Drop for SharedReceiveQueue {
+    fn drop(&mut self) {
+        self.dev.destroy_srq(self.id);
+    }
+}

@@ -1,0 +1,72 @@
+//! The interface every provider implements.
+
+use std::fmt;
+use std::time::Duration;
+
+use transport::{
+    Access, Counters, CqId, ModifyQp, MrInfo, PdId, QpAttr, QpState, Qpn, RecvWr, SendWr, SrqId,
+    WorkCompletion,
+};
+
+use crate::{AsyncEvent, GidEntry, PortAttr, QpSpec, Result};
+
+/// A device as a provider drives it. The public types ([`crate::Context`] and friends) call
+/// these methods; objects are named by the ids the provider hands out.
+pub trait Provider: Send + Sync + fmt::Debug {
+    /// The device's name (`soft:127.0.0.1`, `mlx5_0`).
+    fn device_name(&self) -> String;
+    /// The provider's name (`soft`, `rdma-core`).
+    fn provider_name(&self) -> &'static str;
+    /// The device's IP address.
+    fn ip(&self) -> std::net::IpAddr;
+    /// Port 1's attributes.
+    fn port_attr(&self) -> PortAttr;
+    /// Port 1's GID table.
+    fn gid_table(&self) -> Vec<GidEntry>;
+    /// Allocates a protection domain.
+    fn alloc_pd(&self) -> Result<PdId>;
+    /// Allocates `len` zeroed bytes and registers them.
+    fn reg_mr(&self, pd: PdId, len: usize, access: Access) -> Result<MrInfo>;
+    /// Deregisters a region and frees its memory.
+    fn dereg_mr(&self, lkey: u32);
+    /// Copies bytes out of a region (bounds already checked).
+    fn mr_read(&self, lkey: u32, offset: usize, out: &mut [u8]) -> Result<()>;
+    /// Copies bytes into a region (bounds already checked).
+    fn mr_write(&self, lkey: u32, offset: usize, data: &[u8]) -> Result<()>;
+    /// Creates a completion channel.
+    fn create_channel(&self) -> Result<u32>;
+    /// Creates a CQ, reporting to `channel`.
+    fn create_cq(&self, cqe: u32, channel: Option<u32>) -> Result<CqId>;
+    /// Destroys a CQ.
+    fn destroy_cq(&self, cq: CqId);
+    /// Moves completions into `out`; returns how many.
+    fn poll_cq(&self, cq: CqId, out: &mut [WorkCompletion]) -> usize;
+    /// Arms a CQ for one channel event.
+    fn req_notify_cq(&self, cq: CqId) -> Result<()>;
+    /// Waits for a channel event.
+    fn get_cq_event(&self, channel: u32, timeout: Option<Duration>) -> Option<CqId>;
+    /// Creates a shared receive queue.
+    fn create_srq(&self, pd: PdId, max_wr: u32) -> Result<SrqId>;
+    /// Destroys a shared receive queue.
+    fn destroy_srq(&self, srq: SrqId);
+    /// Posts receives to a shared receive queue.
+    fn post_srq_recv(&self, srq: SrqId, wrs: &[RecvWr]) -> Result<()>;
+    /// Arms a shared receive queue's limit event.
+    fn arm_srq_limit(&self, srq: SrqId, limit: u32) -> Result<()>;
+    /// Creates a QP.
+    fn create_qp(&self, spec: &QpSpec) -> Result<Qpn>;
+    /// Modifies a QP.
+    fn modify_qp(&self, qpn: Qpn, attr: &ModifyQp) -> Result<()>;
+    /// Queries a QP.
+    fn query_qp(&self, qpn: Qpn) -> Result<(QpState, QpAttr)>;
+    /// Destroys a QP.
+    fn destroy_qp(&self, qpn: Qpn);
+    /// Posts send work requests.
+    fn post_send(&self, qpn: Qpn, wrs: &[SendWr]) -> Result<()>;
+    /// Posts receive work requests.
+    fn post_recv(&self, qpn: Qpn, wrs: &[RecvWr]) -> Result<()>;
+    /// Waits for an asynchronous event.
+    fn get_async_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent>;
+    /// The device's counters.
+    fn counters(&self) -> Counters;
+}

@@ -1,0 +1,459 @@
+//! The soft device's sockets: batched sends and receives of RoCEv2 datagrams, with the ICRC
+//! sealed on the way out over the exact IP and UDP headers Linux will put on the wire.
+//!
+//! Receive paths (see `docs/soft-provider-notes.md` for the measurements behind the choice):
+//! - IPv6: the UDP socket itself. Every field the ICRC covers is known from the socket
+//!   (addresses, ports, lengths); `UDP_NO_CHECK6_RX` lets rxe's zero UDP checksum in.
+//! - IPv4, default: a raw IPv4/UDP socket bound to the device address, behind a BPF filter on
+//!   the UDP port, so the real IP header (its Identification is covered by the ICRC) is seen.
+//!   It sits after netfilter's INPUT hook, as the kernel's own UDP does. The UDP socket stays
+//!   bound (no ICMP port-unreachable) and drops its copy in a BPF filter.
+//! - IPv4 without `CAP_NET_RAW`: the UDP socket; the Identification is recovered from the
+//!   ICRC (`wire::icrc::recover_ipv4_id`), which leaves a 16-bit check: every such packet is
+//!   counted in `icrc_unverified`.
+//!
+//! Sends go out of the UDP socket, unconnected, with `IP_PMTUDISC_DO`: Linux then gives every
+//! IPv4 datagram DF and Identification 0, so the ICRC can be computed before `sendmmsg`.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+
+use socket2::{Domain, Protocol, Socket, Type};
+use transport::{RecvMeta, Transmit};
+
+/// Datagrams per `recvmmsg`/`sendmmsg`.
+pub(crate) const BATCH: usize = 32;
+/// Bytes per receive slot: an IP header, UDP, the largest RoCE packet (4096 payload) and room.
+const SLOT: usize = 4096 + 512;
+
+/// How IPv4 datagrams are received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxPath {
+    /// IPv4 through a raw socket: full IP header, full ICRC check.
+    Raw,
+    /// IPv6 through the UDP socket: full ICRC check.
+    Udp,
+    /// The UDP socket, IPv4 Identification recovered from the ICRC (16-bit check).
+    UdpRecovered,
+}
+
+/// The sockets of one soft device.
+#[derive(Debug)]
+pub(crate) struct Sockets {
+    udp: Socket,
+    raw: Option<Socket>,
+    pub(crate) ip: IpAddr,
+    pub(crate) port: u16,
+    pub(crate) rx_path: RxPath,
+}
+
+/// Receive buffers, reused across calls.
+#[derive(Debug)]
+pub(crate) struct RxBuffers {
+    data: Vec<u8>,
+}
+
+impl Default for RxBuffers {
+    fn default() -> Self {
+        RxBuffers { data: vec![0; BATCH * SLOT] }
+    }
+}
+
+fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: `value` lives across the call and its size is passed; the kernel only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&raw const value).cast(),
+            size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+fn attach_filter(fd: RawFd, prog: &[libc::sock_filter]) -> io::Result<()> {
+    let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr().cast_mut() };
+    // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies the program.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&raw const fprog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+const fn insn(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+/// Classic BPF over a raw IPv4 packet: accept unfragmented UDP to `port`.
+fn udp_port_filter(port: u16) -> [libc::sock_filter; 7] {
+    [
+        insn(0x28, 0, 0, 6),               // ldh [6]         flags + fragment offset
+        insn(0x45, 4, 0, 0x1fff),          // jset #0x1fff    a fragment: drop
+        insn(0xb1, 0, 0, 0),               // ldxb 4*([0]&0xf) IP header length
+        insn(0x48, 0, 0, 2),               // ldh [x+2]       UDP destination port
+        insn(0x15, 0, 1, u32::from(port)), // jeq #port
+        insn(0x06, 0, 0, u32::MAX),        // ret all
+        insn(0x06, 0, 0, 0),               // ret 0
+    ]
+}
+
+impl Sockets {
+    /// Binds the device's sockets. `EADDRINUSE` comes back as is, so callers can try the next
+    /// address.
+    pub(crate) fn open(ip: IpAddr, port: u16) -> io::Result<Sockets> {
+        let domain = if ip.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+        let udp = Socket::new(domain, Type::DGRAM.nonblocking(), Some(Protocol::UDP))?;
+        if ip.is_ipv6() {
+            udp.set_only_v6(true)?;
+        }
+        udp.bind(&SocketAddr::new(ip, port).into())?;
+        let fd = udp.as_raw_fd();
+        // Big buffers: a window of 4 KiB packets in flight from many QPs.
+        for (opt, force) in
+            [(libc::SO_RCVBUF, libc::SO_RCVBUFFORCE), (libc::SO_SNDBUF, libc::SO_SNDBUFFORCE)]
+        {
+            if setsockopt_int(fd, libc::SOL_SOCKET, force, 8 << 20).is_err() {
+                setsockopt_int(fd, libc::SOL_SOCKET, opt, 8 << 20)?;
+            }
+        }
+        let mut rx_path = RxPath::Udp;
+        let mut raw = None;
+        if ip.is_ipv4() {
+            setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+            setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+            match Socket::new(Domain::IPV4, Type::RAW.nonblocking(), Some(Protocol::UDP)) {
+                Ok(r) => {
+                    r.bind(&SocketAddr::new(ip, 0).into())?;
+                    attach_filter(r.as_raw_fd(), &udp_port_filter(port))?;
+                    if setsockopt_int(
+                        r.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        libc::SO_RCVBUFFORCE,
+                        8 << 20,
+                    )
+                    .is_err()
+                    {
+                        setsockopt_int(r.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20)?;
+                    }
+                    // The UDP socket keeps the port open; its copy of each datagram is dropped.
+                    attach_filter(fd, &[insn(0x06, 0, 0, 0)])?;
+                    raw = Some(r);
+                    rx_path = RxPath::Raw;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => rx_path = RxPath::UdpRecovered,
+                Err(e) => return Err(e),
+            }
+        } else {
+            // rxe sends IPv6 UDP with checksum 0, which Linux drops unless told otherwise.
+            setsockopt_int(fd, libc::IPPROTO_UDP, UDP_NO_CHECK6_RX, 1)?;
+            setsockopt_int(fd, libc::IPPROTO_UDP, UDP_NO_CHECK6_TX, 1)?;
+            setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+        }
+        Ok(Sockets { udp, raw, ip, port, rx_path })
+    }
+
+    /// The descriptor to wait on for received datagrams.
+    pub(crate) fn rx_fd(&self) -> RawFd {
+        self.raw.as_ref().unwrap_or(&self.udp).as_raw_fd()
+    }
+
+    /// The descriptor datagrams are sent from.
+    pub(crate) fn tx_fd(&self) -> RawFd {
+        self.udp.as_raw_fd()
+    }
+
+    /// Receives one batch without blocking and hands each datagram to `f`; returns how many
+    /// arrived (0: nothing waiting).
+    pub(crate) fn recv_batch(
+        &self,
+        bufs: &mut RxBuffers,
+        mut f: impl FnMut(&RecvMeta<'_>, &[u8], Option<u16>),
+    ) -> io::Result<usize> {
+        // SAFETY: all-zero is a valid value for these plain C structs.
+        let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
+        // SAFETY: as above.
+        let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { zeroed() };
+        let mut cmsgs = [[0u64; 8]; BATCH];
+        let mut iovs: [libc::iovec; BATCH] =
+            [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; BATCH];
+        for (i, chunk) in bufs.data.chunks_mut(SLOT).enumerate() {
+            iovs[i] = libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: SLOT };
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = (&raw mut addrs[i]).cast();
+            h.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
+            h.msg_iov = &raw mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = cmsgs[i].as_mut_ptr().cast();
+            h.msg_controllen = size_of::<[u64; 8]>();
+        }
+        // SAFETY: every header points at buffers (`iovs`, `addrs`, `cmsgs`, `bufs.data`) that
+        // live until the call returns, with their true sizes.
+        let n = unsafe {
+            libc::recvmmsg(
+                self.rx_fd(),
+                hdrs.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock { Ok(0) } else { Err(e) };
+        }
+        let n = n as usize;
+        for i in 0..n {
+            let len = hdrs[i].msg_len as usize;
+            let data = &bufs.data[i * SLOT..i * SLOT + len.min(SLOT)];
+            if hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                continue;
+            }
+            match self.rx_path {
+                RxPath::Raw => self.deliver_raw(data, &mut f),
+                RxPath::Udp | RxPath::UdpRecovered => {
+                    let src = sockaddr_ip(&addrs[i]);
+                    let ecn = cmsg_tos(&hdrs[i].msg_hdr) & 3;
+                    let meta = RecvMeta {
+                        src: src.0,
+                        dst: self.ip,
+                        src_port: src.1,
+                        dst_port: self.port,
+                        ecn,
+                        ip_header: None,
+                    };
+                    if self.rx_path == RxPath::UdpRecovered {
+                        deliver_recovered(&meta, data, &mut f);
+                    } else {
+                        f(&meta, data, None);
+                    }
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    fn deliver_raw(&self, pkt: &[u8], f: &mut impl FnMut(&RecvMeta<'_>, &[u8], Option<u16>)) {
+        if pkt.len() < 28 || pkt[0] >> 4 != 4 {
+            return;
+        }
+        let ihl = usize::from(pkt[0] & 0xf) * 4;
+        if ihl < 20 || pkt.len() < ihl + 8 {
+            return;
+        }
+        let total = usize::from(u16::from_be_bytes([pkt[2], pkt[3]])).min(pkt.len());
+        let udp = &pkt[ihl..ihl + 8];
+        let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
+        if udp_len < 8 || ihl + udp_len > total {
+            return;
+        }
+        let meta = RecvMeta {
+            src: IpAddr::V4(Ipv4Addr::new(pkt[12], pkt[13], pkt[14], pkt[15])),
+            dst: IpAddr::V4(Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19])),
+            src_port: u16::from_be_bytes([udp[0], udp[1]]),
+            dst_port: u16::from_be_bytes([udp[2], udp[3]]),
+            ecn: pkt[1] & 3,
+            ip_header: Some(&pkt[..ihl]),
+        };
+        f(&meta, &pkt[ihl + 8..ihl + udp_len], None);
+    }
+
+    /// Sends `batch` (payloads already sealed) with one `sendmmsg`; returns how many went out.
+    /// `WouldBlock` when the socket buffer is full and none went.
+    pub(crate) fn send_batch(&self, batch: &[Transmit]) -> io::Result<usize> {
+        let n = batch.len().min(BATCH);
+        // SAFETY: all-zero is a valid value for these plain C structs.
+        let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
+        // SAFETY: as above.
+        let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { zeroed() };
+        let mut cmsgs = [[0u64; 4]; BATCH];
+        let mut iovs: [libc::iovec; BATCH] =
+            [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; BATCH];
+        for (i, t) in batch[..n].iter().enumerate() {
+            iovs[i] = libc::iovec {
+                iov_base: t.payload.as_ptr().cast_mut().cast(),
+                iov_len: t.payload.len(),
+            };
+            let namelen = write_sockaddr(&mut addrs[i], t.dst, self.port);
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = (&raw mut addrs[i]).cast();
+            h.msg_namelen = namelen;
+            h.msg_iov = &raw mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = cmsgs[i].as_mut_ptr().cast();
+            h.msg_controllen = write_tos_cmsg(h, t.dst.is_ipv4(), t.tos);
+        }
+        // SAFETY: every header points at buffers that live until the call returns (`iovs`,
+        // `addrs`, `cmsgs`, the payloads in `batch`), with their true sizes; the kernel only
+        // reads them.
+        let rc = unsafe { libc::sendmmsg(self.tx_fd(), hdrs.as_mut_ptr(), n as u32, 0) };
+        if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc as usize) }
+    }
+
+    /// Writes the ICRC of `t` as it will be sent: over the IP and UDP headers Linux builds
+    /// for this socket (IPv4: DF, Identification 0).
+    pub(crate) fn seal(&self, t: &mut Transmit) {
+        let udp_len = (8 + t.payload.len()) as u16;
+        let mut udp = [0u8; 8];
+        udp[0..2].copy_from_slice(&self.port.to_be_bytes());
+        udp[2..4].copy_from_slice(&self.port.to_be_bytes());
+        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        // The ICRC masks TOS/traffic class, TTL/hop limit, flow label and both checksums.
+        let r = match (self.ip, t.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                let mut h = [0u8; 20];
+                h[0] = 0x45;
+                h[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
+                h[6] = 0x40; // DF, Identification 0
+                h[9] = 17;
+                h[12..16].copy_from_slice(&s.octets());
+                h[16..20].copy_from_slice(&d.octets());
+                wire::icrc::seal(&h, &udp, &mut t.payload)
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                let h = ipv6_header(s, d, udp_len);
+                wire::icrc::seal(&h, &udp, &mut t.payload)
+            }
+            // A peer of the other family: nothing will reach it; the send fails later.
+            _ => return,
+        };
+        debug_assert!(r.is_ok(), "a transmit too short to seal");
+    }
+}
+
+/// `UDP_NO_CHECK6_TX` / `_RX` from `linux/udp.h`.
+const UDP_NO_CHECK6_TX: i32 = 101;
+const UDP_NO_CHECK6_RX: i32 = 102;
+
+/// An IPv6 header as the ICRC sees it (masked fields zero: the ICRC sets them to ones).
+pub(crate) fn ipv6_header(s: Ipv6Addr, d: Ipv6Addr, udp_len: u16) -> [u8; 40] {
+    let mut h = [0u8; 40];
+    h[0] = 0x60;
+    h[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    h[6] = 17;
+    h[8..24].copy_from_slice(&s.octets());
+    h[24..40].copy_from_slice(&d.octets());
+    h
+}
+
+/// IPv4 through a UDP socket: rebuild the header, recover the Identification from the ICRC.
+fn deliver_recovered(
+    meta: &RecvMeta<'_>,
+    roce: &[u8],
+    f: &mut impl FnMut(&RecvMeta<'_>, &[u8], Option<u16>),
+) {
+    let (IpAddr::V4(s), IpAddr::V4(d)) = (meta.src, meta.dst) else { return };
+    let udp_len = (8 + roce.len()) as u16;
+    let mut udp = [0u8; 8];
+    udp[0..2].copy_from_slice(&meta.src_port.to_be_bytes());
+    udp[2..4].copy_from_slice(&meta.dst_port.to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    let mut h = [0u8; 20];
+    h[0] = 0x45;
+    h[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
+    h[9] = 17;
+    h[12..16].copy_from_slice(&s.octets());
+    h[16..20].copy_from_slice(&d.octets());
+    // rxe and podnet set DF; try that first.
+    for flags in [0x40, 0x00] {
+        h[6] = flags;
+        if let Ok(Some(id)) = wire::icrc::recover_ipv4_id(&h, &udp, roce) {
+            h[4..6].copy_from_slice(&id.to_be_bytes());
+            let m = RecvMeta { ip_header: Some(&h), ..*meta };
+            f(&m, roce, Some(id));
+            return;
+        }
+    }
+    // No Identification makes the ICRC match: hand it over with ID 0 so it is counted and
+    // dropped as an ICRC error.
+    h[6] = 0x40;
+    let m = RecvMeta { ip_header: Some(&h), ..*meta };
+    f(&m, roce, None);
+}
+
+fn sockaddr_ip(a: &libc::sockaddr_storage) -> (IpAddr, u16) {
+    match i32::from(a.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which it is big and
+            // aligned enough for.
+            let s = unsafe { &*(std::ptr::from_ref(a).cast::<libc::sockaddr_in>()) };
+            (IpAddr::V4(Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr))), u16::from_be(s.sin_port))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for sockaddr_in6.
+            let s = unsafe { &*(std::ptr::from_ref(a).cast::<libc::sockaddr_in6>()) };
+            (IpAddr::V6(Ipv6Addr::from(s.sin6_addr.s6_addr)), u16::from_be(s.sin6_port))
+        }
+        _ => (IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+    }
+}
+
+fn write_sockaddr(a: &mut libc::sockaddr_storage, ip: IpAddr, port: u16) -> libc::socklen_t {
+    match ip {
+        IpAddr::V4(v4) => {
+            // SAFETY: sockaddr_storage is big and aligned enough for a sockaddr_in.
+            let s = unsafe { &mut *(std::ptr::from_mut(a).cast::<libc::sockaddr_in>()) };
+            s.sin_family = libc::AF_INET as u16;
+            s.sin_port = port.to_be();
+            s.sin_addr.s_addr = u32::from(v4).to_be();
+            size_of::<libc::sockaddr_in>() as u32
+        }
+        IpAddr::V6(v6) => {
+            // SAFETY: as above, for a sockaddr_in6.
+            let s = unsafe { &mut *(std::ptr::from_mut(a).cast::<libc::sockaddr_in6>()) };
+            s.sin6_family = libc::AF_INET6 as u16;
+            s.sin6_port = port.to_be();
+            s.sin6_addr.s6_addr = v6.octets();
+            size_of::<libc::sockaddr_in6>() as u32
+        }
+    }
+}
+
+/// Writes an `IP_TOS` / `IPV6_TCLASS` control message into `h`'s control buffer (32 bytes)
+/// and returns its length.
+fn write_tos_cmsg(h: &mut libc::msghdr, v4: bool, tos: u8) -> usize {
+    let (level, ty) =
+        if v4 { (libc::IPPROTO_IP, libc::IP_TOS) } else { (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) };
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(size_of::<i32>() as u32) } as usize;
+    h.msg_controllen = space;
+    // SAFETY: the control buffer is 32 bytes, 8-aligned, and `space` (24) fits in it, so
+    // CMSG_FIRSTHDR is non-null and CMSG_DATA points inside it.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(h);
+        (*c).cmsg_level = level;
+        (*c).cmsg_type = ty;
+        (*c).cmsg_len = libc::CMSG_LEN(size_of::<i32>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), i32::from(tos));
+    }
+    space
+}
+
+/// The TOS / traffic class a received datagram carried (0 when absent).
+fn cmsg_tos(h: &libc::msghdr) -> u8 {
+    // SAFETY: `h` was filled by recvmmsg: its control buffer and length describe valid
+    // control messages, which the CMSG macros walk within bounds.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            let (l, t) = ((*c).cmsg_level, (*c).cmsg_type);
+            if l == libc::IPPROTO_IP && t == libc::IP_TOS {
+                return *libc::CMSG_DATA(c);
+            }
+            if l == libc::IPPROTO_IPV6 && t == libc::IPV6_TCLASS {
+                return std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>()) as u8;
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    0
+}

@@ -1,0 +1,717 @@
+//! The `soft` provider: podnet's transport engine behind real UDP sockets — a RoCEv2 device in
+//! userspace that talks to Linux rxe and RoCE NICs on the wire.
+//!
+//! A device is an IP address and a UDP port (`soft:127.0.0.1`, `soft:[fd00::1]:4791`). Its
+//! memory regions live in the provider (the "NIC" owns registered memory), so the engine
+//! copies payloads straight between them and the sockets. One lock guards the engine; verbs
+//! take it briefly. A progress thread per device serves the sockets and the retransmit timers
+//! while no application thread does (see [`Progress`]).
+
+mod io;
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use transport::{
+    Access, Counters, CqId, Endpoint, EndpointConfig, Event, Instant, Memory, MemoryError,
+    ModifyQp, MrId, MrInfo, Mtu, PdId, QpAttr, QpState, Qpn, RecvWr, SendWr, SrqId, Transmit,
+    WorkCompletion,
+};
+
+use crate::device::ROCE_PORT;
+use crate::{
+    AsyncEvent, ContextOptions, Error, Gid, GidEntry, GidType, PortAttr, PortState, Progress,
+    Provider, QpSpec, Result,
+};
+
+pub use io::RxPath as ReceivePath;
+
+/// Memory owned by the soft device: one zeroed buffer per registered region. The region's
+/// virtual address is the buffer's real address, as a NIC would see it.
+#[derive(Debug, Default)]
+struct SoftMemory {
+    bufs: HashMap<MrId, Box<[u8]>>,
+    next: u32,
+}
+
+impl SoftMemory {
+    fn range(&self, mr: MrId, offset: u64, len: usize) -> Result<(&[u8], usize), MemoryError> {
+        let b = self.bufs.get(&mr).ok_or(MemoryError::UnknownRegion(mr))?;
+        let s = usize::try_from(offset).map_err(|_| MemoryError::OutOfBounds)?;
+        match s.checked_add(len) {
+            Some(e) if e <= b.len() => Ok((b, s)),
+            _ => Err(MemoryError::OutOfBounds),
+        }
+    }
+
+    fn word(
+        &mut self,
+        mr: MrId,
+        offset: u64,
+        f: impl FnOnce(u64) -> u64,
+    ) -> Result<u64, MemoryError> {
+        let s = self.range(mr, offset, 8)?.1;
+        let b = self.bufs.get_mut(&mr).ok_or(MemoryError::UnknownRegion(mr))?;
+        let w: &mut [u8; 8] =
+            (&mut b[s..s + 8]).try_into().map_err(|_| MemoryError::OutOfBounds)?;
+        let orig = u64::from_ne_bytes(*w);
+        *w = f(orig).to_ne_bytes();
+        Ok(orig)
+    }
+}
+
+impl Memory for SoftMemory {
+    fn read(&self, mr: MrId, offset: u64, out: &mut [u8]) -> Result<(), MemoryError> {
+        let (b, s) = self.range(mr, offset, out.len())?;
+        out.copy_from_slice(&b[s..s + out.len()]);
+        Ok(())
+    }
+
+    fn write(&mut self, mr: MrId, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
+        let s = self.range(mr, offset, data.len())?.1;
+        let b = self.bufs.get_mut(&mr).ok_or(MemoryError::UnknownRegion(mr))?;
+        b[s..s + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn compare_swap(
+        &mut self,
+        mr: MrId,
+        offset: u64,
+        cmp: u64,
+        swap: u64,
+    ) -> Result<u64, MemoryError> {
+        self.word(mr, offset, |v| if v == cmp { swap } else { v })
+    }
+
+    fn fetch_add(&mut self, mr: MrId, offset: u64, add: u64) -> Result<u64, MemoryError> {
+        self.word(mr, offset, |v| v.wrapping_add(add))
+    }
+}
+
+/// A completion channel: CQ events wait here.
+#[derive(Debug, Default)]
+struct Channel {
+    events: Mutex<VecDeque<CqId>>,
+    cv: Condvar,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct CqMeta {
+    channel: Option<u32>,
+    armed: bool,
+}
+
+/// Counters of the I/O driver, added to the engine's.
+#[derive(Debug, Default, Clone, Copy)]
+struct DriverCounters {
+    /// IPv4 packets whose Identification was recovered from the ICRC (16-bit check).
+    icrc_unverified: u64,
+    /// Datagrams the socket would not take right away (sent later).
+    tx_backlogged: u64,
+    /// Datagrams dropped because the network was unreachable.
+    tx_unreachable: u64,
+}
+
+/// Everything the engine lock guards.
+struct State {
+    ep: Endpoint<SoftMemory>,
+    cqs: HashMap<CqId, CqMeta>,
+    armed: Vec<CqId>,
+    channels: Vec<Arc<Channel>>,
+    rx: io::RxBuffers,
+    /// Sealed datagrams the socket had no room for.
+    backlog: VecDeque<Transmit>,
+    batch: Vec<Transmit>,
+    port_ok: bool,
+    driver: DriverCounters,
+}
+
+/// The parts of a device its progress thread shares.
+struct Shared {
+    name: String,
+    progress: Progress,
+    io: io::Sockets,
+    state: Mutex<State>,
+    epoch: std::time::Instant,
+    stop: AtomicBool,
+    /// Nanoseconds since `epoch` of the last busy poll by an application thread.
+    last_app_poll: AtomicU64,
+    /// When the progress thread will wake up by itself (ns since `epoch`; MAX: never).
+    sleeping_until: AtomicU64,
+    wake_fd: RawFd,
+    events: Mutex<VecDeque<AsyncEvent>>,
+    events_cv: Condvar,
+}
+
+/// A soft RoCEv2 device.
+pub struct SoftDevice {
+    sh: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for SoftDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SoftDevice").field("name", &self.sh.name).finish()
+    }
+}
+
+impl SoftDevice {
+    /// Opens the device at `ip`:`port` (binds its sockets).
+    pub fn open(ip: IpAddr, port: u16, opts: &ContextOptions) -> Result<SoftDevice> {
+        let name = device_name(ip, port);
+        let io = io::Sockets::open(ip, port)
+            .map_err(|source| Error::Open { device: name.clone(), source })?;
+        SoftDevice::start(name, io, opts)
+    }
+
+    /// Opens `soft:127.0.0.1`, or — when another process already holds it — the next
+    /// loopback address (127.0.0.2, …, 127.0.0.254), so that two tools on one host just work,
+    /// as two processes sharing one RDMA NIC do.
+    pub fn open_default_loopback(opts: &ContextOptions) -> Result<SoftDevice> {
+        for last in 1..=254u8 {
+            let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, last));
+            match io::Sockets::open(ip, ROCE_PORT) {
+                Ok(io) => return SoftDevice::start(device_name(ip, ROCE_PORT), io, opts),
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+                Err(source) => {
+                    return Err(Error::Open { device: device_name(ip, ROCE_PORT), source });
+                }
+            }
+        }
+        Err(Error::Open {
+            device: "soft".into(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                "UDP port 4791 is taken on every loopback address 127.0.0.1-254 (is rdma_rxe \
+                 loaded, or another program bound to 0.0.0.0:4791?)",
+            ),
+        })
+    }
+
+    fn start(name: String, io: io::Sockets, opts: &ContextOptions) -> Result<SoftDevice> {
+        let mut seed = [0u8; 8];
+        getrandom::fill(&mut seed).map_err(|e| Error::Open {
+            device: name.clone(),
+            source: std::io::Error::other(format!("no random source for keys: {e}")),
+        })?;
+        let cfg = EndpointConfig::new(io.ip, u64::from_ne_bytes(seed));
+        // SAFETY: eventfd has no memory-safety preconditions; the result is checked.
+        let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if wake_fd < 0 {
+            return Err(Error::Open { device: name, source: std::io::Error::last_os_error() });
+        }
+        let sh = Arc::new(Shared {
+            name,
+            progress: opts.progress,
+            io,
+            state: Mutex::new(State {
+                ep: Endpoint::new(cfg, SoftMemory::default()),
+                cqs: HashMap::new(),
+                armed: Vec::new(),
+                channels: Vec::new(),
+                rx: io::RxBuffers::default(),
+                backlog: VecDeque::new(),
+                batch: Vec::with_capacity(io::BATCH),
+                port_ok: true,
+                driver: DriverCounters::default(),
+            }),
+            epoch: std::time::Instant::now(),
+            stop: AtomicBool::new(false),
+            last_app_poll: AtomicU64::new(0),
+            sleeping_until: AtomicU64::new(u64::MAX),
+            wake_fd,
+            events: Mutex::new(VecDeque::new()),
+            events_cv: Condvar::new(),
+        });
+        let t = sh.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("podnet-soft {}", sh.name))
+            .spawn(move || t.progress_loop())
+            .map_err(|source| Error::Open { device: sh.name.clone(), source })?;
+        Ok(SoftDevice { sh, thread: Some(thread) })
+    }
+
+    /// How this device receives IPv4 (raw socket, or UDP with the ID recovered).
+    pub fn receive_path(&self) -> ReceivePath {
+        self.sh.io.rx_path
+    }
+}
+
+impl Drop for SoftDevice {
+    fn drop(&mut self) {
+        self.sh.stop.store(true, Ordering::SeqCst);
+        self.sh.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        // SAFETY: the fd is ours, and the progress thread that also used it has exited.
+        unsafe { libc::close(self.sh.wake_fd) };
+    }
+}
+
+fn device_name(ip: IpAddr, port: u16) -> String {
+    match (ip, port) {
+        (_, ROCE_PORT) => format!("soft:{ip}"),
+        (IpAddr::V4(_), p) => format!("soft:{ip}:{p}"),
+        (IpAddr::V6(_), p) => format!("soft:[{ip}]:{p}"),
+    }
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Shared {
+    fn now(&self) -> Instant {
+        Instant(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+        unsafe { libc::write(self.wake_fd, (&raw const one).cast(), 8) };
+    }
+
+    /// Wakes the progress thread if the engine now wants a timer earlier than it sleeps.
+    fn kick(&self, st: &State) {
+        if let Some(t) = st.ep.poll_timeout()
+            && t.0 < self.sleeping_until.load(Ordering::Acquire)
+        {
+            self.wake();
+        }
+    }
+
+    /// One round of device work: receive what waits (if `rx`), fire due timers, send what
+    /// the engine has, and deliver CQ and async events.
+    fn drive(&self, st: &mut State, rx: bool) {
+        let mut now = self.now();
+        if rx {
+            for _ in 0..8 {
+                let State { ep, rx, driver, .. } = &mut *st;
+                let got = self.io.recv_batch(rx, |meta, bytes, recovered| {
+                    if recovered.is_some() {
+                        driver.icrc_unverified += 1;
+                    }
+                    ep.handle_datagram(now, meta, bytes);
+                });
+                match got {
+                    Ok(n) if n == io::BATCH => {
+                        self.transmit(st, now);
+                        continue;
+                    }
+                    _ => break,
+                }
+            }
+            now = self.now();
+        }
+        if st.ep.poll_timeout().is_some_and(|t| t <= now) {
+            st.ep.handle_timeout(now);
+        }
+        self.transmit(st, now);
+        self.notify(st);
+    }
+
+    /// Sends everything the engine has ready, in `sendmmsg` batches.
+    fn transmit(&self, st: &mut State, now: Instant) {
+        loop {
+            st.batch.clear();
+            while st.batch.len() < io::BATCH {
+                if let Some(t) = st.backlog.pop_front() {
+                    st.batch.push(t);
+                } else if let Some(mut t) = st.ep.poll_transmit(now) {
+                    self.io.seal(&mut t);
+                    st.batch.push(t);
+                } else {
+                    break;
+                }
+            }
+            if st.batch.is_empty() {
+                return;
+            }
+            match self.io.send_batch(&st.batch) {
+                Ok(n) => {
+                    self.port_up(st, true);
+                    let rest: Vec<Transmit> = st.batch.drain(n..).collect();
+                    for t in rest.into_iter().rev() {
+                        st.backlog.push_front(t);
+                    }
+                    if n == 0 {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    st.driver.tx_backlogged += st.batch.len() as u64;
+                    let b: Vec<Transmit> = st.batch.drain(..).collect();
+                    for t in b.into_iter().rev() {
+                        st.backlog.push_front(t);
+                    }
+                    return;
+                }
+                Err(e) => {
+                    // The network is unreachable (or the peer's family differs): the first
+                    // datagram is lost, as on a wire; the transport retransmits.
+                    let unreachable = matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENETUNREACH | libc::ENETDOWN | libc::EHOSTUNREACH)
+                    );
+                    if unreachable {
+                        self.port_up(st, false);
+                    }
+                    st.driver.tx_unreachable += 1;
+                    let b: Vec<Transmit> = st.batch.drain(1..).collect();
+                    for t in b.into_iter().rev() {
+                        st.backlog.push_front(t);
+                    }
+                }
+            }
+        }
+    }
+
+    fn port_up(&self, st: &mut State, up: bool) {
+        if st.port_ok != up {
+            st.port_ok = up;
+            self.push_event(if up { AsyncEvent::PortActive } else { AsyncEvent::PortErr });
+        }
+    }
+
+    fn push_event(&self, e: AsyncEvent) {
+        self.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push_back(e);
+        self.events_cv.notify_all();
+    }
+
+    /// Fires channel events of armed CQs that have completions; forwards engine events.
+    fn notify(&self, st: &mut State) {
+        let mut i = 0;
+        while i < st.armed.len() {
+            let cq = st.armed[i];
+            if st.ep.cq_len(cq) == 0 {
+                i += 1;
+                continue;
+            }
+            st.armed.swap_remove(i);
+            let Some(meta) = st.cqs.get_mut(&cq) else { continue };
+            meta.armed = false;
+            if let Some(ch) = meta.channel.and_then(|c| st.channels.get(c as usize)) {
+                ch.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push_back(cq);
+                ch.cv.notify_all();
+            }
+        }
+        while let Some(e) = st.ep.poll_event() {
+            self.push_event(match e {
+                Event::QpFatal(q) => AsyncEvent::QpFatal(q),
+                Event::SrqLimitReached(s) => AsyncEvent::SrqLimitReached(s),
+            });
+        }
+    }
+
+    fn progress_loop(&self) {
+        while !self.stop.load(Ordering::Acquire) {
+            if self.progress == Progress::Busy {
+                // An application thread polling its CQ drives the device; stay out of its way.
+                let since = self.now().0.saturating_sub(self.last_app_poll.load(Ordering::Relaxed));
+                if since < 200_000 {
+                    std::thread::sleep(Duration::from_micros(500));
+                    continue;
+                }
+            }
+            let (deadline, want_out) = {
+                let mut st = lock(&self.state);
+                self.drive(&mut st, true);
+                let d = st.ep.poll_timeout().map_or(u64::MAX, |t| t.0);
+                self.sleeping_until.store(d, Ordering::Release);
+                (d, !st.backlog.is_empty())
+            };
+            let mut fds = [
+                libc::pollfd { fd: self.io.rx_fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: self.wake_fd, events: libc::POLLIN, revents: 0 },
+                libc::pollfd {
+                    fd: self.io.tx_fd(),
+                    events: if want_out { libc::POLLOUT } else { 0 },
+                    revents: 0,
+                },
+            ];
+            let mut busy_cap = None;
+            if self.progress == Progress::Busy {
+                // Look again soon: the application may start polling.
+                busy_cap = Some(Duration::from_millis(1));
+            }
+            let wait = match deadline {
+                u64::MAX => busy_cap,
+                d => {
+                    let w = Duration::from_nanos(d.saturating_sub(self.now().0));
+                    Some(busy_cap.map_or(w, |c| c.min(w)))
+                }
+            };
+            let ts = wait.map(|w| libc::timespec {
+                tv_sec: w.as_secs() as libc::time_t,
+                tv_nsec: libc::c_long::from(w.subsec_nanos() as i32),
+            });
+            let tsp = ts.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
+            // SAFETY: `fds` and `ts` live across the call, with their true length.
+            unsafe {
+                libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, tsp, std::ptr::null())
+            };
+            self.sleeping_until.store(0, Ordering::Release);
+            if fds[1].revents & libc::POLLIN != 0 {
+                let mut v: u64 = 0;
+                // SAFETY: reads 8 bytes into a live u64 from our eventfd.
+                unsafe { libc::read(self.wake_fd, (&raw mut v).cast(), 8) };
+            }
+        }
+    }
+}
+
+impl Provider for SoftDevice {
+    fn device_name(&self) -> String {
+        self.sh.name.clone()
+    }
+
+    fn provider_name(&self) -> &'static str {
+        "soft"
+    }
+
+    fn ip(&self) -> IpAddr {
+        self.sh.io.ip
+    }
+
+    fn port_attr(&self) -> PortAttr {
+        let up = lock(&self.sh.state).port_ok;
+        PortAttr {
+            state: if up { PortState::Active } else { PortState::Down },
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: Mtu::Mtu4096,
+            lid: 0,
+            link_layer: "Ethernet",
+        }
+    }
+
+    fn gid_table(&self) -> Vec<GidEntry> {
+        vec![GidEntry { index: 0, gid: Gid::from_ip(self.sh.io.ip), gid_type: GidType::RoceV2 }]
+    }
+
+    fn alloc_pd(&self) -> Result<PdId> {
+        Ok(lock(&self.sh.state).ep.alloc_pd())
+    }
+
+    fn reg_mr(&self, pd: PdId, len: usize, access: Access) -> Result<MrInfo> {
+        let mut st = lock(&self.sh.state);
+        let mem = st.ep.memory_mut();
+        let id = MrId(mem.next);
+        mem.next = mem.next.wrapping_add(1);
+        let buf = vec![0u8; len].into_boxed_slice();
+        let addr = buf.as_ptr() as u64;
+        mem.bufs.insert(id, buf);
+        match st.ep.register_mr(pd, id, addr, len as u64, access) {
+            Ok(info) => Ok(info),
+            Err(e) => {
+                st.ep.memory_mut().bufs.remove(&id);
+                Err(e.into())
+            }
+        }
+    }
+
+    fn dereg_mr(&self, lkey: u32) {
+        let mut st = lock(&self.sh.state);
+        if let Some(info) = st.ep.deregister_mr(lkey) {
+            st.ep.memory_mut().bufs.remove(&info.id);
+        }
+    }
+
+    fn mr_read(&self, lkey: u32, offset: usize, out: &mut [u8]) -> Result<()> {
+        let st = lock(&self.sh.state);
+        let id = st.ep.mr(lkey).map(|m| m.id);
+        let r = id.map(|id| st.ep.memory().read(id, offset as u64, out));
+        match r {
+            Some(Ok(())) => Ok(()),
+            _ => Err(Error::OutOfBounds { offset, len: out.len(), region_len: 0 }),
+        }
+    }
+
+    fn mr_write(&self, lkey: u32, offset: usize, data: &[u8]) -> Result<()> {
+        let mut st = lock(&self.sh.state);
+        let id = st.ep.mr(lkey).map(|m| m.id);
+        let r = id.map(|id| st.ep.memory_mut().write(id, offset as u64, data));
+        match r {
+            Some(Ok(())) => Ok(()),
+            _ => Err(Error::OutOfBounds { offset, len: data.len(), region_len: 0 }),
+        }
+    }
+
+    fn create_channel(&self) -> Result<u32> {
+        let mut st = lock(&self.sh.state);
+        st.channels.push(Arc::new(Channel::default()));
+        Ok(st.channels.len() as u32 - 1)
+    }
+
+    fn create_cq(&self, _cqe: u32, channel: Option<u32>) -> Result<CqId> {
+        let mut st = lock(&self.sh.state);
+        let cq = st.ep.create_cq();
+        st.cqs.insert(cq, CqMeta { channel, armed: false });
+        Ok(cq)
+    }
+
+    fn destroy_cq(&self, cq: CqId) {
+        let mut st = lock(&self.sh.state);
+        st.cqs.remove(&cq);
+        st.armed.retain(|c| *c != cq);
+        while st.ep.poll_completion(cq).is_some() {}
+    }
+
+    fn poll_cq(&self, cq: CqId, out: &mut [WorkCompletion]) -> usize {
+        let mut st = lock(&self.sh.state);
+        if self.sh.progress == Progress::Busy {
+            self.sh.last_app_poll.store(self.sh.now().0, Ordering::Relaxed);
+            if st.ep.cq_len(cq) == 0 {
+                self.sh.drive(&mut st, true);
+            }
+        }
+        let mut n = 0;
+        while n < out.len() {
+            match st.ep.poll_completion(cq) {
+                Some(wc) => {
+                    out[n] = wc;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+
+    fn req_notify_cq(&self, cq: CqId) -> Result<()> {
+        let mut st = lock(&self.sh.state);
+        let Some(meta) = st.cqs.get_mut(&cq) else {
+            return Err(transport::Error::NoCq(cq).into());
+        };
+        if !meta.armed {
+            meta.armed = true;
+            st.armed.push(cq);
+        }
+        self.sh.notify(&mut st);
+        Ok(())
+    }
+
+    fn get_cq_event(&self, channel: u32, timeout: Option<Duration>) -> Option<CqId> {
+        let ch = lock(&self.sh.state).channels.get(channel as usize)?.clone();
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let mut q = ch.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            if let Some(cq) = q.pop_front() {
+                return Some(cq);
+            }
+            q = match deadline {
+                None => ch.cv.wait(q).unwrap_or_else(std::sync::PoisonError::into_inner),
+                Some(d) => {
+                    let left = d.checked_duration_since(std::time::Instant::now())?;
+                    ch.cv.wait_timeout(q, left).unwrap_or_else(std::sync::PoisonError::into_inner).0
+                }
+            };
+        }
+    }
+
+    fn create_srq(&self, pd: PdId, max_wr: u32) -> Result<SrqId> {
+        Ok(lock(&self.sh.state).ep.create_srq(pd, max_wr)?)
+    }
+
+    fn destroy_srq(&self, srq: SrqId) {
+        let _ = lock(&self.sh.state).ep.destroy_srq(srq);
+    }
+
+    fn post_srq_recv(&self, srq: SrqId, wrs: &[RecvWr]) -> Result<()> {
+        let mut st = lock(&self.sh.state);
+        for wr in wrs {
+            st.ep.post_srq_recv(srq, wr.clone())?;
+        }
+        Ok(())
+    }
+
+    fn arm_srq_limit(&self, srq: SrqId, limit: u32) -> Result<()> {
+        Ok(lock(&self.sh.state).ep.arm_srq_limit(srq, limit)?)
+    }
+
+    fn create_qp(&self, s: &QpSpec) -> Result<Qpn> {
+        let mut st = lock(&self.sh.state);
+        Ok(st.ep.create_qp_with_srq(s.pd, s.qp_type, s.send_cq, s.recv_cq, s.caps, s.srq)?)
+    }
+
+    fn modify_qp(&self, qpn: Qpn, attr: &ModifyQp) -> Result<()> {
+        let mut st = lock(&self.sh.state);
+        st.ep.modify_qp(qpn, attr)?;
+        let now = self.sh.now();
+        self.sh.transmit(&mut st, now);
+        self.sh.notify(&mut st);
+        self.sh.kick(&st);
+        Ok(())
+    }
+
+    fn query_qp(&self, qpn: Qpn) -> Result<(QpState, QpAttr)> {
+        Ok(lock(&self.sh.state).ep.query_qp(qpn)?)
+    }
+
+    fn destroy_qp(&self, qpn: Qpn) {
+        let _ = lock(&self.sh.state).ep.destroy_qp(qpn);
+    }
+
+    fn post_send(&self, qpn: Qpn, wrs: &[SendWr]) -> Result<()> {
+        let mut st = lock(&self.sh.state);
+        let mut r = Ok(());
+        for wr in wrs {
+            if let Err(e) = st.ep.post_send(qpn, wr.clone()) {
+                r = Err(e.into());
+                break;
+            }
+        }
+        // The doorbell: send now, from this thread.
+        let now = self.sh.now();
+        self.sh.transmit(&mut st, now);
+        self.sh.notify(&mut st);
+        self.sh.kick(&st);
+        r
+    }
+
+    fn post_recv(&self, qpn: Qpn, wrs: &[RecvWr]) -> Result<()> {
+        let mut st = lock(&self.sh.state);
+        for wr in wrs {
+            st.ep.post_recv(qpn, wr.clone())?;
+        }
+        self.sh.notify(&mut st);
+        Ok(())
+    }
+
+    fn get_async_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let mut q = self.sh.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            if let Some(e) = q.pop_front() {
+                return Some(e);
+            }
+            q = match deadline {
+                None => {
+                    self.sh.events_cv.wait(q).unwrap_or_else(std::sync::PoisonError::into_inner)
+                }
+                Some(d) => {
+                    let left = d.checked_duration_since(std::time::Instant::now())?;
+                    self.sh
+                        .events_cv
+                        .wait_timeout(q, left)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+    }
+
+    fn counters(&self) -> Counters {
+        let st = lock(&self.sh.state);
+        let mut c = st.ep.counters().clone();
+        c.icrc_unverified += st.driver.icrc_unverified;
+        c
+    }
+}
