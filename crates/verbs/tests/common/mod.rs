@@ -255,33 +255,7 @@ impl Local {
 
     /// Brings the local QP to RTS towards `peer`.
     pub fn connect(&self, peer_ip: IpAddr, peer_qpn: Qpn, c: &Conn) {
-        let rtr = ModifyQp {
-            state: Some(QpState::Rtr),
-            path_mtu: Some(c.mtu),
-            dest: Some(Path { ip: peer_ip, qpn: peer_qpn }),
-            rq_psn: Some(Psn::new(c.psn_remote)),
-            max_dest_rd_atomic: Some(16),
-            min_rnr_timer: Some(c.min_rnr_timer),
-            ..Default::default()
-        };
-        let rtr = if self.qp.qp_type() == QpType::Ud {
-            ModifyQp { state: Some(QpState::Rtr), ..Default::default() }
-        } else {
-            rtr
-        };
-        self.qp.modify(&rtr).unwrap();
-        let mut rts = ModifyQp {
-            state: Some(QpState::Rts),
-            sq_psn: Some(Psn::new(c.psn_local)),
-            ..Default::default()
-        };
-        if self.qp.qp_type() == QpType::Rc {
-            rts.timeout = Some(c.timeout);
-            rts.retry_cnt = Some(c.retry_cnt);
-            rts.rnr_retry = Some(c.rnr_retry);
-            rts.max_rd_atomic = Some(16);
-        }
-        self.qp.modify(&rts).unwrap();
+        connect_qp(&self.qp, peer_ip, peer_qpn, c);
     }
 
     /// Brings the peer's QP to RTS towards this side.
@@ -317,4 +291,34 @@ impl Local {
             self.channel.get_cq_event(Some(left));
         }
     }
+}
+
+/// Brings `qp` (in INIT) to RTS towards `peer_qpn` at `peer_ip`.
+pub fn connect_qp(qp: &QueuePair, peer_ip: IpAddr, peer_qpn: Qpn, c: &Conn) {
+    let rtr = if qp.qp_type() == QpType::Ud {
+        ModifyQp { state: Some(QpState::Rtr), ..Default::default() }
+    } else {
+        ModifyQp {
+            state: Some(QpState::Rtr),
+            path_mtu: Some(c.mtu),
+            dest: Some(Path { ip: peer_ip, qpn: peer_qpn }),
+            rq_psn: Some(Psn::new(c.psn_remote)),
+            max_dest_rd_atomic: Some(16),
+            min_rnr_timer: Some(c.min_rnr_timer),
+            ..Default::default()
+        }
+    };
+    qp.modify(&rtr).unwrap();
+    let mut rts = ModifyQp {
+        state: Some(QpState::Rts),
+        sq_psn: Some(Psn::new(c.psn_local)),
+        ..Default::default()
+    };
+    if qp.qp_type() == QpType::Rc {
+        rts.timeout = Some(c.timeout);
+        rts.retry_cnt = Some(c.retry_cnt);
+        rts.rnr_retry = Some(c.rnr_retry);
+        rts.max_rd_atomic = Some(16);
+    }
+    qp.modify(&rts).unwrap();
 }

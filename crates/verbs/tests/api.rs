@@ -1,0 +1,247 @@
+//! The verbs objects one by one on the soft provider: GIDs and port attributes, keys, bounds,
+//! protection domains, SRQs, completion channels, asynchronous events, the loopback rule.
+//! Each test runs in its own network namespace.
+
+mod common;
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use common::{ALL, Conn, Local, private_netns};
+use verbs::{
+    Access, AsyncEvent, Context, ContextOptions, Error, GidType, Mtu, PortState, Progress, QpInit,
+    QpType, RKey, RecvWr, SendOp, SendWr, WcStatus,
+};
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+#[test]
+fn port_attributes_and_roce_v2_gids() {
+    private_netns(0);
+    let c4 = Context::open("soft:127.0.0.1", &ContextOptions::default()).unwrap();
+    let c6 = Context::open("soft:[fd00::1]:4791", &ContextOptions::default()).unwrap();
+    assert_eq!(c4.device_name(), "soft:127.0.0.1");
+    assert_eq!(c6.device_name(), "soft:fd00::1");
+    let p = c4.query_port();
+    assert_eq!(
+        (p.state, p.active_mtu, p.lid, p.link_layer),
+        (PortState::Active, Mtu::Mtu4096, 0, "Ethernet")
+    );
+    let g = c4.query_gid(0).unwrap();
+    assert_eq!(g.gid.to_string(), "0000:0000:0000:0000:0000:ffff:7f00:0001");
+    assert_eq!((g.gid_type, g.gid.to_ip()), (GidType::RoceV2, Some(ip("127.0.0.1"))));
+    assert_eq!(c6.query_gid(0).unwrap().gid.to_ip(), Some(ip("fd00::1")));
+    let e = c4.query_gid(1).unwrap_err();
+    assert!(matches!(e, Error::NoGid { index: 1, len: 1, .. }), "{e}");
+    let e = Context::open("mlx5_0", &ContextOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("soft:<IP>"), "{e}");
+}
+
+#[test]
+fn the_default_device_takes_the_next_free_loopback_address() {
+    private_netns(0);
+    let opts = ContextOptions::default();
+    let names: Vec<String> = (0..3)
+        .map(|_| Context::open("soft", &opts).unwrap())
+        .collect::<Vec<_>>()
+        .iter()
+        .map(Context::device_name)
+        .collect();
+    assert_eq!(names, ["soft:127.0.0.1", "soft:127.0.0.2", "soft:127.0.0.3"]);
+    // An explicit name that is taken is an error, not a silent move.
+    let _a = Context::open("soft:127.0.0.9", &opts).unwrap();
+    let e = Context::open("soft:127.0.0.9", &opts).unwrap_err();
+    assert!(e.to_string().contains("soft:127.0.0.9"), "{e}");
+}
+
+#[test]
+fn rkeys_are_unique_and_unguessable() {
+    private_netns(0);
+    let mut all = Vec::new();
+    for dev in ["soft:127.0.0.1", "soft:127.0.0.2"] {
+        let ctx = Context::open(dev, &ContextOptions::default()).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let mrs: Vec<_> = (0..500).map(|_| pd.reg_mr(64, ALL).unwrap()).collect();
+        let keys: Vec<u32> = mrs.iter().map(|m| m.rkey().0).collect();
+        assert_eq!(keys.iter().collect::<HashSet<_>>().len(), keys.len(), "duplicate rkeys");
+        let steps: HashSet<u32> = keys.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
+        assert!(steps.len() > 490, "rkeys follow a pattern: {} distinct steps", steps.len());
+        let local = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        assert_eq!(local.rkey(), RKey(0), "no remote right, no rkey");
+        all.push(keys);
+    }
+    let a: HashSet<_> = all[0].iter().collect();
+    assert!(all[1].iter().filter(|k| a.contains(k)).count() < 3, "two devices share keys");
+}
+
+#[test]
+fn memory_regions_check_bounds_and_outlive_nothing() {
+    private_netns(0);
+    let a = Local::new(ip("127.0.0.1"), Progress::Event, QpType::Rc, 4096);
+    let b = Local::new(ip("127.0.0.2"), Progress::Event, QpType::Rc, 4096);
+    a.connect(b.ctx.ip(), b.qp.qpn(), &Conn::default());
+    b.connect(
+        a.ctx.ip(),
+        a.qp.qpn(),
+        &Conn { psn_local: 0xff_fff0, psn_remote: 0x12_3456, ..Conn::default() },
+    );
+    assert!(matches!(a.mr.sge(4000, 97), Err(Error::OutOfBounds { .. })));
+    assert!(a.mr.write(4095, &[1, 2]).is_err());
+    assert!(a.mr.read(usize::MAX, &mut [0]).is_err());
+    // A work request naming a region that is gone fails with a protection error; nothing
+    // touches freed memory.
+    let pd = a.pd.reg_mr(4096, ALL).unwrap();
+    let sge = pd.sge(0, 100).unwrap();
+    drop(pd);
+    let op = SendOp::Write { remote_addr: b.mr.addr(), rkey: b.mr.rkey() };
+    a.qp.post_send(SendWr { sgl: vec![sge], ..SendWr::new(1, op) }).unwrap();
+    let wc = a.next_wc(Duration::from_secs(2)).unwrap();
+    assert_eq!(wc.status, WcStatus::LocProtErr);
+}
+
+#[test]
+fn protection_domains_isolate() {
+    private_netns(0);
+    let a = Local::new(ip("127.0.0.1"), Progress::Event, QpType::Rc, 4096);
+    let b = Local::new(ip("127.0.0.2"), Progress::Event, QpType::Rc, 4096);
+    a.connect(b.ctx.ip(), b.qp.qpn(), &Conn::default());
+    b.connect(
+        a.ctx.ip(),
+        a.qp.qpn(),
+        &Conn { psn_local: 0xff_fff0, psn_remote: 0x12_3456, ..Conn::default() },
+    );
+    // A region of another PD on the responder: remote access error.
+    let other = b.ctx.alloc_pd().unwrap().reg_mr(4096, ALL).unwrap();
+    let op = SendOp::Write { remote_addr: other.addr(), rkey: other.rkey() };
+    a.qp.post_send(SendWr { sgl: vec![a.mr.sge(0, 8).unwrap()], ..SendWr::new(1, op) }).unwrap();
+    assert_eq!(a.next_wc(Duration::from_secs(2)).unwrap().status, WcStatus::RemAccessErr);
+    assert_eq!(other.to_vec(0, 8).unwrap(), [0; 8], "the other PD's memory changed");
+}
+
+#[test]
+fn an_srq_serves_two_qps_and_signals_its_limit() {
+    private_netns(0);
+    let opts = ContextOptions::default();
+    let server = Context::open("soft:127.0.0.1", &opts).unwrap();
+    let pd = server.alloc_pd().unwrap();
+    let cq = server.create_cq(64, None).unwrap();
+    let mr = pd.reg_mr(1 << 16, ALL).unwrap();
+    let srq = pd.create_srq(16).unwrap();
+    let mut init = QpInit::new(QpType::Rc, &cq);
+    init.srq = Some(&srq);
+    let qps = [pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap()];
+    let e = qps[0].post_recv(RecvWr::new(0)).unwrap_err();
+    assert!(e.to_string().contains("SRQ"), "{e}");
+    for i in 0..4 {
+        srq.post_recv(RecvWr {
+            sgl: vec![mr.sge(i * 1024, 1024).unwrap()],
+            ..RecvWr::new(i as u64)
+        })
+        .unwrap();
+    }
+    srq.arm_limit(3).unwrap();
+    let clients: Vec<Local> = ["127.0.0.2", "127.0.0.3"]
+        .iter()
+        .map(|c| Local::new(ip(c), Progress::Event, QpType::Rc, 4096))
+        .collect();
+    let c = Conn::default();
+    let rev = Conn { psn_local: c.psn_remote, psn_remote: c.psn_local, ..c };
+    for (qp, cl) in qps.iter().zip(&clients) {
+        let m = verbs::ModifyQp {
+            state: Some(verbs::QpState::Init),
+            access: Some(ALL),
+            ..Default::default()
+        };
+        qp.modify(&m).unwrap();
+        cl.connect(server.ip(), qp.qpn(), &c);
+        common::connect_qp(qp, cl.ctx.ip(), cl.qp.qpn(), &rev);
+    }
+    for (k, cl) in clients.iter().enumerate() {
+        cl.mr.write(0, &[k as u8 + 1; 100]).unwrap();
+        cl.qp
+            .post_send(SendWr {
+                sgl: vec![cl.mr.sge(0, 100).unwrap()],
+                ..SendWr::new(0, SendOp::Send)
+            })
+            .unwrap();
+        assert_eq!(cl.next_wc(Duration::from_secs(2)).unwrap().status, WcStatus::Success);
+    }
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let wc = cq.poll_one_blocking(Duration::from_secs(2)).expect("a receive");
+        got.push((wc.qp_num, wc.wr_id));
+        let first = mr.to_vec(wc.wr_id as usize * 1024, 1).unwrap()[0];
+        let k = qps.iter().position(|q| q.qpn() == wc.qp_num).unwrap();
+        assert_eq!(first, k as u8 + 1, "QP {k}'s message landed in receive {}", wc.wr_id);
+    }
+    let ids: HashSet<u64> = got.iter().map(|g| g.1).collect();
+    assert_eq!(ids, HashSet::from([0, 1]), "{got:?}");
+    let ev = server.get_async_event(Some(Duration::from_secs(1)));
+    assert!(matches!(ev, Some(AsyncEvent::SrqLimitReached(_))), "{ev:?}");
+}
+
+#[test]
+fn a_completion_channel_blocks_until_the_completion() {
+    private_netns(0);
+    let a = Local::new(ip("127.0.0.1"), Progress::Event, QpType::Rc, 4096);
+    let b = Local::new(ip("127.0.0.2"), Progress::Event, QpType::Rc, 4096);
+    a.connect(b.ctx.ip(), b.qp.qpn(), &Conn::default());
+    b.connect(
+        a.ctx.ip(),
+        a.qp.qpn(),
+        &Conn { psn_local: 0xff_fff0, psn_remote: 0x12_3456, ..Conn::default() },
+    );
+    b.cq.req_notify().unwrap();
+    let t0 = Instant::now();
+    assert_eq!(b.channel.get_cq_event(Some(Duration::from_millis(50))), None);
+    assert!(t0.elapsed() >= Duration::from_millis(50));
+    b.qp.post_recv(RecvWr { sgl: vec![b.mr.sge(0, 64).unwrap()], ..RecvWr::new(5) }).unwrap();
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        a.qp.post_send(SendWr {
+            sgl: vec![a.mr.sge(0, 64).unwrap()],
+            ..SendWr::new(1, SendOp::SendWithImm(9))
+        })
+        .unwrap();
+        a
+    });
+    let ev = b.channel.get_cq_event(Some(Duration::from_secs(5)));
+    assert_eq!(ev, Some(b.cq.id()));
+    let mut wc = [verbs::empty_wc()];
+    assert_eq!(b.cq.poll(&mut wc), 1);
+    assert_eq!((wc[0].wr_id, wc[0].imm, wc[0].byte_len), (5, Some(9), 64));
+    // One event per arming.
+    assert_eq!(b.channel.get_cq_event(Some(Duration::from_millis(20))), None);
+    drop(sender.join().unwrap());
+}
+
+#[test]
+fn an_unreachable_network_is_a_port_error_then_active_again() {
+    private_netns(0);
+    let a = Local::new(ip("127.0.0.1"), Progress::Event, QpType::Ud, 4096);
+    let c = Conn::default();
+    a.connect(ip("127.0.0.1"), a.qp.qpn(), &c);
+    // No route to 10.0.0.0/8 in this namespace.
+    let dest =
+        verbs::UdDest { ip: ip("10.1.2.3"), qpn: verbs::Qpn::new(0x11), qkey: verbs::QKey(1) };
+    let w = SendWr {
+        sgl: vec![a.mr.sge(0, 8).unwrap()],
+        ud: Some(dest),
+        ..SendWr::new(1, SendOp::Send)
+    };
+    a.qp.post_send(w).unwrap();
+    assert_eq!(a.ctx.get_async_event(Some(Duration::from_secs(1))), Some(AsyncEvent::PortErr));
+    assert_eq!(a.ctx.query_port().state, PortState::Down);
+    let dest = verbs::UdDest { ip: ip("127.0.0.1"), ..dest };
+    let w = SendWr {
+        sgl: vec![a.mr.sge(0, 8).unwrap()],
+        ud: Some(dest),
+        ..SendWr::new(2, SendOp::Send)
+    };
+    a.qp.post_send(w).unwrap();
+    assert_eq!(a.ctx.get_async_event(Some(Duration::from_secs(1))), Some(AsyncEvent::PortActive));
+    assert_eq!(a.ctx.query_port().state, PortState::Active);
+}
