@@ -18,6 +18,96 @@ pub(crate) enum Command {
     /// RoCEv2 packet-capture analysis.
     #[command(subcommand)]
     Capture(CaptureCommand),
+
+    /// RC ping-pong between two hosts: a port of rdma-core's ibv_rc_pingpong.
+    ///
+    /// Without SERVER it waits for a client on TCP port --port of the device's address; with
+    /// SERVER it connects there. The two sides swap `LID:QPN:PSN:GID` over TCP exactly as
+    /// ibv_rc_pingpong does, so either side can be ibv_rc_pingpong on a real RDMA device or
+    /// Linux rxe. Then each side sends --size bytes and waits for the other's, --iters times,
+    /// and prints the same summary lines (`N bytes in S seconds = M Mbit/sec`, `N iters in S
+    /// seconds = U usec/iter`).
+    ///
+    /// The default device is `soft`: the soft RoCEv2 provider on 127.0.0.1, or on the next
+    /// free loopback address (127.0.0.2, …) when another process holds it — so `podnet
+    /// pingpong` and `podnet pingpong localhost` on one machine just work. Elsewhere name the
+    /// device by its address: `-d soft:10.0.0.1` (IPv6: `-d soft:fd00::1`).
+    ///
+    /// Exit status: 0 done, 1 a completion failed or --verify found a damaged payload, 2 bad
+    /// input, the peer could not be reached, or no progress for --timeout seconds.
+    #[command(after_help = "Examples:\n  podnet pingpong &  podnet pingpong localhost\n  \
+        podnet pingpong -d soft:10.0.0.1 -g 0 -s 65536 -n 100 --verify\n  \
+        podnet pingpong -d soft:10.0.0.2 -g 0 10.0.0.1   # against ibv_rc_pingpong -g 1 there")]
+    Pingpong(PingpongArgs),
+}
+
+/// `podnet pingpong` flags, named as ibv_rc_pingpong's.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct PingpongArgs {
+    /// The server to connect to (host name or address); without it, act as the server.
+    pub(crate) server: Option<String>,
+
+    /// TCP port of the connection exchange.
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    pub(crate) port: u16,
+
+    /// The RDMA device: `soft` (first free loopback address) or `soft:<IP>[:<udp-port>]`.
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEVICE", default_value = "soft")]
+    pub(crate) ib_dev: String,
+
+    /// The device port (RoCE devices here have one: 1).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub(crate) ib_port: u8,
+
+    /// Bytes per message.
+    #[arg(short = 's', long, default_value_t = 4096)]
+    pub(crate) size: u32,
+
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(short = 'm', long, default_value_t = 1024)]
+    pub(crate) mtu: u32,
+
+    /// Receives kept posted.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    pub(crate) rx_depth: u32,
+
+    /// Messages each way.
+    #[arg(short = 'n', long, default_value_t = 1000)]
+    pub(crate) iters: u32,
+
+    /// Service level (carried for compatibility; RoCE maps it to a VLAN priority, which the
+    /// soft provider does not set).
+    #[arg(short = 'l', long, default_value_t = 0)]
+    pub(crate) sl: u8,
+
+    /// Sleep on completion events instead of busy-polling the CQ.
+    #[arg(short = 'e', long)]
+    pub(crate) events: bool,
+
+    /// Local GID index (the soft device has one GID, index 0). Without it the GID is still
+    /// sent, and a peer's zero GID means "the address it connected from".
+    #[arg(short = 'g', long = "gid-idx", value_name = "INDEX")]
+    pub(crate) gid_idx: Option<usize>,
+
+    /// ibv_rc_pingpong's check: the first byte of each page (it proves little; see --verify).
+    #[arg(short = 'c', long)]
+    pub(crate) chk: bool,
+
+    /// Check every payload byte received: the client sends a fresh pattern each iteration
+    /// and expects it echoed; the server checks the client's pattern (or, against
+    /// ibv_rc_pingpong, that its buffer comes back unchanged).
+    #[arg(long)]
+    pub(crate) verify: bool,
+
+    /// Give up when no completion arrives for this many seconds (also bounds connecting and
+    /// the exchange; a server waits for its client without limit unless this is given).
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) timeout: Option<f64>,
+
+    /// One JSON object on stdout instead of the text lines: addresses, results, the
+    /// device's transport counters.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Subcommand)]

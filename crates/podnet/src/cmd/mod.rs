@@ -1,6 +1,7 @@
 //! Subcommands.
 
 mod capture;
+mod pingpong;
 
 use std::process::ExitCode;
 
@@ -10,5 +11,6 @@ use crate::cli::{CaptureCommand, Cli, Command};
 pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Capture(CaptureCommand::Decode(args)) => capture::decode(&args),
+        Command::Pingpong(args) => pingpong::run(&args),
     }
 }
