@@ -2,6 +2,7 @@
 
 mod decode;
 mod extra;
+mod pingpong;
 mod rxe;
 mod tshark;
 mod util;
