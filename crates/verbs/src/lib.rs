@@ -216,17 +216,27 @@ pub enum AsyncEvent {
     PortErr,
 }
 
-/// How a context makes progress.
-#[derive(Debug, Clone)]
+/// How a context is opened.
+#[derive(Debug, Clone, Default)]
 pub struct ContextOptions {
     /// Busy-poll or event-driven.
     pub progress: Progress,
+    /// How a soft device on an IPv4 address receives (ignored elsewhere).
+    pub ipv4_receive: Ipv4Receive,
 }
 
-impl Default for ContextOptions {
-    fn default() -> Self {
-        ContextOptions { progress: Progress::Event }
-    }
+/// How a soft device receives IPv4 RoCE datagrams, whose ICRC covers the IP Identification
+/// that a UDP socket does not show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ipv4Receive {
+    /// A raw socket when the process may open one (`CAP_NET_RAW`), else the UDP socket.
+    #[default]
+    Auto,
+    /// A raw IPv4 socket: the real IP header, a full 32-bit ICRC check.
+    Raw,
+    /// The UDP socket, the Identification recovered from the ICRC: a 16-bit check, every
+    /// packet counted in `icrc_unverified`.
+    Udp,
 }
 
 /// An open device: the root of every other verbs object (`ibv_context`).

@@ -349,3 +349,39 @@ fn write_with_imm_into_an_srq() {
     assert_eq!(imms, [Some(100), Some(101), Some(102), Some(103)]);
     assert!(wcs.iter().all(|w| w.2 == "RecvRdmaWithImm" && w.1 == "Success"), "{wcs:?}");
 }
+
+#[test]
+fn ipv4_through_a_plain_udp_socket_recovers_the_id_and_counts_every_packet() {
+    private_netns(0);
+    let (ip_a, ip_b) = Family::V4.ips();
+    let opts =
+        verbs::ContextOptions { ipv4_receive: verbs::Ipv4Receive::Udp, ..Default::default() };
+    let a = Local::with_options(ip_a, &opts, QpType::Rc, 1 << 20);
+    let mut peer = Remote::spawn();
+    peer.cmd(&format!("open soft:{ip_b} event udp"));
+    let b = peer.qp("rc", 1 << 20, false);
+    let c = Conn::default();
+    a.connect(ip_b, b.qpn, &c);
+    a.connect_remote(&mut peer, &b, &c);
+    a.mr.write(0, &common::pattern_bytes(3, 65536)).unwrap();
+    for i in 0..4 {
+        let op = SendOp::Read { remote_addr: b.addr, rkey: RKey(b.rkey) };
+        let w = SendWr { sgl: vec![a.mr.sge(65536, 8192).unwrap()], ..SendWr::new(i, op) };
+        a.qp.post_send(w).unwrap();
+        let op = SendOp::Write { remote_addr: b.addr, rkey: RKey(b.rkey) };
+        let w = SendWr { sgl: vec![a.mr.sge(0, 65536).unwrap()], ..SendWr::new(i, op) };
+        a.qp.post_send(w).unwrap();
+    }
+    for _ in 0..8 {
+        assert_eq!(a.next_wc(Duration::from_secs(5)).unwrap().status, WcStatus::Success);
+    }
+    let got = peer.cmd("digest 0 65536");
+    assert_eq!(got[0], crc32fast::hash(&common::pattern_bytes(3, 65536)).to_string());
+    let ca = a.ctx.counters();
+    assert!(ca.rcvd_pkts > 0);
+    assert_eq!(ca.icrc_unverified, ca.rcvd_pkts, "every packet is counted: {ca:?}");
+    assert_eq!(ca.icrc_errors, 0);
+    let (rcvd, unverified) = (peer.counter("rcvd_pkts"), peer.counter("icrc_unverified"));
+    assert!(rcvd >= 256, "64 KiB WRITEs are 64 packets each");
+    assert_eq!(unverified, rcvd);
+}

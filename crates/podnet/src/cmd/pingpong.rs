@@ -143,7 +143,7 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let progress = if args.events { Progress::Event } else { Progress::Busy };
-    let ctx = Context::open(&args.ib_dev, &ContextOptions { progress })?;
+    let ctx = Context::open(&args.ib_dev, &ContextOptions { progress, ..Default::default() })?;
     let size = args.size as usize;
     let pd = ctx.alloc_pd()?;
     // [0, size): the receive (and echo) buffer; [size, 2 size): the client's --verify pattern.

@@ -4,7 +4,7 @@
 //! Each command is one line of words; each answer is one line, `ok …` or `err <message>`.
 //!
 //! ```text
-//! open <device> <busy|event>               -> ok <ip>
+//! open <device> <busy|event> [raw|udp]     -> ok <ip>   (IPv4 receive path)
 //! qp <rc|uc|ud> <buf-bytes> [srq]          -> ok <qpn> <addr> <rkey>
 //! connect <ip> <qpn> <sq-psn> <rq-psn> <mtu> <timeout> <retry> <rnr-retry> <min-rnr>  -> ok
 //! recv <first-wr-id> <count> <len> <stride>  -> ok        (receive i at offset i*stride)
@@ -21,9 +21,9 @@ use std::io::{BufRead, Write};
 use std::time::Duration;
 
 use verbs::{
-    Access, CompletionQueue, Context, ContextOptions, MemoryRegion, ModifyQp, Mtu, Path, Progress,
-    ProtectionDomain, Psn, QKey, QpCaps, QpInit, QpState, QpType, Qpn, QueuePair, RecvWr,
-    SharedReceiveQueue, empty_wc,
+    Access, CompletionQueue, Context, ContextOptions, Ipv4Receive, MemoryRegion, ModifyQp, Mtu,
+    Path, Progress, ProtectionDomain, Psn, QKey, QpCaps, QpInit, QpState, QpType, Qpn, QueuePair,
+    RecvWr, SharedReceiveQueue, empty_wc,
 };
 
 /// The Q_Key of every UD QP here.
@@ -76,9 +76,15 @@ impl Peer {
         let w: Vec<&str> = line.split_whitespace().collect();
         let e = |x: verbs::Error| x.to_string();
         match w.as_slice() {
-            ["open", dev, progress] => {
+            ["open", dev, progress, rest @ ..] => {
                 let progress = if *progress == "busy" { Progress::Busy } else { Progress::Event };
-                let ctx = Context::open(dev, &ContextOptions { progress }).map_err(e)?;
+                let ipv4_receive = match rest {
+                    ["udp"] => Ipv4Receive::Udp,
+                    ["raw"] => Ipv4Receive::Raw,
+                    _ => Ipv4Receive::Auto,
+                };
+                let ctx =
+                    Context::open(dev, &ContextOptions { progress, ipv4_receive }).map_err(e)?;
                 let ip = ctx.ip();
                 self.ctx = Some(ctx);
                 Ok(ip.to_string())

@@ -110,7 +110,7 @@ fn udp_port_filter(port: u16) -> [libc::sock_filter; 7] {
 impl Sockets {
     /// Binds the device's sockets. `EADDRINUSE` comes back as is, so callers can try the next
     /// address.
-    pub(crate) fn open(ip: IpAddr, port: u16) -> io::Result<Sockets> {
+    pub(crate) fn open(ip: IpAddr, port: u16, v4: crate::Ipv4Receive) -> io::Result<Sockets> {
         let domain = if ip.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
         let udp = Socket::new(domain, Type::DGRAM.nonblocking(), Some(Protocol::UDP))?;
         if ip.is_ipv6() {
@@ -131,7 +131,11 @@ impl Sockets {
         if ip.is_ipv4() {
             setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
             setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
-            match Socket::new(Domain::IPV4, Type::RAW.nonblocking(), Some(Protocol::UDP)) {
+            let raw_sock = match v4 {
+                crate::Ipv4Receive::Udp => Err(io::Error::from_raw_os_error(libc::EPERM)),
+                _ => Socket::new(Domain::IPV4, Type::RAW.nonblocking(), Some(Protocol::UDP)),
+            };
+            match raw_sock {
                 Ok(r) => {
                     r.bind(&SocketAddr::new(ip, 0).into())?;
                     attach_filter(r.as_raw_fd(), &udp_port_filter(port))?;
@@ -150,7 +154,11 @@ impl Sockets {
                     raw = Some(r);
                     rx_path = RxPath::Raw;
                 }
-                Err(e) if e.raw_os_error() == Some(libc::EPERM) => rx_path = RxPath::UdpRecovered,
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EPERM) && v4 != crate::Ipv4Receive::Raw =>
+                {
+                    rx_path = RxPath::UdpRecovered;
+                }
                 Err(e) => return Err(e),
             }
         } else {

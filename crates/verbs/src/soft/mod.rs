@@ -166,7 +166,7 @@ impl SoftDevice {
     /// Opens the device at `ip`:`port` (binds its sockets).
     pub fn open(ip: IpAddr, port: u16, opts: &ContextOptions) -> Result<SoftDevice> {
         let name = device_name(ip, port);
-        let io = io::Sockets::open(ip, port)
+        let io = io::Sockets::open(ip, port, opts.ipv4_receive)
             .map_err(|source| Error::Open { device: name.clone(), source })?;
         SoftDevice::start(name, io, opts)
     }
@@ -177,7 +177,7 @@ impl SoftDevice {
     pub fn open_default_loopback(opts: &ContextOptions) -> Result<SoftDevice> {
         for last in 1..=254u8 {
             let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, last));
-            match io::Sockets::open(ip, ROCE_PORT) {
+            match io::Sockets::open(ip, ROCE_PORT, opts.ipv4_receive) {
                 Ok(io) => return SoftDevice::start(device_name(ip, ROCE_PORT), io, opts),
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
                 Err(source) => {

@@ -235,7 +235,11 @@ pub const ALL: Access = Access(
 
 impl Local {
     pub fn new(ip: IpAddr, progress: Progress, qp_type: QpType, len: usize) -> Local {
-        let ctx = Context::soft(ip, 4791, &ContextOptions { progress }).expect("open soft device");
+        Local::with_options(ip, &ContextOptions { progress, ..Default::default() }, qp_type, len)
+    }
+
+    pub fn with_options(ip: IpAddr, opts: &ContextOptions, qp_type: QpType, len: usize) -> Local {
+        let ctx = Context::soft(ip, 4791, opts).expect("open soft device");
         let pd = ctx.alloc_pd().unwrap();
         let channel = ctx.create_comp_channel().unwrap();
         let cq = ctx.create_cq(4096, Some(&channel)).unwrap();
