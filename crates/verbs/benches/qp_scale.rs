@@ -10,8 +10,8 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use verbs::{
-    Access, Context, ContextOptions, ModifyQp, Mtu, Path, Progress, Psn, QpCaps, QpInit,
-    QpState, QpType, RecvWr, SendOp, SendWr, WcStatus, empty_wc,
+    Access, Context, ContextOptions, ModifyQp, Mtu, Path, Progress, Psn, QpCaps, QpInit, QpState,
+    QpType, RecvWr, SendOp, SendWr, WcStatus, empty_wc,
 };
 
 fn rss_kib() -> u64 {
