@@ -89,7 +89,8 @@ pub(crate) struct PingpongArgs {
     #[arg(short = 'g', long = "gid-idx", value_name = "INDEX")]
     pub(crate) gid_idx: Option<usize>,
 
-    /// ibv_rc_pingpong's check: the first byte of each page (it proves little; see --verify).
+    /// ibv_rc_pingpong's check: the client marks the first byte of each page, the server
+    /// looks at those bytes once at the end (it proves little; see --verify).
     #[arg(short = 'c', long)]
     pub(crate) chk: bool,
 

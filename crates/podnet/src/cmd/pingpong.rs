@@ -402,6 +402,15 @@ impl Session {
             }
         }
         let usec = start.elapsed().as_secs_f64() * 1e6;
+        if self.args.chk && !client {
+            // ibv_rc_pingpong's -c: the server looks at the first byte of each page, once.
+            let buf = self.mr.to_vec(0, self.size)?;
+            for (page, b) in buf.iter().step_by(PAGE).enumerate() {
+                if *b != 0 {
+                    println!("invalid data in page {page}");
+                }
+            }
+        }
         let bytes = self.size as u64 * u64::from(iters) * 2;
         let counters = self.ctx.counters();
         if self.args.json {
