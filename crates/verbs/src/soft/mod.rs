@@ -131,6 +131,8 @@ struct State {
     batch: Vec<Transmit>,
     port_ok: bool,
     driver: DriverCounters,
+    /// A busy poll held back the engine's datagrams for the application's next post.
+    tx_held: bool,
 }
 
 /// The parts of a device its progress thread shares.
@@ -221,6 +223,7 @@ impl SoftDevice {
                 batch: Vec::with_capacity(io::BATCH),
                 port_ok: true,
                 driver: DriverCounters::default(),
+                tx_held: false,
             }),
             epoch: std::time::Instant::now(),
             stop: AtomicBool::new(false),
@@ -246,6 +249,12 @@ impl SoftDevice {
 
 impl Drop for SoftDevice {
     fn drop(&mut self) {
+        // What a busy poll held back (the ACK of the last message, typically) still goes out.
+        {
+            let mut st = lock(&self.sh.state);
+            let now = self.sh.now();
+            self.sh.transmit(&mut st, now);
+        }
         self.sh.stop.store(true, Ordering::SeqCst);
         self.sh.wake();
         if let Some(t) = self.thread.take() {
@@ -291,6 +300,11 @@ impl Shared {
     /// One round of device work: receive what waits (if `rx`), fire due timers, send what
     /// the engine has, and deliver CQ and async events.
     fn drive(&self, st: &mut State, rx: bool) {
+        self.drive_with(st, rx, true);
+    }
+
+    /// [`Shared::drive`], sending only if `send` (else the caller sends soon).
+    fn drive_with(&self, st: &mut State, rx: bool, send: bool) {
         let mut now = self.now();
         if rx {
             for _ in 0..8 {
@@ -314,7 +328,9 @@ impl Shared {
         if st.ep.poll_timeout().is_some_and(|t| t <= now) {
             st.ep.handle_timeout(now);
         }
-        self.transmit(st, now);
+        if send {
+            self.transmit(st, now);
+        }
         self.notify(st);
     }
 
@@ -566,10 +582,14 @@ impl Provider for SoftDevice {
 
     fn poll_cq(&self, cq: CqId, out: &mut [WorkCompletion]) -> usize {
         let mut st = lock(&self.sh.state);
-        if self.sh.progress == Progress::Busy {
+        let busy = self.sh.progress == Progress::Busy;
+        if busy {
             self.sh.last_app_poll.store(self.sh.now().0, Ordering::Relaxed);
             if st.ep.cq_len(cq) == 0 {
-                self.sh.drive(&mut st, true);
+                // Receive, but hold what the engine would send (ACKs, mostly): when this poll
+                // returns a completion the application usually posts at once, and the post's
+                // doorbell sends both in one sendmmsg.
+                self.sh.drive_with(&mut st, true, false);
             }
         }
         let mut n = 0;
@@ -581,6 +601,14 @@ impl Provider for SoftDevice {
                 }
                 None => break,
             }
+        }
+        if busy && (n == 0 || st.tx_held) {
+            // Nothing for the application, or it already had its chance: send now.
+            let now = self.sh.now();
+            self.sh.transmit(&mut st, now);
+            st.tx_held = false;
+        } else if busy {
+            st.tx_held = true;
         }
         n
     }
@@ -656,7 +684,11 @@ impl Provider for SoftDevice {
     }
 
     fn destroy_qp(&self, qpn: Qpn) {
-        let _ = lock(&self.sh.state).ep.destroy_qp(qpn);
+        let mut st = lock(&self.sh.state);
+        // Send what the QP owes its peer first (an ACK a busy poll held back).
+        let now = self.sh.now();
+        self.sh.transmit(&mut st, now);
+        let _ = st.ep.destroy_qp(qpn);
     }
 
     fn post_send(&self, qpn: Qpn, wrs: &[SendWr]) -> Result<()> {
@@ -668,9 +700,10 @@ impl Provider for SoftDevice {
                 break;
             }
         }
-        // The doorbell: send now, from this thread.
+        // The doorbell: send now, from this thread (with anything a busy poll held back).
         let now = self.sh.now();
         self.sh.transmit(&mut st, now);
+        st.tx_held = false;
         self.sh.notify(&mut st);
         self.sh.kick(&st);
         r
