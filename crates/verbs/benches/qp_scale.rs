@@ -10,8 +10,8 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use verbs::{
-    Access, Context, ContextOptions, ModifyQp, Mtu, Path, Progress, Psn, QpCaps, QpInit, QpState,
-    QpType, RecvWr, SendOp, SendWr, WcStatus, empty_wc,
+    Access, Connect, Context, ContextOptions, ModifyQp, Mtu, Path, Progress, Psn, QpCaps, QpInit,
+    QpState, QpType, RecvWr, SendOp, SendWr, WcStatus, empty_wc,
 };
 
 fn rss_kib() -> u64 {
@@ -49,30 +49,17 @@ fn scenario(n: usize) {
         let qa = pa.create_qp(&ia).unwrap();
         let qb = pb.create_qp(&QpInit::new(QpType::Rc, &cb)).unwrap();
         for (q, peer, pq) in [(&qa, ip("127.0.0.2"), qb.qpn()), (&qb, ip("127.0.0.1"), qa.qpn())] {
-            let steps = [
-                ModifyQp { state: Some(QpState::Init), access: Some(all), ..Default::default() },
-                ModifyQp {
-                    state: Some(QpState::Rtr),
-                    path_mtu: Some(Mtu::Mtu1024),
-                    dest: Some(Path { ip: peer, qpn: pq }),
-                    rq_psn: Some(Psn::new(0)),
-                    max_dest_rd_atomic: Some(16),
-                    min_rnr_timer: Some(12),
-                    ..Default::default()
-                },
-                ModifyQp {
-                    state: Some(QpState::Rts),
-                    sq_psn: Some(Psn::new(0)),
-                    timeout: Some(14),
-                    retry_cnt: Some(7),
-                    rnr_retry: Some(7),
-                    max_rd_atomic: Some(16),
-                    ..Default::default()
-                },
-            ];
-            for m in &steps {
-                q.modify(m).unwrap();
-            }
+            let init =
+                ModifyQp { state: Some(QpState::Init), access: Some(all), ..Default::default() };
+            q.modify(&init).unwrap();
+            let path = Path { ip: peer, qpn: pq };
+            let c = Connect {
+                path_mtu: Mtu::Mtu1024,
+                max_rd_atomic: 16,
+                max_dest_rd_atomic: 16,
+                ..Connect::new(path, Psn::new(0), Psn::new(0))
+            };
+            q.connect(&c).unwrap();
         }
         let wrs: Vec<RecvWr> = (0..QpCaps::default().max_recv_wr)
             .map(|i| RecvWr { sgl: vec![mb.sge(0, 64).unwrap()], ..RecvWr::new(u64::from(i)) })

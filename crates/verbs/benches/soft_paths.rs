@@ -10,8 +10,8 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use verbs::{
-    Access, Context, ContextOptions, Ipv4Receive, ModifyQp, Mtu, Path, Progress, Psn, QpCaps,
-    QpInit, QpState, QpType, SendOp, SendWr, WcStatus, empty_wc,
+    Access, Connect, Context, ContextOptions, Ipv4Receive, ModifyQp, Mtu, Path, Progress, Psn,
+    QpCaps, QpInit, QpState, QpType, SendOp, SendWr, WcStatus, empty_wc,
 };
 
 fn netns() {
@@ -41,30 +41,16 @@ fn run(ips: (&str, &str), v4: Ipv4Receive, size: usize, secs: f64) -> (f64, f64)
     let qa = pa.create_qp(&init).unwrap();
     let qb = pb.create_qp(&QpInit::new(QpType::Rc, &cb)).unwrap();
     for (q, peer, pq) in [(&qa, ip(ips.1), qb.qpn()), (&qb, ip(ips.0), qa.qpn())] {
-        let steps = [
-            ModifyQp { state: Some(QpState::Init), access: Some(all), ..Default::default() },
-            ModifyQp {
-                state: Some(QpState::Rtr),
-                path_mtu: Some(Mtu::Mtu4096),
-                dest: Some(Path { ip: peer, qpn: pq }),
-                rq_psn: Some(Psn::new(0)),
-                max_dest_rd_atomic: Some(16),
-                min_rnr_timer: Some(1),
-                ..Default::default()
-            },
-            ModifyQp {
-                state: Some(QpState::Rts),
-                sq_psn: Some(Psn::new(0)),
-                timeout: Some(14),
-                retry_cnt: Some(7),
-                rnr_retry: Some(7),
-                max_rd_atomic: Some(16),
-                ..Default::default()
-            },
-        ];
-        for m in &steps {
-            q.modify(m).unwrap();
-        }
+        let init = ModifyQp { state: Some(QpState::Init), access: Some(all), ..Default::default() };
+        q.modify(&init).unwrap();
+        let path = Path { ip: peer, qpn: pq };
+        let c = Connect {
+            path_mtu: Mtu::Mtu4096,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
+            ..Connect::new(path, Psn::new(0), Psn::new(0))
+        };
+        q.connect(&c).unwrap();
     }
     let wr = SendWr {
         sgl: vec![ma.sge(0, size).unwrap()],

@@ -435,6 +435,53 @@ impl<'a> QpInit<'a> {
     }
 }
 
+/// The attributes [`QueuePair::connect`] sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Connect {
+    /// The peer's address and QP number.
+    pub remote: Path,
+    /// The path MTU.
+    pub path_mtu: Mtu,
+    /// The peer's first PSN (what this QP expects).
+    pub rq_psn: Psn,
+    /// This QP's first PSN.
+    pub sq_psn: Psn,
+    /// RC: the local ACK timeout, 4.096 µs × 2^timeout.
+    pub timeout: u8,
+    /// RC: retries after a timeout or sequence error (7 means 7, per IBTA).
+    pub retry_cnt: u8,
+    /// RC: retries after an RNR NAK (7: forever).
+    pub rnr_retry: u8,
+    /// RC: the RNR NAK timer code the responder sends.
+    pub min_rnr_timer: u8,
+    /// RC: READs and atomics this QP has outstanding.
+    pub max_rd_atomic: u8,
+    /// RC: READs and atomics this QP accepts at once.
+    pub max_dest_rd_atomic: u8,
+    /// The IP traffic class (DSCP and ECN) of its packets; `None` keeps the default.
+    pub traffic_class: Option<u8>,
+}
+
+impl Connect {
+    /// ibv_rc_pingpong's attributes towards `remote`: MTU 1024, timeout 14 (67 ms),
+    /// retry_cnt 7, rnr_retry 7, min_rnr_timer 12, one outstanding READ or atomic each way.
+    pub fn new(remote: Path, sq_psn: Psn, rq_psn: Psn) -> Connect {
+        Connect {
+            remote,
+            path_mtu: Mtu::Mtu1024,
+            rq_psn,
+            sq_psn,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            traffic_class: None,
+        }
+    }
+}
+
 /// A registered memory region (`ibv_mr`) and the memory it owns.
 pub struct MemoryRegion {
     dev: Arc<dyn Provider>,
@@ -641,6 +688,35 @@ impl QueuePair {
     /// Changes state and attributes (`ibv_modify_qp`).
     pub fn modify(&self, attr: &ModifyQp) -> Result<()> {
         self.dev.modify_qp(self.qpn, attr)
+    }
+
+    /// Brings a QP in the INIT state to RTS towards `c.remote` (`ibv_modify_qp` to RTR, then
+    /// to RTS, with the attributes each transition needs for the QP's type). A UD QP takes
+    /// only `sq_psn` from `c`.
+    pub fn connect(&self, c: &Connect) -> Result<()> {
+        let ud = self.qp_type == QpType::Ud;
+        let rc = self.qp_type == QpType::Rc;
+        let rtr = ModifyQp {
+            state: Some(QpState::Rtr),
+            path_mtu: (!ud).then_some(c.path_mtu),
+            dest: (!ud).then_some(c.remote),
+            rq_psn: (!ud).then_some(c.rq_psn),
+            max_dest_rd_atomic: rc.then_some(c.max_dest_rd_atomic),
+            min_rnr_timer: rc.then_some(c.min_rnr_timer),
+            traffic_class: c.traffic_class,
+            ..Default::default()
+        };
+        self.modify(&rtr)?;
+        let rts = ModifyQp {
+            state: Some(QpState::Rts),
+            sq_psn: Some(c.sq_psn),
+            timeout: rc.then_some(c.timeout),
+            retry_cnt: rc.then_some(c.retry_cnt),
+            rnr_retry: rc.then_some(c.rnr_retry),
+            max_rd_atomic: rc.then_some(c.max_rd_atomic),
+            ..Default::default()
+        };
+        self.modify(&rts)
     }
 
     /// The state and attributes (`ibv_query_qp`).

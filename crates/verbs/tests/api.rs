@@ -80,14 +80,7 @@ fn rkeys_are_unique_and_unguessable() {
 #[test]
 fn memory_regions_check_bounds_and_outlive_nothing() {
     private_netns(0);
-    let a = Local::new(ip("127.0.0.1"), Progress::Event, QpType::Rc, 4096);
-    let b = Local::new(ip("127.0.0.2"), Progress::Event, QpType::Rc, 4096);
-    a.connect(b.ctx.ip(), b.qp.qpn(), &Conn::default());
-    b.connect(
-        a.ctx.ip(),
-        a.qp.qpn(),
-        &Conn { psn_local: 0xff_fff0, psn_remote: 0x12_3456, ..Conn::default() },
-    );
+    let (a, b) = common::local_pair(4096);
     assert!(matches!(a.mr.sge(4000, 97), Err(Error::OutOfBounds { .. })));
     assert!(a.mr.write(4095, &[1, 2]).is_err());
     assert!(a.mr.read(usize::MAX, &mut [0]).is_err());
@@ -105,14 +98,7 @@ fn memory_regions_check_bounds_and_outlive_nothing() {
 #[test]
 fn protection_domains_isolate() {
     private_netns(0);
-    let a = Local::new(ip("127.0.0.1"), Progress::Event, QpType::Rc, 4096);
-    let b = Local::new(ip("127.0.0.2"), Progress::Event, QpType::Rc, 4096);
-    a.connect(b.ctx.ip(), b.qp.qpn(), &Conn::default());
-    b.connect(
-        a.ctx.ip(),
-        a.qp.qpn(),
-        &Conn { psn_local: 0xff_fff0, psn_remote: 0x12_3456, ..Conn::default() },
-    );
+    let (a, b) = common::local_pair(4096);
     // A region of another PD on the responder: remote access error.
     let other = b.ctx.alloc_pd().unwrap().reg_mr(4096, ALL).unwrap();
     let op = SendOp::Write { remote_addr: other.addr(), rkey: other.rkey() };
@@ -148,7 +134,7 @@ fn an_srq_serves_two_qps_and_signals_its_limit() {
         .map(|c| Local::new(ip(c), Progress::Event, QpType::Rc, 4096))
         .collect();
     let c = Conn::default();
-    let rev = Conn { psn_local: c.psn_remote, psn_remote: c.psn_local, ..c };
+    let rev = c.reversed();
     for (qp, cl) in qps.iter().zip(&clients) {
         let m = verbs::ModifyQp {
             state: Some(verbs::QpState::Init),
@@ -186,14 +172,7 @@ fn an_srq_serves_two_qps_and_signals_its_limit() {
 #[test]
 fn a_completion_channel_blocks_until_the_completion() {
     private_netns(0);
-    let a = Local::new(ip("127.0.0.1"), Progress::Event, QpType::Rc, 4096);
-    let b = Local::new(ip("127.0.0.2"), Progress::Event, QpType::Rc, 4096);
-    a.connect(b.ctx.ip(), b.qp.qpn(), &Conn::default());
-    b.connect(
-        a.ctx.ip(),
-        a.qp.qpn(),
-        &Conn { psn_local: 0xff_fff0, psn_remote: 0x12_3456, ..Conn::default() },
-    );
+    let (a, b) = common::local_pair(4096);
     b.cq.req_notify().unwrap();
     let t0 = Instant::now();
     assert_eq!(b.channel.get_cq_event(Some(Duration::from_millis(50))), None);
@@ -343,14 +322,7 @@ fn the_wire_carries_the_qp_traffic_class_df_and_id_0() {
     let mut err = std::io::BufReader::new(dump.stderr.take().unwrap());
     std::io::BufRead::read_line(&mut err, &mut first).unwrap();
     assert!(first.contains("listening on"), "tcpdump: {first}");
-    let a = Local::new(ip("127.0.0.1"), Progress::Event, QpType::Rc, 4096);
-    let b = Local::new(ip("127.0.0.2"), Progress::Event, QpType::Rc, 4096);
-    a.connect(b.ctx.ip(), b.qp.qpn(), &Conn::default());
-    b.connect(
-        a.ctx.ip(),
-        a.qp.qpn(),
-        &Conn { psn_local: 0xff_fff0, psn_remote: 0x12_3456, ..Conn::default() },
-    );
+    let (a, b) = common::local_pair(4096);
     a.qp.modify(&verbs::ModifyQp { traffic_class: Some(0x68), ..Default::default() }).unwrap();
     let op = SendOp::Write { remote_addr: b.mr.addr(), rkey: b.mr.rkey() };
     a.qp.post_send(SendWr { sgl: vec![a.mr.sge(0, 3000).unwrap()], ..SendWr::new(1, op) }).unwrap();

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail, ensure};
 use serde_json::json;
 use verbs::{
-    Access, CompletionChannel, CompletionQueue, Context, ContextOptions, Gid, MemoryRegion,
-    ModifyQp, Mtu, Path, Progress, Psn, QpCaps, QpInit, QpState, QpType, QueuePair, RecvWr, SendOp,
-    SendWr, WcStatus, WorkCompletion, empty_wc,
+    Access, CompletionChannel, CompletionQueue, Connect, Context, ContextOptions, Gid,
+    MemoryRegion, ModifyQp, Mtu, Path, Progress, Psn, QpCaps, QpInit, QpState, QpType, QueuePair,
+    RecvWr, SendOp, SendWr, WcStatus, WorkCompletion, empty_wc,
 };
 
 use crate::cli::PingpongArgs;
@@ -82,17 +82,6 @@ impl Dest {
     }
 }
 
-fn mtu(bytes: u32) -> anyhow::Result<Mtu> {
-    Ok(match bytes {
-        256 => Mtu::Mtu256,
-        512 => Mtu::Mtu512,
-        1024 => Mtu::Mtu1024,
-        2048 => Mtu::Mtu2048,
-        4096 => Mtu::Mtu4096,
-        _ => bail!("--mtu must be 256, 512, 1024, 2048 or 4096, not {bytes}"),
-    })
-}
-
 /// The pattern `--verify` sends in iteration `k`.
 fn pattern(k: u32, i: usize) -> u8 {
     let x = (u64::from(k) << 32 | i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -136,7 +125,9 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
     ensure!(args.ib_port == 1, "-i {}: the device has one port, 1", args.ib_port);
     ensure!(args.iters > 0, "--iters must be at least 1");
     ensure!(args.rx_depth >= 2, "--rx-depth must be at least 2");
-    let path_mtu = mtu(args.mtu)?;
+    let Some(path_mtu) = Mtu::from_bytes(args.mtu) else {
+        bail!("--mtu must be 256, 512, 1024, 2048 or 4096, not {}", args.mtu);
+    };
     let timeout = match args.timeout {
         Some(t) if t.is_finite() && t > 0.0 => Some(Duration::from_secs_f64(t)),
         Some(t) => bail!("--timeout must be a positive number of seconds, not {t}"),
@@ -165,27 +156,10 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
     let local = Dest { lid: 0, qpn: s.qp.qpn().get(), psn: random_psn(), gid };
     let connect = |remote: &Dest, peer: IpAddr| -> anyhow::Result<()> {
         let ip = remote.gid.to_ip().unwrap_or(peer);
-        let rtr = ModifyQp {
-            state: Some(QpState::Rtr),
-            path_mtu: Some(path_mtu),
-            dest: Some(Path { ip, qpn: verbs::Qpn::new(remote.qpn) }),
-            rq_psn: Some(Psn::new(remote.psn)),
-            max_dest_rd_atomic: Some(1),
-            min_rnr_timer: Some(12),
-            ..Default::default()
-        };
-        s.qp.modify(&rtr).context("Failed to modify QP to RTR")?;
-        let rts = ModifyQp {
-            state: Some(QpState::Rts),
-            timeout: Some(14),
-            retry_cnt: Some(7),
-            rnr_retry: Some(7),
-            sq_psn: Some(Psn::new(local.psn)),
-            max_rd_atomic: Some(1),
-            ..Default::default()
-        };
-        s.qp.modify(&rts).context("Failed to modify QP to RTS")?;
-        Ok(())
+        let path = Path { ip, qpn: verbs::Qpn::new(remote.qpn) };
+        let c =
+            Connect { path_mtu, ..Connect::new(path, Psn::new(local.psn), Psn::new(remote.psn)) };
+        s.qp.connect(&c).context("Failed to modify QP to RTR/RTS")
     };
     let remote = match &args.server {
         Some(host) => client_exchange(host, args.port, &local, timeout, &connect)?,

@@ -21,9 +21,9 @@ use std::io::{BufRead, Write};
 use std::time::Duration;
 
 use verbs::{
-    Access, CompletionQueue, Context, ContextOptions, Ipv4Receive, MemoryRegion, ModifyQp, Mtu,
-    Path, Progress, ProtectionDomain, Psn, QKey, QpCaps, QpInit, QpState, QpType, Qpn, QueuePair,
-    RecvWr, SharedReceiveQueue, empty_wc,
+    Access, CompletionQueue, Connect, Context, ContextOptions, Ipv4Receive, MemoryRegion, ModifyQp,
+    Mtu, Path, Progress, ProtectionDomain, Psn, QKey, QpCaps, QpInit, QpState, QpType, Qpn,
+    QueuePair, RecvWr, SharedReceiveQueue, empty_wc,
 };
 
 /// The Q_Key of every UD QP here.
@@ -45,17 +45,6 @@ fn pattern(seed: u64, k: usize) -> u8 {
 
 fn words<T: std::str::FromStr>(w: &[&str]) -> Result<Vec<T>, String> {
     w.iter().map(|s| s.parse::<T>().map_err(|_| format!("bad number {s:?}"))).collect()
-}
-
-fn mtu(bytes: u32) -> Result<Mtu, String> {
-    Ok(match bytes {
-        256 => Mtu::Mtu256,
-        512 => Mtu::Mtu512,
-        1024 => Mtu::Mtu1024,
-        2048 => Mtu::Mtu2048,
-        4096 => Mtu::Mtu4096,
-        _ => return Err(format!("bad MTU {bytes}")),
-    })
 }
 
 struct Peer {
@@ -130,33 +119,17 @@ impl Peer {
                 };
                 let ip = ip.parse().map_err(|_| "bad IP")?;
                 let qpn = Qpn::new(qpn.parse().map_err(|_| "bad QPN")?);
-                if s.qp.qp_type() == QpType::Ud {
-                    let rtr = ModifyQp { state: Some(QpState::Rtr), ..Default::default() };
-                    s.qp.modify(&rtr).map_err(e)?;
-                } else {
-                    let rtr = ModifyQp {
-                        state: Some(QpState::Rtr),
-                        path_mtu: Some(mtu(m)?),
-                        dest: Some(Path { ip, qpn }),
-                        rq_psn: Some(Psn::new(rq)),
-                        max_dest_rd_atomic: Some(16),
-                        min_rnr_timer: Some(min_rnr as u8),
-                        ..Default::default()
-                    };
-                    s.qp.modify(&rtr).map_err(e)?;
-                }
-                let mut rts = ModifyQp {
-                    state: Some(QpState::Rts),
-                    sq_psn: Some(Psn::new(sq)),
-                    ..Default::default()
+                let c = Connect {
+                    path_mtu: Mtu::from_bytes(m).ok_or(format!("bad MTU {m}"))?,
+                    timeout: timeout as u8,
+                    retry_cnt: retry as u8,
+                    rnr_retry: rnr as u8,
+                    min_rnr_timer: min_rnr as u8,
+                    max_rd_atomic: 16,
+                    max_dest_rd_atomic: 16,
+                    ..Connect::new(Path { ip, qpn }, Psn::new(sq), Psn::new(rq))
                 };
-                if s.qp.qp_type() == QpType::Rc {
-                    rts.timeout = Some(timeout as u8);
-                    rts.retry_cnt = Some(retry as u8);
-                    rts.rnr_retry = Some(rnr as u8);
-                    rts.max_rd_atomic = Some(16);
-                }
-                s.qp.modify(&rts).map_err(e)?;
+                s.qp.connect(&c).map_err(e)?;
                 Ok(String::new())
             }
             ["recv", rest @ ..] => {

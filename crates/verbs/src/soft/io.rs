@@ -318,13 +318,8 @@ impl Sockets {
         // The ICRC masks TOS/traffic class, TTL/hop limit, flow label and both checksums.
         let r = match (self.ip, t.dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
-                let mut h = [0u8; 20];
-                h[0] = 0x45;
-                h[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
-                h[6] = 0x40; // DF, Identification 0
-                h[9] = 17;
-                h[12..16].copy_from_slice(&s.octets());
-                h[16..20].copy_from_slice(&d.octets());
+                // DF, Identification 0: what Linux sends on this socket.
+                let h = ipv4_header(s, d, udp_len, 0x40);
                 wire::icrc::seal(&h, &udp, &mut t.payload)
             }
             (IpAddr::V6(s), IpAddr::V6(d)) => {
@@ -341,6 +336,19 @@ impl Sockets {
 /// `UDP_NO_CHECK6_TX` / `_RX` from `linux/udp.h`.
 const UDP_NO_CHECK6_TX: i32 = 101;
 const UDP_NO_CHECK6_RX: i32 = 102;
+
+/// An IPv4 header as the ICRC sees it (Identification 0; masked fields zero), with `flags`
+/// as byte 6 (0x40: DF).
+fn ipv4_header(s: Ipv4Addr, d: Ipv4Addr, udp_len: u16, flags: u8) -> [u8; 20] {
+    let mut h = [0u8; 20];
+    h[0] = 0x45;
+    h[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
+    h[6] = flags;
+    h[9] = 17;
+    h[12..16].copy_from_slice(&s.octets());
+    h[16..20].copy_from_slice(&d.octets());
+    h
+}
 
 /// An IPv6 header as the ICRC sees it (masked fields zero: the ICRC sets them to ones).
 pub(crate) fn ipv6_header(s: Ipv6Addr, d: Ipv6Addr, udp_len: u16) -> [u8; 40] {
@@ -365,15 +373,9 @@ fn deliver_recovered(
     udp[0..2].copy_from_slice(&meta.src_port.to_be_bytes());
     udp[2..4].copy_from_slice(&meta.dst_port.to_be_bytes());
     udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    let mut h = [0u8; 20];
-    h[0] = 0x45;
-    h[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
-    h[9] = 17;
-    h[12..16].copy_from_slice(&s.octets());
-    h[16..20].copy_from_slice(&d.octets());
     // rxe and podnet set DF; try that first.
     for flags in [0x40, 0x00] {
-        h[6] = flags;
+        let mut h = ipv4_header(s, d, udp_len, flags);
         if let Ok(Some(id)) = wire::icrc::recover_ipv4_id(&h, &udp, roce) {
             h[4..6].copy_from_slice(&id.to_be_bytes());
             let m = RecvMeta { ip_header: Some(&h), ..*meta };
@@ -383,7 +385,7 @@ fn deliver_recovered(
     }
     // No Identification makes the ICRC match: hand it over with ID 0 so it is counted and
     // dropped as an ICRC error.
-    h[6] = 0x40;
+    let h = ipv4_header(s, d, udp_len, 0x40);
     let m = RecvMeta { ip_header: Some(&h), ..*meta };
     f(&m, roce, None);
 }

@@ -216,6 +216,24 @@ impl Default for Conn {
     }
 }
 
+impl Conn {
+    /// The same connection seen from the other end (the PSNs swap).
+    pub fn reversed(&self) -> Conn {
+        Conn { psn_local: self.psn_remote, psn_remote: self.psn_local, ..*self }
+    }
+}
+
+/// Two in-process RC sides on 127.0.0.1 and 127.0.0.2 (event mode, `len`-byte buffers),
+/// connected to each other.
+pub fn local_pair(len: usize) -> (Local, Local) {
+    let a = Local::new("127.0.0.1".parse().unwrap(), Progress::Event, QpType::Rc, len);
+    let b = Local::new("127.0.0.2".parse().unwrap(), Progress::Event, QpType::Rc, len);
+    let c = Conn::default();
+    a.connect(b.ctx.ip(), b.qp.qpn(), &c);
+    b.connect(a.ctx.ip(), a.qp.qpn(), &c.reversed());
+    (a, b)
+}
+
 /// An in-process side: context, PD, CQ (with a channel), one buffer with every right, a QP.
 pub struct Local {
     pub ctx: Context,
@@ -299,30 +317,16 @@ impl Local {
 
 /// Brings `qp` (in INIT) to RTS towards `peer_qpn` at `peer_ip`.
 pub fn connect_qp(qp: &QueuePair, peer_ip: IpAddr, peer_qpn: Qpn, c: &Conn) {
-    let rtr = if qp.qp_type() == QpType::Ud {
-        ModifyQp { state: Some(QpState::Rtr), ..Default::default() }
-    } else {
-        ModifyQp {
-            state: Some(QpState::Rtr),
-            path_mtu: Some(c.mtu),
-            dest: Some(Path { ip: peer_ip, qpn: peer_qpn }),
-            rq_psn: Some(Psn::new(c.psn_remote)),
-            max_dest_rd_atomic: Some(16),
-            min_rnr_timer: Some(c.min_rnr_timer),
-            ..Default::default()
-        }
+    let path = Path { ip: peer_ip, qpn: peer_qpn };
+    let attrs = verbs::Connect {
+        path_mtu: c.mtu,
+        timeout: c.timeout,
+        retry_cnt: c.retry_cnt,
+        rnr_retry: c.rnr_retry,
+        min_rnr_timer: c.min_rnr_timer,
+        max_rd_atomic: 16,
+        max_dest_rd_atomic: 16,
+        ..verbs::Connect::new(path, Psn::new(c.psn_local), Psn::new(c.psn_remote))
     };
-    qp.modify(&rtr).unwrap();
-    let mut rts = ModifyQp {
-        state: Some(QpState::Rts),
-        sq_psn: Some(Psn::new(c.psn_local)),
-        ..Default::default()
-    };
-    if qp.qp_type() == QpType::Rc {
-        rts.timeout = Some(c.timeout);
-        rts.retry_cnt = Some(c.retry_cnt);
-        rts.rnr_retry = Some(c.rnr_retry);
-        rts.max_rd_atomic = Some(16);
-    }
-    qp.modify(&rts).unwrap();
+    qp.connect(&attrs).unwrap();
 }
