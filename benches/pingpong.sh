@@ -10,7 +10,7 @@
 # reports half a round trip, so its figure is doubled here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ITERS=${1:-5000}
+ITERS=${1:-20000}
 RUNS=${2:-5}
 cargo build --release -q -p podnet
 PODNET=$PWD/target/release/podnet

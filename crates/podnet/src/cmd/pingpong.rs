@@ -6,12 +6,13 @@
 //! way, then the client sends `"done\0"`. Both sides keep `rx_depth` receives posted on one
 //! buffer and send from that same buffer, so a message bounces back what it received.
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 use verbs::{
     Access, CompletionChannel, CompletionQueue, Connect, Context, ContextOptions, Gid,
@@ -342,7 +343,25 @@ impl Session {
             pending |= SEND_WRID;
         }
         let mut wcs = [empty_wc(); 2];
+        // A progress bar on stderr for runs that last: shown after 2 s, to a terminal only.
+        let bar =
+            ProgressBar::with_draw_target(Some(u64::from(iters)), ProgressDrawTarget::hidden());
+        bar.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} iters {per_sec} ({eta})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        let mut bar_shown = false;
         while rcnt < iters || scnt < iters {
+            if rcnt % 256 == 0 {
+                if !bar_shown
+                    && start.elapsed() > Duration::from_secs(2)
+                    && std::io::stderr().is_terminal()
+                {
+                    bar.set_draw_target(ProgressDrawTarget::stderr());
+                    bar_shown = true;
+                }
+                bar.set_position(u64::from(rcnt));
+            }
             let n = self.wait(&mut wcs)?;
             for wc in &wcs[..n] {
                 if wc.status != WcStatus::Success {
@@ -376,6 +395,7 @@ impl Session {
             }
         }
         let usec = start.elapsed().as_secs_f64() * 1e6;
+        bar.finish_and_clear();
         if self.args.chk && !client {
             // ibv_rc_pingpong's -c: the server looks at the first byte of each page, once.
             let buf = self.mr.to_vec(0, self.size)?;
