@@ -111,7 +111,8 @@ fn delta(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>, k: &str)
     after.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0)
 }
 
-/// One run; returns podnet's JSON result.
+/// One run; returns podnet's JSON result, or `None` when ibv_rc_pingpong's client lost the
+/// race between its exit and rxe's last ACK (the only failure a rerun may excuse).
 fn run_one(
     vm: &Vm,
     gid: u32,
@@ -119,7 +120,7 @@ fn run_one(
     size: u32,
     podnet_serves: bool,
     iters: u32,
-) -> (Value, String) {
+) -> Option<(Value, String)> {
     let host = if v6 { HOST_IP6 } else { HOST_IP4 };
     let dev = format!("soft:{host}");
     let (s, n) = (size.to_string(), iters.to_string());
@@ -160,12 +161,21 @@ fn run_one(
         (o, g)
     };
     let what = format!(
-        "{} size {size} {}: podnet {}",
+        "{} size {size} {}",
         if v6 { "IPv6" } else { "IPv4" },
         if podnet_serves { "podnet serves" } else { "rc_pingpong serves" },
-        stderr(&o)
     );
-    assert!(o.status.success(), "{what}\nguest:\n{guest_out}");
+    let all_received = guest_out.contains(&format!("{iters} iters in"));
+    let last_unacked = format!("RetryExcErr for wr_id 2 ({} sent, {iters} received)", iters - 1);
+    if podnet_serves && all_received && stderr(&o).contains(&last_unacked) {
+        // ibv_rc_pingpong's client got every message and exited; rxe completes a receive
+        // before it sends the ACK, and destroying the QP can drop that last ACK
+        // (docs/rxe-reference.md). podnet, like ibv_rc_pingpong as a server, then reports
+        // its last send as failed.
+        eprintln!("{what}: the rc_pingpong client exited before rxe sent its last ACK");
+        return None;
+    }
+    assert!(o.status.success(), "{what}: podnet {}\nguest:\n{guest_out}", stderr(&o));
     assert!(guest_out.contains(&format!("{iters} iters in")), "{what}\nguest:\n{guest_out}");
     let v: Value =
         serde_json::from_str(stdout(&o).trim()).unwrap_or_else(|e| panic!("{e}: {what}"));
@@ -173,7 +183,7 @@ fn run_one(
     assert_eq!(v["verify"]["bytes_checked"], u64::from(size) * u64::from(iters), "{what}");
     assert_eq!(v["counters"]["icrc_errors"], 0, "{what}: {v}");
     assert_eq!(v["counters"]["icrc_unverified"], 0, "{what}: {v}");
-    (v, what)
+    Some((v, what))
 }
 
 #[test]
@@ -195,9 +205,16 @@ fn pingpong_interoperates_with_rxe() {
         let gid = if v6 { rxe.eth.gid6 } else { rxe.eth.gid4 };
         for size in [1, 64, 4096, 65536] {
             for podnet_serves in [true, false] {
-                let before = vm.rxe_counters("rxe_eth").unwrap();
+                let mut before = vm.rxe_counters("rxe_eth").unwrap();
                 let t = Instant::now();
-                let (v, what) = run_one(&vm, gid, v6, size, podnet_serves, iters);
+                let (v, what) = match run_one(&vm, gid, v6, size, podnet_serves, iters) {
+                    Some(r) => r,
+                    None => {
+                        before = vm.rxe_counters("rxe_eth").unwrap();
+                        run_one(&vm, gid, v6, size, podnet_serves, iters)
+                            .expect("the teardown race twice in a row")
+                    }
+                };
                 let after = vm.rxe_counters("rxe_eth").unwrap();
                 let c = &v["counters"];
                 let sent = c["sent_pkts"].as_u64().unwrap();
@@ -245,7 +262,9 @@ fn pingpong_interoperates_with_rxe() {
         [(false, 65536, true), (false, 4096, false), (true, 65536, false), (true, 4096, true)]
     {
         let gid = if v6 { rxe.eth.gid6 } else { rxe.eth.gid4 };
-        let (v, what) = run_one(&vm, gid, v6, size, podnet_serves, iters);
+        let (v, what) = run_one(&vm, gid, v6, size, podnet_serves, iters)
+            .or_else(|| run_one(&vm, gid, v6, size, podnet_serves, iters))
+            .expect("the teardown race twice in a row");
         let r = v["counters"]["retransmitted_pkts"].as_u64().unwrap();
         eprintln!("{what} under 5% loss: podnet retransmitted {r}");
         podnet_retrans += r;
