@@ -396,6 +396,7 @@ impl Session {
         }
         let usec = start.elapsed().as_secs_f64() * 1e6;
         bar.finish_and_clear();
+        self.linger();
         if self.args.chk && !client {
             // ibv_rc_pingpong's -c: the server looks at the first byte of each page, once.
             let buf = self.mr.to_vec(0, self.size)?;
@@ -454,6 +455,28 @@ impl Session {
             return Ok(ExitCode::from(1));
         }
         Ok(ExitCode::SUCCESS)
+    }
+
+    /// Keeps the QP until the peer has been quiet for a while. Our last completion does not
+    /// mean the peer has its own: if our ACK of its last message was lost, it retransmits,
+    /// and a QP that is gone would leave it retrying forever (rxe treats `retry_cnt` 7 as
+    /// infinite). So, as TCP's TIME_WAIT does, answer for 200 ms of quiet (at most 2 s).
+    fn linger(&self) {
+        const QUIET: Duration = Duration::from_millis(200);
+        let t0 = Instant::now();
+        let mut seen = self.ctx.counters().rcvd_pkts;
+        let mut quiet_since = Instant::now();
+        let mut wc = [empty_wc(); 1];
+        while quiet_since.elapsed() < QUIET && t0.elapsed() < Duration::from_secs(2) {
+            // In busy mode polling is what drives the device; nothing completes here.
+            let _ = self.cq.poll(&mut wc);
+            std::thread::sleep(Duration::from_millis(1));
+            let now = self.ctx.counters().rcvd_pkts;
+            if now != seen {
+                seen = now;
+                quiet_since = Instant::now();
+            }
+        }
     }
 
     /// Checks message `k`; returns a description of the first difference.

@@ -138,7 +138,7 @@ fn run_one(
             .spawn()
             .unwrap();
         wait_listen(vm, 18515);
-        let g = vm.run("rc_pingpong client", &format!("{rc} {host}"), Duration::from_secs(240));
+        let g = vm.run("rc_pingpong client", &format!("{rc} {host}"), Duration::from_secs(120));
         let o = child.wait_with_output().unwrap();
         (o, g.map(|g| g.output).unwrap_or_else(|e| format!("{e}")))
     } else {
