@@ -328,10 +328,13 @@ impl Shared {
         if st.ep.poll_timeout().is_some_and(|t| t <= now) {
             st.ep.handle_timeout(now);
         }
+        // Completions and events first, so that anything a datagram sent now tells the peer
+        // is already visible here; then again for what sending completed.
+        self.notify(st);
         if send {
             self.transmit(st, now);
+            self.notify(st);
         }
-        self.notify(st);
     }
 
     /// Sends everything the engine has ready, in `sendmmsg` batches.
