@@ -157,6 +157,10 @@ fn the_clients_report_carries_what_its_log_printed() {
         assert_eq!(format!("{:.2}", r.bw_peak), format!("{peak:.2}"), "{name}");
         assert_eq!(format!("{:.2}", r.bw_avg), format!("{avg:.2}"), "{name}");
         assert_eq!(&r.to_message(), &m, "{name}: the report re-encodes exactly");
+        // perftest's "MB" is 2^20 bytes: average bandwidth and message rate agree only so.
+        let from_bw = r.bw_avg * perf::stats::PERFTEST_MB / r.size as f64;
+        let from_rate = r.msg_rate * 1e6;
+        assert!((from_bw / from_rate - 1.0).abs() < 1e-6, "{name}: {from_bw} vs {from_rate}");
     }
 }
 

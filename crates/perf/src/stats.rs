@@ -1,0 +1,180 @@
+//! The figures perftest reports, computed as perftest 4.5 computes them, so that numbers
+//! compare across tools.
+//!
+//! - Bandwidth (`print_report_bw`): the average over the whole run — bytes of every message
+//!   from the first post to the last completion — and the peak: the fastest stretch of
+//!   consecutive messages, `min over i ≤ j of (completed[j] − posted[i]) / (j − i + 1)`. Both
+//!   in units of 2²⁰ bytes per second: perftest 4.5 labels them `MB/sec` but divides by
+//!   1,048,576 (its recorded `ib_write_bw` report, 65,536 B × 5 at 5.3125 "MB/s" and 85.0
+//!   messages/s, only agrees that way; upstream later relabelled the column `MiB/sec`).
+//!   The message rate is in millions of messages per second.
+//! - Latency (`print_report_lat`): the intervals between consecutive posts of a ping-pong,
+//!   sorted; `t_typical` is their median (the mean of the middle two for an even count),
+//!   `t_avg` and `t_stdev` (population) over all of them, the 99 % and 99.9 % percentiles the
+//!   sorted intervals at index ⌈n·p⌉ (clamped to the last), all divided by the round-trip
+//!   factor: 2 for SEND and WRITE (one way), 1 for READ and atomics.
+
+/// The bytes in perftest's "MB".
+pub const PERFTEST_MB: f64 = 1_048_576.0;
+
+/// A bandwidth test's figures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bandwidth {
+    /// Message size in bytes.
+    pub size: u64,
+    /// Messages measured.
+    pub iters: u64,
+    /// Peak bandwidth, perftest MB/s (2²⁰ bytes).
+    pub bw_peak: f64,
+    /// Average bandwidth, perftest MB/s.
+    pub bw_avg: f64,
+    /// Average message rate, millions per second.
+    pub msg_rate: f64,
+}
+
+/// The largest run of messages the exact peak search looks at (it is quadratic); longer
+/// runs are searched over windows up to this many messages long.
+pub const PEAK_WINDOW: usize = 4096;
+
+impl Bandwidth {
+    /// Figures from each message's post and completion times (nanoseconds, any origin).
+    /// `None` when there are no messages or no time passed.
+    pub fn from_times(size: u64, posted: &[u64], completed: &[u64]) -> Option<Bandwidth> {
+        let n = posted.len().min(completed.len());
+        if n == 0 {
+            return None;
+        }
+        let total_ns = completed[n - 1].checked_sub(posted[0]).filter(|t| *t > 0)?;
+        let secs = total_ns as f64 / 1e9;
+        let bw_avg = (size * n as u64) as f64 / secs / PERFTEST_MB;
+        let msg_rate = n as f64 / secs / 1e6;
+        // The fastest stretch: the smallest time per message over runs i..=j.
+        let mut best = f64::INFINITY;
+        for i in 0..n {
+            for j in i..n.min(i + PEAK_WINDOW) {
+                let dt = completed[j].saturating_sub(posted[i]) as f64;
+                let per = dt / (j - i + 1) as f64;
+                if per > 0.0 && per < best {
+                    best = per;
+                }
+            }
+        }
+        let bw_peak =
+            if best.is_finite() { size as f64 / (best / 1e9) / PERFTEST_MB } else { bw_avg };
+        Some(Bandwidth { size, iters: n as u64, bw_peak, bw_avg, msg_rate })
+    }
+}
+
+/// A latency test's figures, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Latency {
+    /// Message size in bytes.
+    pub size: u64,
+    /// Iterations.
+    pub iters: u64,
+    /// Smallest interval.
+    pub t_min: f64,
+    /// Largest interval.
+    pub t_max: f64,
+    /// Median interval.
+    pub t_typical: f64,
+    /// Mean interval.
+    pub t_avg: f64,
+    /// Standard deviation (population).
+    pub t_stdev: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p99_9: f64,
+}
+
+impl Latency {
+    /// Figures from the post time of each iteration (nanoseconds): the `iters − 1` intervals
+    /// between them, divided by `rtt_factor` (2 for SEND/WRITE, 1 for READ/atomics). `None`
+    /// with fewer than two posts.
+    pub fn from_post_times(size: u64, posted: &[u64], rtt_factor: f64) -> Option<Latency> {
+        if posted.len() < 2 {
+            return None;
+        }
+        let mut d: Vec<f64> = posted
+            .windows(2)
+            .map(|w| w[1].saturating_sub(w[0]) as f64 / 1e3 / rtt_factor)
+            .collect();
+        d.sort_by(f64::total_cmp);
+        let n = d.len();
+        let median = if (n - 1) % 2 == 1 { (d[n / 2] + d[n / 2 - 1]) / 2.0 } else { d[n / 2] };
+        let avg = d.iter().sum::<f64>() / n as f64;
+        let var = d.iter().map(|x| (x - avg) * (x - avg)).sum::<f64>() / n as f64;
+        let at = |p: f64| d[((n as f64 * p).ceil() as usize).min(n - 1)];
+        Some(Latency {
+            size,
+            iters: posted.len() as u64,
+            t_min: d[0],
+            t_max: d[n - 1],
+            t_typical: median,
+            t_avg: avg,
+            t_stdev: var.sqrt(),
+            p99: at(0.99),
+            p99_9: at(0.999),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steady_messages_give_equal_peak_and_average() {
+        // 1,000 messages of 1 MiB, one every millisecond, each taking 1 ms: 1,000 MB/s.
+        let posted: Vec<u64> = (0..1000).map(|i| i * 1_000_000).collect();
+        let completed: Vec<u64> = posted.iter().map(|p| p + 1_000_000).collect();
+        let b = Bandwidth::from_times(1 << 20, &posted, &completed).unwrap();
+        // From the first post (0) to the last completion (1 s): 1,000 MiB in 1 s.
+        assert!((b.bw_avg - 1000.0).abs() < 1e-9, "{b:?}");
+        assert!((b.bw_peak - 1000.0).abs() < 1e-9, "{b:?}");
+        assert!((b.msg_rate - 0.001).abs() < 1e-12, "{b:?}");
+    }
+
+    #[test]
+    fn the_peak_is_the_fastest_stretch() {
+        // Ten messages; 3..=6 complete twice as fast as the rest.
+        let mut t = 0;
+        let (mut p, mut c) = (Vec::new(), Vec::new());
+        for i in 0..10 {
+            let dt = if (3..=6).contains(&i) { 500 } else { 1000 };
+            p.push(t);
+            t += dt;
+            c.push(t);
+        }
+        let b = Bandwidth::from_times(1000, &p, &c).unwrap();
+        // 1,000 bytes per 500 ns = 2e9 B/s.
+        assert!((b.bw_peak - 2e9 / PERFTEST_MB).abs() < 1e-6, "{b:?}");
+        assert!(b.bw_avg < b.bw_peak);
+        assert!(Bandwidth::from_times(1, &[], &[]).is_none());
+        assert!(Bandwidth::from_times(1, &[5], &[5]).is_none(), "no time passed");
+    }
+
+    #[test]
+    fn latency_follows_perftests_definitions() {
+        // Intervals 1..=1000 µs between 1,001 posts, SEND (one way = half).
+        let mut posted = vec![0u64];
+        for k in 1..=1000u64 {
+            let last = *posted.last().unwrap();
+            posted.push(last + k * 1000);
+        }
+        let l = Latency::from_post_times(2, &posted, 2.0).unwrap();
+        assert_eq!((l.t_min, l.t_max), (0.5, 500.0));
+        // 1,000 intervals: (n − 1) is odd, so the median is the mean of the middle two.
+        assert_eq!(l.t_typical, (500.0 + 501.0) / 2.0 / 2.0);
+        assert!((l.t_avg - 250.25).abs() < 1e-9);
+        assert!((l.t_stdev - 144.3373).abs() < 1e-3, "{l:?}");
+        // ⌈1000 × 0.99⌉ = 990 → the 991st smallest; ⌈999⌉ = 999 → the largest.
+        assert_eq!((l.p99, l.p99_9), (495.5, 500.0));
+        assert_eq!(l.iters, 1001);
+        // An odd count of intervals: the middle one.
+        let l = Latency::from_post_times(2, &[0, 1000, 3000, 6000], 1.0).unwrap();
+        assert_eq!(l.t_typical, 2.0);
+        assert!(Latency::from_post_times(2, &[7], 1.0).is_none());
+    }
+}
