@@ -50,10 +50,9 @@ impl Bandwidth {
         let msg_rate = n as f64 / secs / 1e6;
         // The fastest stretch: the smallest time per message over runs i..=j.
         let mut best = f64::INFINITY;
-        for i in 0..n {
-            for j in i..n.min(i + PEAK_WINDOW) {
-                let dt = completed[j].saturating_sub(posted[i]) as f64;
-                let per = dt / (j - i + 1) as f64;
+        for (i, &p) in posted[..n].iter().enumerate() {
+            for (k, &c) in completed[i..n].iter().take(PEAK_WINDOW).enumerate() {
+                let per = c.saturating_sub(p) as f64 / (k + 1) as f64;
                 if per > 0.0 && per < best {
                     best = per;
                 }
