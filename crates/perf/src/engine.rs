@@ -77,17 +77,38 @@ fn next_wc(cq: &CompletionQueue, out: &mut [WorkCompletion]) -> Result<usize, Er
     }
 }
 
-/// RDMA WRITE bandwidth: `iters` messages of `size` bytes with up to `tx_depth` in flight,
-/// every one signaled.
-pub fn write_bw(
+/// What a bandwidth loop posts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BwOp {
+    /// RDMA WRITE to the peer's buffer.
+    Write,
+    /// RDMA READ from the peer's buffer.
+    Read,
+    /// 8-byte fetch-and-add on the peer's buffer.
+    FetchAdd,
+    /// SEND; the peer runs [`recv_sink`].
+    Send,
+}
+
+/// Bandwidth: `iters` operations of `size` bytes (8 for atomics) with up to `tx_depth` in
+/// flight, every one signaled.
+pub fn bw(
     s: Side<'_>,
     remote: RemoteBuffer,
+    op: BwOp,
     size: usize,
     iters: usize,
     tx_depth: usize,
 ) -> Result<Bandwidth, Error> {
+    let size = if op == BwOp::FetchAdd { 8 } else { size };
     let sge = s.mr.sge(0, size)?;
-    let op = SendOp::Write { remote_addr: remote.addr, rkey: remote.rkey };
+    let (remote_addr, rkey) = (remote.addr, remote.rkey);
+    let op = match op {
+        BwOp::Write => SendOp::Write { remote_addr, rkey },
+        BwOp::Read => SendOp::Read { remote_addr, rkey },
+        BwOp::FetchAdd => SendOp::FetchAdd { remote_addr, rkey, add: 1 },
+        BwOp::Send => SendOp::Send,
+    };
     let epoch = Instant::now();
     let ns = || epoch.elapsed().as_nanos() as u64;
     let (mut posted, mut completed) = (Vec::with_capacity(iters), vec![0u64; iters]);
@@ -96,7 +117,9 @@ pub fn write_bw(
     while done < iters {
         while posted.len() < iters && posted.len() - done < tx_depth.max(1) {
             let mut w = SendWr::new(posted.len() as u64, op);
-            w.sgl.push(sge);
+            if size > 0 {
+                w.sgl.push(sge);
+            }
             posted.push(ns());
             s.qp.post_send(w)?;
         }
@@ -110,6 +133,78 @@ pub fn write_bw(
         done += n;
     }
     Bandwidth::from_times(size as u64, &posted, &completed).ok_or(Error::Empty)
+}
+
+/// RDMA WRITE bandwidth (see [`bw`]).
+pub fn write_bw(
+    s: Side<'_>,
+    remote: RemoteBuffer,
+    size: usize,
+    iters: usize,
+    tx_depth: usize,
+) -> Result<Bandwidth, Error> {
+    bw(s, remote, BwOp::Write, size, iters, tx_depth)
+}
+
+/// The receiving side of a SEND bandwidth test: keeps up to `depth` receives of `size`
+/// bytes posted until `iters` messages have arrived; returns their total bytes.
+pub fn recv_sink(s: Side<'_>, size: usize, iters: usize, depth: usize) -> Result<u64, Error> {
+    let mut posted = 0;
+    let post = |n: usize| -> Result<usize, Error> {
+        for _ in 0..n {
+            let mut r = RecvWr::new(0);
+            if size > 0 {
+                r.sgl.push(s.mr.sge(0, size)?);
+            }
+            s.qp.post_recv(r)?;
+        }
+        Ok(n)
+    };
+    posted += post(iters.min(depth.max(1)))?;
+    let (mut got, mut bytes) = (0, 0u64);
+    let mut wc = [empty_wc(); 32];
+    while got < iters {
+        let n = next_wc(s.cq, &mut wc)?;
+        for c in &wc[..n] {
+            got += 1;
+            bytes += u64::from(c.byte_len);
+        }
+        posted += post(n.min(iters - posted))?;
+    }
+    Ok(bytes)
+}
+
+/// One-sided latency (READ or fetch-and-add, rtt factor 1): one operation at a time,
+/// `iters` times; the figures come from the post times.
+pub fn one_sided_lat(
+    s: Side<'_>,
+    remote: RemoteBuffer,
+    op: BwOp,
+    size: usize,
+    iters: usize,
+) -> Result<Latency, Error> {
+    let size = if op == BwOp::FetchAdd { 8 } else { size };
+    let sge = s.mr.sge(0, size)?;
+    let (remote_addr, rkey) = (remote.addr, remote.rkey);
+    let op = match op {
+        BwOp::FetchAdd => SendOp::FetchAdd { remote_addr, rkey, add: 1 },
+        _ => SendOp::Read { remote_addr, rkey },
+    };
+    let epoch = Instant::now();
+    let mut posted = Vec::with_capacity(iters + 1);
+    let mut wc = [empty_wc(); 1];
+    for i in 0..iters {
+        let mut w = SendWr::new(i as u64, op);
+        w.sgl.push(sge);
+        posted.push(epoch.elapsed().as_nanos() as u64);
+        s.qp.post_send(w)?;
+        next_wc(s.cq, &mut wc)?;
+    }
+    // The interval after the last operation ends with its completion.
+    posted.push(epoch.elapsed().as_nanos() as u64);
+    let mut l = Latency::from_post_times(size as u64, &posted, 1.0).ok_or(Error::Empty)?;
+    l.iters = iters as u64;
+    Ok(l)
 }
 
 /// SEND latency, one side of a ping-pong: the client (`initiator`) sends first; each side

@@ -2,7 +2,7 @@
 //! private network namespace): WRITE bandwidth moves the bytes it claims, SEND latency's
 //! figures are ordered as they must be, and a failing work request stops the loop with it.
 
-use perf::engine::{self, RemoteBuffer, Side};
+use perf::engine::{self, BwOp, RemoteBuffer, Side};
 use verbs::{
     Access, CompletionQueue, Connect, Context, ContextOptions, MemoryRegion, ModifyQp, Mtu, Path,
     ProtectionDomain, Psn, QpInit, QpState, QpType, QueuePair, RKey, WcStatus,
@@ -31,7 +31,8 @@ impl End {
 }
 
 fn pair(len: usize) -> (End, End) {
-    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let all =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let make = |ip: &str| {
         let ctx = Context::soft(ip.parse().unwrap(), 4791, &ContextOptions::default()).unwrap();
         let pd = ctx.alloc_pd().unwrap();
@@ -113,4 +114,48 @@ fn a_failing_work_request_stops_the_loop() {
         matches!(e, engine::Error::Completion { wr_id: 0, status: WcStatus::RemAccessErr }),
         "{e}"
     );
+}
+
+#[test]
+fn read_bw_brings_the_peers_bytes_and_fetch_add_runs_once_each() {
+    netns();
+    let size = 16384;
+    let (a, b) = pair(size);
+    let pattern: Vec<u8> = (0..size).map(|i| (i * 13 % 241) as u8).collect();
+    b.mr.write(0, &pattern).unwrap();
+    let remote = RemoteBuffer { addr: b.mr.addr(), rkey: b.mr.rkey() };
+    let r = engine::bw(a.side(), remote, BwOp::Read, size, 500, 8).unwrap();
+    assert_eq!((r.size, r.iters), (16384, 500));
+    assert!(a.mr.to_vec(0, size).unwrap() == pattern, "the READs brought the peer's bytes");
+    b.mr.write(0, &[0; 8]).unwrap();
+    let r = engine::bw(a.side(), remote, BwOp::FetchAdd, 999, 1000, 16).unwrap();
+    assert_eq!((r.size, r.iters), (8, 1000), "atomics are 8 bytes whatever the size asked");
+    let word = u64::from_ne_bytes(b.mr.to_vec(0, 8).unwrap().try_into().unwrap());
+    assert_eq!(word, 1000, "each fetch-and-add ran exactly once");
+}
+
+#[test]
+fn send_bw_against_a_receive_sink() {
+    netns();
+    let (a, b) = pair(8192);
+    let sink = std::thread::spawn(move || engine::recv_sink(b.side(), 8192, 3000, 128).unwrap());
+    let remote = RemoteBuffer { addr: 0, rkey: RKey(0) };
+    let r = engine::bw(a.side(), remote, BwOp::Send, 8192, 3000, 16).unwrap();
+    assert_eq!(r.iters, 3000);
+    assert_eq!(sink.join().unwrap(), 3000 * 8192, "every byte arrived");
+}
+
+#[test]
+fn one_sided_latency_figures_are_ordered() {
+    netns();
+    let (a, b) = pair(4096);
+    let remote = RemoteBuffer { addr: b.mr.addr(), rkey: b.mr.rkey() };
+    for op in [BwOp::Read, BwOp::FetchAdd] {
+        let l = engine::one_sided_lat(a.side(), remote, op, 64, 1000).unwrap();
+        assert_eq!(l.iters, 1000, "{op:?}");
+        assert!(l.t_min > 0.0 && l.t_min <= l.t_typical && l.t_typical <= l.p99, "{op:?} {l:?}");
+        assert!(l.p99 <= l.p99_9 && l.p99_9 <= l.t_max, "{op:?} {l:?}");
+    }
+    let word = u64::from_ne_bytes(b.mr.to_vec(0, 8).unwrap().try_into().unwrap());
+    assert_eq!(word, 1000);
 }
