@@ -306,3 +306,77 @@ impl<S: Read + Write> Channel<S> {
         Ok(())
     }
 }
+
+/// The perftest tests whose side-channel conversation is recorded (`testdata/rxe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Test {
+    /// `ib_send_bw`.
+    SendBw,
+    /// `ib_send_lat`.
+    SendLat,
+    /// `ib_write_bw`.
+    WriteBw,
+    /// `ib_write_lat`.
+    WriteLat,
+    /// `ib_read_bw`.
+    ReadBw,
+    /// `ib_atomic_bw`.
+    AtomicBw,
+}
+
+/// Where a test's conversation puts its steps around the measurement.
+///
+/// Read from the recordings by lining up the side channel's TCP segments with the first and
+/// last RoCE packet of each session (same guest clock): the measurement runs between
+/// [`Script::barriers_before`] key swaps after the handshake's and whatever follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Script {
+    /// Key swaps (barriers) after the handshake's, before the measurement.
+    pub barriers_before: usize,
+    /// After the measurement: a barrier, then the reports (bandwidth tests but SEND), then
+    /// a barrier again.
+    pub reports: bool,
+    /// Whether a barrier follows the measurement (all but `ib_write_lat`).
+    pub barrier_after: bool,
+    /// Whether the conversation ends with `done\0` each way.
+    pub done: bool,
+}
+
+impl Test {
+    /// The recorded shape of this test's conversation.
+    pub const fn script(self) -> Script {
+        match self {
+            Test::WriteBw | Test::ReadBw | Test::AtomicBw => {
+                Script { barriers_before: 2, reports: true, barrier_after: true, done: true }
+            }
+            Test::SendBw | Test::SendLat => {
+                Script { barriers_before: 3, reports: false, barrier_after: true, done: true }
+            }
+            Test::WriteLat => {
+                Script { barriers_before: 3, reports: false, barrier_after: false, done: false }
+            }
+        }
+    }
+
+    /// The sizes of the messages each side sends, in order, for `qps` QPs (what a transcript
+    /// shows once per direction).
+    pub fn message_sizes(self, qps: usize) -> Vec<usize> {
+        let s = self.script();
+        let mut v = vec![VERSION_LEN, 4, 4, 2];
+        let keys = |v: &mut Vec<usize>| v.extend(std::iter::repeat_n(KEY_LEN_GID, qps));
+        for _ in 0..=s.barriers_before {
+            keys(&mut v);
+        }
+        if s.barrier_after {
+            keys(&mut v);
+        }
+        if s.reports {
+            v.extend([8; 5]);
+            keys(&mut v);
+        }
+        if s.done {
+            v.push(DONE.len());
+        }
+        v
+    }
+}

@@ -279,3 +279,30 @@ fn a_peer_of_another_version_is_refused() {
     assert!(Key::parse(b"0000:0001:zz").is_err());
     assert!(exchange::parse_mtu(b"9\0").is_err());
 }
+
+#[test]
+fn each_tests_conversation_has_its_recorded_shape() {
+    use perf::exchange::Test;
+    for name in perftest_sessions() {
+        let test = match name.split('-').next().unwrap() {
+            "ib_send_bw" => Test::SendBw,
+            "ib_send_lat" => Test::SendLat,
+            "ib_write_bw" => Test::WriteBw,
+            "ib_write_lat" => Test::WriteLat,
+            "ib_read_bw" => Test::ReadBw,
+            "ib_atomic_bw" => Test::AtomicBw,
+            other => panic!("{other}"),
+        };
+        let t = transcript(&name);
+        for client in [true, false] {
+            let sizes: Vec<usize> =
+                t.iter().filter(|(c, _)| *c == client).map(|(_, m)| m.len()).collect();
+            assert_eq!(
+                sizes,
+                test.message_sizes(1),
+                "{name}, {}",
+                if client { "client" } else { "server" }
+            );
+        }
+    }
+}
