@@ -4,14 +4,13 @@
 //! guest. After each clean run rxe must have received exactly the packets podnet sent, with no
 //! sequence error or duplicate on either side.
 
-use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rxevm::{Config, GUEST_IP4, HOST_IP4, HOST_IP6, Vm};
 use serde_json::Value;
 
-use crate::util::{podnet, stderr, stdout};
+use crate::util::{counter_delta as delta, podnet, stderr, stdout};
 
 const PODNET: &str = env!("CARGO_BIN_EXE_podnet");
 
@@ -105,10 +104,6 @@ fn wait_listen(vm: &Vm, port: u16) {
         assert!(Instant::now() < deadline, "podnet never listened on TCP {port}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn delta(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>, k: &str) -> u64 {
-    after.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0)
 }
 
 /// One run; returns podnet's JSON result, or `None` when ibv_rc_pingpong's client lost the

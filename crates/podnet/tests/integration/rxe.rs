@@ -3,7 +3,6 @@
 //! perftest tools run between two rxe devices over the veth wire, IPv4 and IPv6 GIDs, and
 //! `podnet capture decode` must decode every frame they put on the wire with its ICRC OK.
 
-use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -169,9 +168,7 @@ fn loss_and_ecn_rules(vm: &Vm, rxe: &rxevm::RxeSetup) {
     vm.nft_reset().unwrap();
     let after_a = vm.rxe_counters("rxeA").unwrap();
     let after_b = vm.rxe_counters("rxeB").unwrap();
-    let delta = |a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>, k: &str| {
-        a.get(k).copied().unwrap_or(0) - b.get(k).copied().unwrap_or(0)
-    };
+    let delta = util::counter_delta;
     // rxeB receives the WRITEs: a lost packet shows there as an out-of-sequence request; rxeA,
     // the requester, sees the NAK or times out and resends.
     let oos = delta(&after_b, &before_b, "out_of_seq_request");

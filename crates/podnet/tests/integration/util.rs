@@ -64,3 +64,12 @@ pub(crate) fn require_tool(name: &str) {
         "this test needs `{name}` (Debian package; .ci/run installs it), and it is not installed"
     );
 }
+
+/// How much counter `k` rose from `before` to `after` (a missing counter counts as 0).
+pub(crate) fn counter_delta(
+    after: &std::collections::BTreeMap<String, u64>,
+    before: &std::collections::BTreeMap<String, u64>,
+    k: &str,
+) -> u64 {
+    after.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0)
+}
