@@ -135,6 +135,18 @@ struct State {
     tx_held: bool,
 }
 
+impl State {
+    /// Puts the batch's datagrams from `from` on back at the head of the backlog, in order:
+    /// the socket did not take them.
+    fn requeue(&mut self, from: usize) {
+        while self.batch.len() > from {
+            if let Some(t) = self.batch.pop() {
+                self.backlog.push_front(t);
+            }
+        }
+    }
+}
+
 /// The parts of a device its progress thread shares.
 struct Shared {
     name: String,
@@ -357,20 +369,14 @@ impl Shared {
             match self.io.send_batch(&st.batch) {
                 Ok(n) => {
                     self.port_up(st, true);
-                    let rest: Vec<Transmit> = st.batch.drain(n..).collect();
-                    for t in rest.into_iter().rev() {
-                        st.backlog.push_front(t);
-                    }
+                    st.requeue(n);
                     if n == 0 {
                         return;
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     st.driver.tx_backlogged += st.batch.len() as u64;
-                    let b: Vec<Transmit> = st.batch.drain(..).collect();
-                    for t in b.into_iter().rev() {
-                        st.backlog.push_front(t);
-                    }
+                    st.requeue(0);
                     return;
                 }
                 Err(e) => {
@@ -384,10 +390,7 @@ impl Shared {
                         self.port_up(st, false);
                     }
                     st.driver.tx_unreachable += 1;
-                    let b: Vec<Transmit> = st.batch.drain(1..).collect();
-                    for t in b.into_iter().rev() {
-                        st.backlog.push_front(t);
-                    }
+                    st.requeue(1);
                 }
             }
         }
