@@ -69,11 +69,8 @@ impl Dest {
     }
 
     fn line(&self, what: &str) -> String {
-        let gid = match self.gid.to_ip() {
-            Some(IpAddr::V4(v4)) => v4.to_ipv6_mapped().to_string(),
-            Some(IpAddr::V6(v6)) => v6.to_string(),
-            None => "::".to_string(),
-        };
+        // As inet_ntop prints it: `::ffff:a.b.c.d` for IPv4, `::` for none.
+        let gid = std::net::Ipv6Addr::from(self.gid.0);
         // rc_pingpong pads "local address:" to the width of "remote address:".
         let pad = if what == "local" { " " } else { "" };
         format!(
@@ -148,10 +145,7 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
     let qp = pd.create_qp(&init)?;
     let m = ModifyQp { state: Some(QpState::Init), access: Some(Access(0)), ..Default::default() };
     qp.modify(&m)?;
-    let gid = match args.gid_idx {
-        Some(i) => ctx.query_gid(i)?.gid,
-        None => ctx.query_gid(0)?.gid,
-    };
+    let gid = ctx.query_gid(args.gid_idx.unwrap_or(0))?.gid;
     let mut s = Session { args: args.clone(), ctx, mr, cq, channel, qp, size, timeout };
     let posted = s.post_recvs(args.rx_depth)?;
     let local = Dest { lid: 0, qpn: s.qp.qpn().get(), psn: random_psn(), gid };
@@ -174,18 +168,13 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn random_psn() -> u32 {
-    let mut b = [0u8; 4];
     // A PSN needs no secrecy; fall back to the clock if the random source is missing.
-    if getrandom_fill(&mut b).is_err() {
+    let r = getrandom::u32().unwrap_or_else(|_| {
         let t =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        b = (t.subsec_nanos() ^ std::process::id()).to_ne_bytes();
-    }
-    u32::from_ne_bytes(b) & 0xff_ffff
-}
-
-fn getrandom_fill(b: &mut [u8]) -> std::io::Result<()> {
-    std::fs::File::open("/dev/urandom")?.read_exact(b)
+        t.subsec_nanos() ^ std::process::id()
+    });
+    r & 0xff_ffff
 }
 
 fn read_msg(sock: &mut TcpStream, n: usize, what: &str) -> anyhow::Result<Vec<u8>> {
