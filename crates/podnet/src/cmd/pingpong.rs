@@ -161,8 +161,8 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
         None => server_exchange(s.ctx.ip(), args.port, &local, timeout, &connect)?,
     };
     if !args.json {
-        println!("{}", local.line("local"));
-        println!("{}", remote.line("remote"));
+        writeln!(std::io::stdout(), "{}", local.line("local"))?;
+        writeln!(std::io::stdout(), "{}", remote.line("remote"))?;
     }
     s.run_loop(posted, &local, &remote)
 }
@@ -391,7 +391,7 @@ impl Session {
             let buf = self.mr.to_vec(0, self.size)?;
             for (page, b) in buf.iter().step_by(PAGE).enumerate() {
                 if *b != 0 {
-                    println!("invalid data in page {page}");
+                    writeln!(std::io::stdout(), "invalid data in page {page}")?;
                 }
             }
         }
@@ -423,20 +423,22 @@ impl Session {
                 })),
                 "counters": c,
             });
-            println!("{v}");
+            writeln!(std::io::stdout(), "{v}")?;
         } else {
-            println!(
+            writeln!(
+                std::io::stdout(),
                 "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
                 usec / 1e6,
                 bytes as f64 * 8.0 / usec
-            );
-            println!(
+            )?;
+            writeln!(
+                std::io::stdout(),
                 "{iters} iters in {:.2} seconds = {:.2} usec/iter",
                 usec / 1e6,
                 usec / f64::from(iters)
-            );
+            )?;
             if self.args.verify && bad.is_none() {
-                println!("verified {verified} bytes in {rcnt} messages");
+                writeln!(std::io::stdout(), "verified {verified} bytes in {rcnt} messages")?;
             }
         }
         if let Some(b) = bad {
