@@ -37,8 +37,7 @@ fn rc(op: Op, family: Family, loss: u32, progress: Progress, messages: usize) {
     // On a clean network nothing may be retransmitted: a long ACK timeout (0.5 s) keeps a
     // busy CI machine's scheduling stalls from looking like loss. Under loss, 16.8 ms.
     let c = Conn { timeout: if loss > 0 { 12 } else { 17 }, ..Conn::default() };
-    a.connect(ip_b, b.qpn, &c);
-    a.connect_remote(&mut peer, &b, &c);
+    a.connect_with(&mut peer, ip_b, &b, &c);
     let size = |i: usize| match op {
         Op::CmpSwap | Op::FetchAdd => 8,
         _ => SIZES[i % SIZES.len()],
@@ -168,8 +167,7 @@ fn unreliable(qp_type: QpType, family: Family, loss: u32, messages: usize) {
     let ty = if qp_type == QpType::Uc { "uc" } else { "ud" };
     let b = peer.qp(ty, messages * SLOT, false);
     let c = Conn::default();
-    a.connect(ip_b, b.qpn, &c);
-    a.connect_remote(&mut peer, &b, &c);
+    a.connect_with(&mut peer, ip_b, &b, &c);
     let ud = qp_type == QpType::Ud;
     let size = |i: usize| if ud { [0, 1, 100, 1024][i % 4] } else { SIZES[i % SIZES.len()] };
     // UD receives start with the 40-byte GRH area.
@@ -266,8 +264,7 @@ fn rc_pair(family: Family, c: &Conn) -> (Local, Remote, common::RemoteQp) {
     let mut peer = Remote::spawn();
     peer.open(ip_b);
     let b = peer.qp("rc", 1 << 20, false);
-    a.connect(ip_b, b.qpn, c);
-    a.connect_remote(&mut peer, &b, c);
+    a.connect_with(&mut peer, ip_b, &b, c);
     (a, peer, b)
 }
 
@@ -343,8 +340,7 @@ fn write_with_imm_into_an_srq() {
     peer.open(ip_b);
     let b = peer.qp("rc", 1 << 20, true);
     let c = Conn::default();
-    a.connect(ip_b, b.qpn, &c);
-    a.connect_remote(&mut peer, &b, &c);
+    a.connect_with(&mut peer, ip_b, &b, &c);
     peer.cmd("recv 0 4 0 0");
     for i in 0..4u32 {
         let op = SendOp::WriteWithImm { remote_addr: b.addr, rkey: RKey(b.rkey), imm: 100 + i };
@@ -369,8 +365,7 @@ fn ipv4_through_a_plain_udp_socket_recovers_the_id_and_counts_every_packet() {
     peer.cmd(&format!("open soft:{ip_b} event udp"));
     let b = peer.qp("rc", 1 << 20, false);
     let c = Conn::default();
-    a.connect(ip_b, b.qpn, &c);
-    a.connect_remote(&mut peer, &b, &c);
+    a.connect_with(&mut peer, ip_b, &b, &c);
     a.mr.write(0, &common::pattern_bytes(3, 65536)).unwrap();
     for i in 0..4 {
         let op = SendOp::Read { remote_addr: b.addr, rkey: RKey(b.rkey) };

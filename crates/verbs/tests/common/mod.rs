@@ -280,8 +280,9 @@ impl Local {
         connect_qp(&self.qp, peer_ip, peer_qpn, c);
     }
 
-    /// Brings the peer's QP to RTS towards this side.
-    pub fn connect_remote(&self, remote: &mut Remote, r: &RemoteQp, c: &Conn) {
+    /// Connects this side and the peer's QP `r` (at `peer_ip`) to each other.
+    pub fn connect_with(&self, remote: &mut Remote, peer_ip: IpAddr, r: &RemoteQp, c: &Conn) {
+        self.connect(peer_ip, r.qpn, c);
         let mtu = c.mtu.bytes();
         remote.cmd(&format!(
             "connect {} {} {} {} {mtu} {} {} {} {}",
@@ -294,7 +295,6 @@ impl Local {
             c.rnr_retry,
             c.min_rnr_timer
         ));
-        let _ = r;
     }
 
     /// Waits for the next completion: blocking on the channel (event mode) or polling.
