@@ -2,16 +2,23 @@
 //! reporting. Each loop takes a timestamp at every post and every completion, and [`stats`]
 //! turns them into perftest's figures.
 //!
+//! One [`Side`] is a set of connected QPs sharing a CQ and one memory region laid out by a
+//! [`Layout`]: each QP owns a *local* area (what it sends from, where its READs and atomics
+//! land) and a *remote* area (what its peer writes, reads and sends into), each `slots`
+//! slots of `stride` bytes. Without data validation there is one slot and every message uses
+//! it, as perftest does; with validation message `k` uses slot `k mod slots`, carries
+//! [`pattern`] bytes seeded by its sender, QP and `k`, and is checked where it lands.
+//!
 //! [`stats`]: crate::stats
 
 use std::time::{Duration, Instant};
 
 use verbs::{
-    CompletionQueue, MemoryRegion, QueuePair, RKey, RecvWr, SendOp, SendWr, WcStatus,
-    WorkCompletion, empty_wc,
+    CompletionChannel, CompletionQueue, MemoryRegion, QueuePair, RKey, RecvWr, SendOp, SendWr,
+    UdDest, WcOpcode, WcStatus, WorkCompletion, empty_wc,
 };
 
-use crate::stats::{Bandwidth, Latency};
+use crate::stats::{Bandwidth, Latency, LatencyRecorder};
 
 /// Why a measurement stopped.
 #[derive(Debug, thiserror::Error)]
@@ -20,33 +27,112 @@ pub enum Error {
     #[error(transparent)]
     Verbs(#[from] verbs::Error),
     /// A work request completed with an error.
-    #[error("work request {wr_id} completed with {status:?}")]
+    #[error("QP {qp}: work request {seq} completed with {status:?}")]
     Completion {
-        /// The work request.
-        wr_id: u64,
+        /// The QP (index in the side).
+        qp: usize,
+        /// The message number on that QP.
+        seq: u64,
         /// Its status.
         status: WcStatus,
     },
     /// Nothing completed for too long: the peer is gone or the network dropped everything.
-    #[error("no completion for {0:?}")]
+    #[error("no completion for {0:?}: the peer stopped answering")]
     Stalled(Duration),
     /// Nothing to measure.
     #[error("no messages were measured")]
     Empty,
 }
 
-/// One side of a measurement: its QP, CQ and buffer.
+/// The bytes a UD receive starts with: room for the GRH.
+pub const GRH: usize = 40;
+
+/// Where each QP's buffers sit in the side's memory region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Bytes per slot (a multiple of 64, at least the largest message plus a GRH for UD).
+    pub stride: usize,
+    /// Slots per area.
+    pub slots: usize,
+}
+
+impl Layout {
+    /// A layout for messages up to `max_size` bytes: one slot, or with `validate` as many as
+    /// fit in 32 MiB per area (at most 4,096, at least one).
+    pub fn new(max_size: usize, ud: bool, validate: bool) -> Layout {
+        let stride = (max_size.max(8) + if ud { GRH } else { 0 }).next_multiple_of(64);
+        let slots = if validate { (32 << 20) / stride } else { 1 };
+        Layout { stride, slots: slots.clamp(1, 4096) }
+    }
+
+    /// Bytes of one area.
+    pub fn area(&self) -> usize {
+        self.stride * self.slots
+    }
+
+    /// The region length `qps` QPs need.
+    pub fn region_len(&self, qps: usize) -> usize {
+        2 * self.area() * qps
+    }
+
+    /// Offset of QP `qp`'s local slot `slot`.
+    pub fn local(&self, qp: usize, slot: usize) -> usize {
+        2 * self.area() * qp + self.stride * (slot % self.slots)
+    }
+
+    /// Offset of QP `qp`'s remote (peer-visible) slot `slot`.
+    pub fn remote(&self, qp: usize, slot: usize) -> usize {
+        2 * self.area() * qp + self.area() + self.stride * (slot % self.slots)
+    }
+}
+
+/// The bytes data validation puts in message `seq` of QP `qp` from a sender seeded `seed`.
+pub mod pattern {
+    fn word(seed: u64, qp: usize, seq: u64, i: usize) -> u64 {
+        // splitmix64 over (seed, qp, seq, word index): cheap, and no two messages alike.
+        let mut z = seed
+            ^ (qp as u64).wrapping_mul(0xd6e8_feb8_6659_fd93)
+            ^ seq.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ (i as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Fills `buf` with the pattern.
+    pub fn fill(seed: u64, qp: usize, seq: u64, buf: &mut [u8]) {
+        for (i, c) in buf.chunks_mut(8).enumerate() {
+            c.copy_from_slice(&word(seed, qp, seq, i).to_le_bytes()[..c.len()]);
+        }
+    }
+
+    /// The offset of the first byte of `buf` that differs from the pattern.
+    pub fn check(seed: u64, qp: usize, seq: u64, buf: &[u8]) -> Option<usize> {
+        buf.chunks(8).enumerate().find_map(|(i, c)| {
+            let w = word(seed, qp, seq, i).to_le_bytes();
+            c.iter().zip(w).position(|(a, b)| *a != b).map(|o| i * 8 + o)
+        })
+    }
+}
+
+/// One side of a measurement: its QPs, their CQ and buffer.
 #[derive(Debug, Clone, Copy)]
 pub struct Side<'a> {
-    /// The connected QP.
-    pub qp: &'a QueuePair,
-    /// The CQ of its sends and receives.
+    /// The connected QPs.
+    pub qps: &'a [QueuePair],
+    /// The CQ of every QP's sends and receives.
     pub cq: &'a CompletionQueue,
     /// The buffer messages come from and go to.
     pub mr: &'a MemoryRegion,
+    /// Sleep on this channel for completions (perftest's `-e`) instead of busy-polling.
+    pub channel: Option<&'a CompletionChannel>,
+    /// Where the buffers are.
+    pub layout: Layout,
+    /// How long to wait for a completion before giving up.
+    pub stall: Duration,
 }
 
-/// The peer's buffer, for WRITE and READ.
+/// The peer's buffer, for WRITE, READ and atomics.
 #[derive(Debug, Clone, Copy)]
 pub struct RemoteBuffer {
     /// Its address.
@@ -55,26 +141,70 @@ pub struct RemoteBuffer {
     pub rkey: RKey,
 }
 
-/// How long a loop waits for a completion before giving up.
+/// What one QP needs to reach its peer.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    /// The peer QP's remote area.
+    pub buffer: RemoteBuffer,
+    /// UD: where sends go.
+    pub ud: Option<UdDest>,
+}
+
+/// When a loop ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// After this many messages per QP.
+    Iters(u64),
+    /// After this long (perftest's `-D`).
+    Duration(Duration),
+}
+
+/// The default stall limit.
 pub const STALL: Duration = Duration::from_secs(10);
 
-fn next_wc(cq: &CompletionQueue, out: &mut [WorkCompletion]) -> Result<usize, Error> {
-    let t0 = Instant::now();
-    loop {
-        let n = cq.poll(out);
-        if n > 0 {
-            for wc in &out[..n] {
-                if wc.status != WcStatus::Success {
-                    return Err(Error::Completion { wr_id: wc.wr_id, status: wc.status });
-                }
-            }
-            return Ok(n);
+/// What data validation found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Validation {
+    /// Messages whose payload was checked.
+    pub messages: u64,
+    /// Bytes checked.
+    pub bytes: u64,
+    /// Messages that differed.
+    pub errors: u64,
+    /// The first difference: QP, message and byte offset.
+    pub first_error: Option<String>,
+}
+
+impl Validation {
+    /// Adds what another check found.
+    pub fn merge(&mut self, o: &Validation) {
+        self.messages += o.messages;
+        self.bytes += o.bytes;
+        self.errors += o.errors;
+        if self.first_error.is_none() {
+            self.first_error.clone_from(&o.first_error);
         }
-        if t0.elapsed() > STALL {
-            return Err(Error::Stalled(STALL));
-        }
-        std::hint::spin_loop();
     }
+
+    fn record(&mut self, len: usize, what: impl FnOnce() -> Option<String>) {
+        self.messages += 1;
+        self.bytes += len as u64;
+        if let Some(e) = what() {
+            self.errors += 1;
+            if self.first_error.is_none() {
+                self.first_error = Some(e);
+            }
+        }
+    }
+}
+
+/// The seeds of data validation: this side's patterns and the peer's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seeds {
+    /// What this side writes and sends.
+    pub mine: u64,
+    /// What the peer writes and sends (and keeps in its remote area for READs).
+    pub peer: u64,
 }
 
 /// What a bandwidth loop posts.
@@ -86,177 +216,702 @@ pub enum BwOp {
     Read,
     /// 8-byte fetch-and-add on the peer's buffer.
     FetchAdd,
-    /// SEND; the peer runs [`recv_sink`].
+    /// 8-byte compare-and-swap on the peer's buffer.
+    CompareSwap,
+    /// SEND; the peer sinks them.
     Send,
 }
 
-/// Bandwidth: `iters` operations of `size` bytes (8 for atomics) with up to `tx_depth` in
-/// flight, every one signaled.
-pub fn bw(
-    s: Side<'_>,
-    remote: RemoteBuffer,
+impl BwOp {
+    /// Whether this is an atomic (8 bytes whatever the size).
+    pub fn is_atomic(self) -> bool {
+        matches!(self, BwOp::FetchAdd | BwOp::CompareSwap)
+    }
+}
+
+/// A bandwidth run.
+#[derive(Debug, Clone)]
+pub struct BwPlan<'a> {
+    /// What this side initiates, if anything.
+    pub op: Option<BwOp>,
+    /// Whether this side receives the peer's SENDs.
+    pub sink: bool,
+    /// Bytes per message.
+    pub size: usize,
+    /// Operations in flight per QP.
+    pub tx_depth: usize,
+    /// One per QP.
+    pub peers: &'a [Peer],
+    /// When to stop.
+    pub stop: Stop,
+    /// Data validation.
+    pub seeds: Option<Seeds>,
+}
+
+/// What a bandwidth run measured.
+#[derive(Debug, Clone, Default)]
+pub struct BwOutcome {
+    /// The figures of what this side initiated.
+    pub sent: Option<Bandwidth>,
+    /// The figures of what it received (peak 0, as perftest's receiver reports).
+    pub received: Option<Bandwidth>,
+    /// Operations completed per QP.
+    pub completed: Vec<u64>,
+    /// Messages received per QP.
+    pub receives: Vec<u64>,
+    /// Data validation.
+    pub validation: Validation,
+}
+
+const RECV_BIT: u64 = 1 << 63;
+const QP_SHIFT: u32 = 40;
+const SEQ_MASK: u64 = (1 << QP_SHIFT) - 1;
+
+fn wr_id(qp: usize, seq: u64) -> u64 {
+    (qp as u64) << QP_SHIFT | (seq & SEQ_MASK)
+}
+
+fn split(id: u64) -> (usize, u64) {
+    (((id & !RECV_BIT) >> QP_SHIFT) as usize, id & SEQ_MASK)
+}
+
+/// Waits for completions: polling, or on the side's channel. Returns 0 when `until` passes
+/// first; fails after the side's stall limit without one.
+fn wait_wc(
+    s: &Side<'_>,
+    out: &mut [WorkCompletion],
+    until: Option<Instant>,
+) -> Result<usize, Error> {
+    let t0 = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        let n = try_wc(s, out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        let now = Instant::now();
+        if until.is_some_and(|u| now >= u) {
+            return Ok(0);
+        }
+        if let Some(ch) = s.channel {
+            s.cq.req_notify()?;
+            let n = try_wc(s, out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            let mut left = s.stall.saturating_sub(t0.elapsed());
+            if let Some(u) = until {
+                left = left.min(u.saturating_duration_since(now));
+            }
+            if ch.get_cq_event(Some(left)).is_none() && t0.elapsed() >= s.stall {
+                return Err(Error::Stalled(s.stall));
+            }
+            continue;
+        }
+        spins += 1;
+        if spins.is_multiple_of(1024) && t0.elapsed() > s.stall {
+            return Err(Error::Stalled(s.stall));
+        }
+        std::hint::spin_loop();
+    }
+}
+
+fn next_wc(s: &Side<'_>, out: &mut [WorkCompletion]) -> Result<usize, Error> {
+    wait_wc(s, out, None)
+}
+
+/// Polls once without waiting (for loops that must also watch memory or a clock).
+fn try_wc(s: &Side<'_>, out: &mut [WorkCompletion]) -> Result<usize, Error> {
+    let n = s.cq.poll(out);
+    for wc in &out[..n] {
+        if wc.status != WcStatus::Success {
+            let (qp, seq) = split(wc.wr_id);
+            return Err(Error::Completion { qp, seq, status: wc.status });
+        }
+    }
+    Ok(n)
+}
+
+/// A receive into a whole slot (room for the largest message and, on UD, the GRH).
+fn recv_wr(s: &Side<'_>, qp: usize, slot: usize) -> Result<RecvWr, Error> {
+    let mut r = RecvWr::new(RECV_BIT | wr_id(qp, slot as u64));
+    r.sgl.push(s.mr.sge(s.layout.remote(qp, slot), s.layout.stride)?);
+    Ok(r)
+}
+
+/// Posts `depth` receives on every QP, one per slot: what a receiving side does before the
+/// barrier that starts the measurement. [`bw`] reposts each as it completes, so `depth`
+/// stay posted through a sweep.
+pub fn post_receives(s: &Side<'_>, depth: usize) -> Result<(), Error> {
+    for q in 0..s.qps.len() {
+        let wrs: Vec<RecvWr> =
+            (0..depth).map(|slot| recv_wr(s, q, slot)).collect::<Result<_, _>>()?;
+        s.qps[q].post_recv_batch(&wrs)?;
+    }
+    Ok(())
+}
+
+fn grh(qp: &QueuePair) -> usize {
+    if qp.qp_type() == verbs::QpType::Ud { GRH } else { 0 }
+}
+
+/// Fills every QP's remote area with the pattern `seed` (what READ validation reads back):
+/// slot `j` of QP `q` holds message `j`'s pattern.
+pub fn fill_remote(s: &Side<'_>, size: usize, seed: u64) -> Result<(), Error> {
+    let mut buf = vec![0u8; size];
+    for q in 0..s.qps.len() {
+        for j in 0..s.layout.slots {
+            pattern::fill(seed, q, j as u64, &mut buf);
+            s.mr.write(s.layout.remote(q, j), &buf)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks what the peer's WRITEs left in this side's remote areas after it completed
+/// `counts[q]` writes of `size` bytes on QP `q` with seed `seed`: each slot holds the last
+/// message that went to it.
+pub fn check_written(s: &Side<'_>, size: usize, seed: u64, counts: &[u64]) -> Validation {
+    let mut v = Validation::default();
+    let slots = s.layout.slots as u64;
+    let mut buf = vec![0u8; size];
+    for (q, &n) in counts.iter().enumerate().take(s.qps.len()) {
+        for j in 0..slots.min(n) {
+            let last = j + (n - 1 - j) / slots * slots;
+            if s.mr.read(s.layout.remote(q, j as usize), &mut buf).is_err() {
+                v.record(0, || Some(format!("QP {q}: slot {j} is outside the buffer")));
+                continue;
+            }
+            v.record(size, || {
+                pattern::check(seed, q, last, &buf)
+                    .map(|o| format!("QP {q}: WRITE {last}, byte {o} differs"))
+            });
+        }
+    }
+    v
+}
+
+/// Checks the counters the peer's atomics left: slot `j` of QP `q` counts the operations
+/// that went to it.
+pub fn check_atomics(s: &Side<'_>, counts: &[u64]) -> Validation {
+    let mut v = Validation::default();
+    let slots = s.layout.slots as u64;
+    for (q, &n) in counts.iter().enumerate().take(s.qps.len()) {
+        for j in 0..slots.min(n) {
+            let want = n / slots + u64::from(j < n % slots);
+            let mut b = [0u8; 8];
+            let got =
+                s.mr.read(s.layout.remote(q, j as usize), &mut b).map(|_| u64::from_le_bytes(b));
+            v.record(8, || match got {
+                Ok(g) if g == want => None,
+                Ok(g) => Some(format!("QP {q}: atomic slot {j} holds {g}, expected {want}")),
+                Err(e) => Some(format!("QP {q}: atomic slot {j}: {e}")),
+            });
+        }
+    }
+    v
+}
+
+/// The send work request of message `seq` on QP `q`.
+fn send_wr(
+    s: &Side<'_>,
+    q: usize,
+    seq: u64,
     op: BwOp,
     size: usize,
-    iters: usize,
-    tx_depth: usize,
-) -> Result<Bandwidth, Error> {
-    let size = if op == BwOp::FetchAdd { 8 } else { size };
-    let sge = s.mr.sge(0, size)?;
-    let (remote_addr, rkey) = (remote.addr, remote.rkey);
-    let op = match op {
+    peer: &Peer,
+    seeds: Option<Seeds>,
+) -> Result<SendWr, Error> {
+    let slots = s.layout.slots as u64;
+    let slot = (seq % slots) as usize;
+    let local = s.layout.local(q, slot);
+    let remote_addr = peer.buffer.addr + (s.layout.stride * slot) as u64;
+    let rkey = peer.buffer.rkey;
+    let round = seq / slots;
+    let validate = seeds.is_some();
+    let send_op = match op {
         BwOp::Write => SendOp::Write { remote_addr, rkey },
         BwOp::Read => SendOp::Read { remote_addr, rkey },
         BwOp::FetchAdd => SendOp::FetchAdd { remote_addr, rkey, add: 1 },
+        BwOp::CompareSwap if validate => {
+            SendOp::CompareSwap { remote_addr, rkey, compare: round, swap: round + 1 }
+        }
+        BwOp::CompareSwap => SendOp::CompareSwap { remote_addr, rkey, compare: 0, swap: 0 },
+        BwOp::Send if validate => SendOp::SendWithImm(seq as u32),
         BwOp::Send => SendOp::Send,
     };
-    let epoch = Instant::now();
-    let ns = || epoch.elapsed().as_nanos() as u64;
-    let (mut posted, mut completed) = (Vec::with_capacity(iters), vec![0u64; iters]);
-    let mut done = 0;
-    let mut wc = [empty_wc(); 32];
-    while done < iters {
-        while posted.len() < iters && posted.len() - done < tx_depth.max(1) {
-            let mut w = SendWr::new(posted.len() as u64, op);
-            if size > 0 {
-                w.sgl.push(sge);
-            }
-            posted.push(ns());
-            s.qp.post_send(w)?;
-        }
-        let n = next_wc(s.cq, &mut wc)?;
-        let t = ns();
-        for c in &wc[..n] {
-            if let Some(slot) = completed.get_mut(c.wr_id as usize) {
-                *slot = t;
-            }
-        }
-        done += n;
+    let len = if op.is_atomic() { 8 } else { size };
+    if let Some(sd) = seeds
+        && matches!(op, BwOp::Write | BwOp::Send)
+        && len > 0
+    {
+        let mut buf = vec![0u8; len];
+        pattern::fill(sd.mine, q, seq, &mut buf);
+        s.mr.write(local, &buf)?;
     }
-    Bandwidth::from_times(size as u64, &posted, &completed).ok_or(Error::Empty)
-}
-
-/// RDMA WRITE bandwidth (see [`bw`]).
-pub fn write_bw(
-    s: Side<'_>,
-    remote: RemoteBuffer,
-    size: usize,
-    iters: usize,
-    tx_depth: usize,
-) -> Result<Bandwidth, Error> {
-    bw(s, remote, BwOp::Write, size, iters, tx_depth)
-}
-
-/// The receiving side of a SEND bandwidth test: keeps up to `depth` receives of `size`
-/// bytes posted until `iters` messages have arrived; returns their total bytes.
-pub fn recv_sink(s: Side<'_>, size: usize, iters: usize, depth: usize) -> Result<u64, Error> {
-    let mut posted = 0;
-    let post = |n: usize| -> Result<usize, Error> {
-        for _ in 0..n {
-            let mut r = RecvWr::new(0);
-            if size > 0 {
-                r.sgl.push(s.mr.sge(0, size)?);
-            }
-            s.qp.post_recv(r)?;
-        }
-        Ok(n)
-    };
-    posted += post(iters.min(depth.max(1)))?;
-    let (mut got, mut bytes) = (0, 0u64);
-    let mut wc = [empty_wc(); 32];
-    while got < iters {
-        let n = next_wc(s.cq, &mut wc)?;
-        for c in &wc[..n] {
-            got += 1;
-            bytes += u64::from(c.byte_len);
-        }
-        posted += post(n.min(iters - posted))?;
+    let mut w = SendWr::new(wr_id(q, seq), send_op);
+    if len > 0 {
+        w.sgl.push(s.mr.sge(local, len)?);
     }
-    Ok(bytes)
+    w.ud = peer.ud;
+    Ok(w)
 }
 
-/// One-sided latency (READ or fetch-and-add, rtt factor 1): one operation at a time,
-/// `iters` times; the figures come from the post times.
-pub fn one_sided_lat(
-    s: Side<'_>,
-    remote: RemoteBuffer,
+/// Checks the data of a completed READ or atomic (`seq` on QP `q`).
+fn check_completion(
+    s: &Side<'_>,
+    q: usize,
+    seq: u64,
     op: BwOp,
     size: usize,
-    iters: usize,
-) -> Result<Latency, Error> {
-    let size = if op == BwOp::FetchAdd { 8 } else { size };
-    let sge = s.mr.sge(0, size)?;
-    let (remote_addr, rkey) = (remote.addr, remote.rkey);
-    let op = match op {
-        BwOp::FetchAdd => SendOp::FetchAdd { remote_addr, rkey, add: 1 },
-        _ => SendOp::Read { remote_addr, rkey },
-    };
-    let epoch = Instant::now();
-    let mut posted = Vec::with_capacity(iters + 1);
-    let mut wc = [empty_wc(); 1];
-    for i in 0..iters {
-        let mut w = SendWr::new(i as u64, op);
-        w.sgl.push(sge);
-        posted.push(epoch.elapsed().as_nanos() as u64);
-        s.qp.post_send(w)?;
-        next_wc(s.cq, &mut wc)?;
+    seeds: Seeds,
+) -> (usize, Option<String>) {
+    let slots = s.layout.slots as u64;
+    let local = s.layout.local(q, (seq % slots) as usize);
+    if op == BwOp::Read {
+        let got = match s.mr.to_vec(local, size) {
+            Ok(g) => g,
+            Err(e) => return (0, Some(format!("QP {q}: READ {seq}: {e}"))),
+        };
+        let e = pattern::check(seeds.peer, q, seq % slots, &got)
+            .map(|o| format!("QP {q}: READ {seq}, byte {o} differs"));
+        return (size, e);
     }
-    // The interval after the last operation ends with its completion.
-    posted.push(epoch.elapsed().as_nanos() as u64);
-    let mut l = Latency::from_post_times(size as u64, &posted, 1.0).ok_or(Error::Empty)?;
-    l.iters = iters as u64;
-    Ok(l)
+    let mut b = [0u8; 8];
+    let want = seq / slots;
+    match s.mr.read(local, &mut b) {
+        Ok(()) if u64::from_le_bytes(b) == want => (8, None),
+        Ok(()) => {
+            let got = u64::from_le_bytes(b);
+            (8, Some(format!("QP {q}: atomic {seq} fetched {got}, expected {want}")))
+        }
+        Err(e) => (0, Some(format!("QP {q}: atomic {seq}: {e}"))),
+    }
 }
 
-/// SEND latency, one side of a ping-pong: the client (`initiator`) sends first; each side
-/// sends after the peer's message arrives. Returns the figures from this side's post times.
-pub fn send_lat(s: Side<'_>, size: usize, iters: usize, initiator: bool) -> Result<Latency, Error> {
-    const RECV: u64 = u64::MAX;
-    let recv = || -> Result<RecvWr, Error> {
-        let mut r = RecvWr::new(RECV);
-        if size > 0 {
-            r.sgl.push(s.mr.sge(0, size)?);
-        }
-        Ok(r)
+/// Checks a received message in slot `slot` of QP `q`.
+fn check_receive(
+    s: &Side<'_>,
+    q: usize,
+    slot: usize,
+    wc: &WorkCompletion,
+    expect: Option<u64>,
+    seed: u64,
+) -> (usize, Option<String>) {
+    let g = grh(&s.qps[q]);
+    let len = (wc.byte_len as usize).saturating_sub(g);
+    let Some(imm) = wc.imm else {
+        return (len, Some(format!("QP {q}: a message without its sequence number")));
     };
-    let send = |i: usize| -> Result<SendWr, Error> {
-        let mut w = SendWr::new(i as u64, SendOp::Send);
-        if size > 0 {
-            w.sgl.push(s.mr.sge(0, size)?);
-        }
-        Ok(w)
+    // The sequence number travels as 32-bit immediate data; extend it from what we expect.
+    let seq = match expect {
+        Some(e) => (e & !0xffff_ffff) | u64::from(imm),
+        None => u64::from(imm),
     };
-    // A small receive depth, topped up as messages arrive, never beyond what will come.
-    let mut recvs_posted = 0;
-    while recvs_posted < iters.min(64) {
-        s.qp.post_recv(recv()?)?;
+    if let Some(e) = expect
+        && e != seq
+    {
+        return (len, Some(format!("QP {q}: message {seq} arrived where {e} was expected")));
+    }
+    match s.mr.to_vec(s.layout.remote(q, slot) + g, len) {
+        Ok(got) => (
+            len,
+            pattern::check(seed, q, seq, &got)
+                .map(|o| format!("QP {q}: SEND {seq}, byte {o} differs")),
+        ),
+        Err(e) => (0, Some(format!("QP {q}: SEND {seq}: {e}"))),
+    }
+}
+
+/// A progress report: messages done so far and bytes they moved.
+pub type OnProgress<'a> = &'a mut dyn FnMut(u64, u64);
+
+/// Bandwidth: what `plan` asks, on every QP of `s` at once, until `plan.stop`.
+pub fn bw(s: &Side<'_>, plan: &BwPlan<'_>, progress: OnProgress<'_>) -> Result<BwOutcome, Error> {
+    let nq = s.qps.len();
+    let op = plan.op;
+    let size = if op.is_some_and(BwOp::is_atomic) { 8 } else { plan.size };
+    let iters = match plan.stop {
+        Stop::Iters(n) => n,
+        Stop::Duration(_) => u64::MAX,
+    };
+    let deadline = match plan.stop {
+        Stop::Duration(d) => Some(Instant::now() + d),
+        Stop::Iters(_) => None,
+    };
+    // Receivers keep going a little after the deadline: the sender's last messages.
+    let recv_deadline = deadline.map(|d| d + Duration::from_millis(300));
+    let tx_depth =
+        if plan.seeds.is_some() { plan.tx_depth.min(s.layout.slots) } else { plan.tx_depth };
+    let tx_depth = tx_depth.max(1) as u64;
+    let mut out = BwOutcome { completed: vec![0; nq], receives: vec![0; nq], ..Default::default() };
+    let mut posted = vec![0u64; nq];
+    let keep_times = deadline.is_none();
+    let cap = if keep_times { (iters * nq as u64).min(1 << 24) as usize } else { 0 };
+    let (mut t_post, mut t_done) = (Vec::with_capacity(cap), Vec::with_capacity(cap));
+    // Duration mode: the peak is the best 100 ms stretch.
+    let mut window = (Instant::now(), 0u64);
+    let mut best_window = 0.0f64;
+    let epoch = Instant::now();
+    let ns = || epoch.elapsed().as_nanos() as u64;
+    let (mut first_recv, mut last_recv) = (None::<u64>, 0u64);
+    let mut recv_bytes = 0u64;
+    let mut next_recv_seq = vec![0u64; nq];
+    let mut wc = [empty_wc(); 64];
+    let mut done_total = 0u64;
+    let mut last_report = Instant::now();
+    let mut stopped = false;
+    let mut batch = Vec::with_capacity(tx_depth as usize);
+    loop {
+        stopped |= deadline.is_some_and(|d| Instant::now() >= d);
+        if let Some(op) = op
+            && !stopped
+        {
+            #[allow(clippy::needless_range_loop)] // q indexes four per-QP tables
+            for q in 0..nq {
+                batch.clear();
+                while posted[q] < iters && posted[q] - out.completed[q] < tx_depth {
+                    batch.push(send_wr(s, q, posted[q], op, size, &plan.peers[q], plan.seeds)?);
+                    posted[q] += 1;
+                    if keep_times {
+                        t_post.push(ns());
+                    }
+                }
+                if !batch.is_empty() {
+                    s.qps[q].post_send_batch(&batch)?;
+                }
+            }
+        }
+        let sends_left = op.is_some()
+            && (0..nq).any(|q| out.completed[q] < posted[q] || (!stopped && posted[q] < iters));
+        let recvs_left = plan.sink
+            && match recv_deadline {
+                Some(d) => Instant::now() < d,
+                None => out.receives.iter().any(|&r| r < iters),
+            };
+        if !sends_left && !recvs_left {
+            break;
+        }
+        // Wake for the clock while it matters; drain what is in flight without one.
+        let until = if !sends_left {
+            recv_deadline
+        } else if !stopped {
+            deadline
+        } else {
+            None
+        };
+        let n = wait_wc(s, &mut wc, until)?;
+        let t = ns();
+        for c in &wc[..n] {
+            let (q, seq) = split(c.wr_id);
+            if q >= nq {
+                continue;
+            }
+            if c.wr_id & RECV_BIT != 0
+                || matches!(c.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+            {
+                let slot = seq as usize;
+                out.receives[q] += 1;
+                first_recv.get_or_insert(t);
+                last_recv = t;
+                let len = (c.byte_len as usize).saturating_sub(grh(&s.qps[q]));
+                recv_bytes += len as u64;
+                if let Some(sd) = plan.seeds {
+                    let expect =
+                        (s.qps[q].qp_type() == verbs::QpType::Rc).then_some(next_recv_seq[q]);
+                    let (l, e) = check_receive(s, q, slot, c, expect, sd.peer);
+                    out.validation.record(l, || e);
+                    next_recv_seq[q] += 1;
+                }
+                // Repost into the same slot: the depth stays posted for the next size too.
+                s.qps[q].post_recv(recv_wr(s, q, slot)?)?;
+                done_total += 1;
+            } else {
+                out.completed[q] += 1;
+                done_total += 1;
+                if keep_times {
+                    t_done.push(t);
+                }
+                if let (Some(sd), Some(op)) = (plan.seeds, op)
+                    && matches!(op, BwOp::Read | BwOp::FetchAdd | BwOp::CompareSwap)
+                {
+                    let (l, e) = check_completion(s, q, seq, op, size, sd);
+                    out.validation.record(l, || e);
+                }
+            }
+        }
+        if !keep_times && op.is_some() {
+            let el = window.0.elapsed();
+            if el >= Duration::from_millis(100) {
+                let msgs: u64 = out.completed.iter().sum();
+                let rate = (msgs - window.1) as f64 / el.as_secs_f64();
+                best_window = best_window.max(rate);
+                window = (Instant::now(), msgs);
+            }
+        }
+        if last_report.elapsed() >= Duration::from_millis(250) {
+            last_report = Instant::now();
+            progress(done_total, done_total * size as u64);
+        }
+    }
+    let total: u64 = out.completed.iter().sum();
+    if op.is_some() {
+        out.sent = if keep_times {
+            Bandwidth::from_times(size as u64, &t_post, &t_done)
+        } else {
+            let secs = epoch.elapsed().as_secs_f64();
+            (total > 0).then(|| {
+                let avg = (total * size as u64) as f64 / secs / crate::stats::PERFTEST_MB;
+                let peak = best_window * size as f64 / crate::stats::PERFTEST_MB;
+                Bandwidth {
+                    size: size as u64,
+                    iters: total,
+                    bw_peak: peak.max(avg),
+                    bw_avg: avg,
+                    msg_rate: total as f64 / secs / 1e6,
+                }
+            })
+        };
+        if out.sent.is_none() {
+            return Err(Error::Empty);
+        }
+    }
+    if plan.sink {
+        let got: u64 = out.receives.iter().sum();
+        let span = first_recv.map(|f| last_recv.saturating_sub(f)).unwrap_or(0);
+        out.received = (got > 0).then(|| {
+            // From the first receive to the last, plus one message's share.
+            let secs = (span as f64 / 1e9) * got as f64 / (got as f64 - 1.0).max(1.0);
+            let secs = if secs > 0.0 { secs } else { epoch.elapsed().as_secs_f64() };
+            Bandwidth {
+                size: plan.size as u64,
+                iters: got,
+                bw_peak: 0.0,
+                bw_avg: recv_bytes as f64 / secs / crate::stats::PERFTEST_MB,
+                msg_rate: got as f64 / secs / 1e6,
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// A latency run on one QP (perftest's latency tests use one).
+#[derive(Debug, Clone, Copy)]
+pub struct LatPlan {
+    /// Bytes per message.
+    pub size: usize,
+    /// When to stop.
+    pub stop: Stop,
+    /// This side sends first (the client).
+    pub initiator: bool,
+    /// The peer.
+    pub peer: Peer,
+    /// Data validation.
+    pub seeds: Option<Seeds>,
+}
+
+/// What a latency run measured.
+#[derive(Debug, Clone)]
+pub struct LatOutcome {
+    /// The figures.
+    pub latency: Latency,
+    /// Operations completed.
+    pub completed: u64,
+    /// Data validation.
+    pub validation: Validation,
+}
+
+fn lat_iters(stop: Stop) -> (u64, Option<Instant>) {
+    match stop {
+        Stop::Iters(n) => (n, None),
+        Stop::Duration(d) => (u64::MAX, Some(Instant::now() + d)),
+    }
+}
+
+/// SEND latency, one side of a ping-pong: the initiator sends first; each side sends after
+/// the peer's message arrives. The figures come from this side's post times (one way: half
+/// of each round trip). In duration mode each side stops at its own deadline.
+pub fn send_lat(
+    s: &Side<'_>,
+    plan: &LatPlan,
+    progress: OnProgress<'_>,
+) -> Result<LatOutcome, Error> {
+    let (iters, deadline) = lat_iters(plan.stop);
+    let qp = &s.qps[0];
+    let rc = qp.qp_type() == verbs::QpType::Rc;
+    let depth = 64;
+    let mut recvs_posted = 0u64;
+    while recvs_posted < iters.min(depth) {
+        qp.post_recv(recv_wr(s, 0, recvs_posted as usize)?)?;
         recvs_posted += 1;
     }
-    let epoch = Instant::now();
-    let mut posted = Vec::with_capacity(iters);
-    let (mut sent, mut received) = (0, 0);
+    let mut rec = LatencyRecorder::new(plan.size as u64, 2.0, deadline.is_some());
+    let mut v = Validation::default();
+    let (mut sent, mut received) = (0u64, 0u64);
     let mut wc = [empty_wc(); 4];
-    if initiator {
-        posted.push(epoch.elapsed().as_nanos() as u64);
-        s.qp.post_send(send(0)?)?;
-        sent = 1;
+    let mut last_report = Instant::now();
+    let post = |sent: &mut u64, rec: &mut LatencyRecorder| -> Result<(), Error> {
+        rec.post();
+        qp.post_send(send_wr(s, 0, *sent, BwOp::Send, plan.size, &plan.peer, plan.seeds)?)?;
+        *sent += 1;
+        Ok(())
+    };
+    if plan.initiator {
+        post(&mut sent, &mut rec)?;
     }
-    while received < iters || sent < iters {
-        let n = next_wc(s.cq, &mut wc)?;
+    'run: while received < iters || sent < iters {
+        let n = wait_wc(s, &mut wc, deadline)?;
+        if n == 0 {
+            break;
+        }
         for c in &wc[..n] {
-            if c.wr_id != RECV {
+            if c.wr_id & RECV_BIT == 0 {
                 continue;
+            }
+            let slot = split(c.wr_id).1 as usize;
+            if let Some(sd) = plan.seeds {
+                let (l, e) = check_receive(s, 0, slot, c, rc.then_some(received), sd.peer);
+                v.record(l, || e);
             }
             received += 1;
             if recvs_posted < iters {
-                s.qp.post_recv(recv()?)?;
+                qp.post_recv(recv_wr(s, 0, slot)?)?;
                 recvs_posted += 1;
             }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break 'run;
+            }
             if sent < iters {
-                posted.push(epoch.elapsed().as_nanos() as u64);
-                s.qp.post_send(send(sent)?)?;
-                sent += 1;
+                post(&mut sent, &mut rec)?;
             }
         }
+        if last_report.elapsed() >= Duration::from_millis(250) {
+            last_report = Instant::now();
+            progress(received, received * plan.size as u64);
+        }
     }
-    Latency::from_post_times(size as u64, &posted, 2.0).ok_or(Error::Empty)
+    let latency = rec.finish().ok_or(Error::Empty)?;
+    Ok(LatOutcome { latency, completed: sent, validation: v })
+}
+
+/// WRITE latency as perftest measures it: each side WRITEs `size` bytes to the peer, the
+/// last byte a counter, and polls its own buffer for the peer's counter before the next.
+/// The peer's writes land at this side's remote slot 0; the last byte of write `k` is
+/// `k + 1` (mod 256). In duration mode each side stops at its own deadline.
+pub fn write_lat(
+    s: &Side<'_>,
+    plan: &LatPlan,
+    progress: OnProgress<'_>,
+) -> Result<LatOutcome, Error> {
+    let (iters, deadline) = lat_iters(plan.stop);
+    let size = plan.size.max(1);
+    let qp = &s.qps[0];
+    let poll_at = s.layout.remote(0, 0) + size - 1;
+    let post_at = s.layout.local(0, 0);
+    let remote_addr = plan.peer.buffer.addr;
+    let rkey = plan.peer.buffer.rkey;
+    let mut rec = LatencyRecorder::new(size as u64, 2.0, deadline.is_some());
+    let mut v = Validation::default();
+    let (mut scnt, mut ccnt, mut rcnt) = (0u64, 0u64, 0u64);
+    let mut wc = [empty_wc(); 2];
+    let mut buf = vec![0u8; size];
+    let mut last_report = Instant::now();
+    let past = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
+    'run: while scnt < iters || ccnt < iters || rcnt < iters {
+        if past(deadline) {
+            break;
+        }
+        if (plan.initiator || scnt != 0) && rcnt < iters {
+            // Wait for the peer's write number rcnt: its last byte turns rcnt + 1.
+            let want = (rcnt + 1) as u8;
+            let t0 = Instant::now();
+            let mut spins = 0u32;
+            loop {
+                let mut b = [0u8; 1];
+                s.mr.read(poll_at, &mut b)?;
+                if b[0] == want {
+                    break;
+                }
+                // Polling the CQ is what drives a busy-polled soft device.
+                ccnt += try_wc(s, &mut wc)? as u64;
+                spins += 1;
+                if spins.is_multiple_of(256) {
+                    if past(deadline) {
+                        break 'run;
+                    }
+                    if t0.elapsed() > s.stall {
+                        return Err(Error::Stalled(s.stall));
+                    }
+                }
+            }
+            if let Some(sd) = plan.seeds
+                && size > 1
+            {
+                s.mr.read(s.layout.remote(0, 0), &mut buf)?;
+                let e = pattern::check(sd.peer, 0, rcnt, &buf[..size - 1])
+                    .map(|o| format!("QP 0: WRITE {rcnt}, byte {o} differs: {:02x?}", &buf));
+                v.record(size, || e);
+            }
+            rcnt += 1;
+        }
+        if scnt < iters {
+            if let Some(sd) = plan.seeds {
+                pattern::fill(sd.mine, 0, scnt, &mut buf);
+            }
+            buf[size - 1] = (scnt + 1) as u8;
+            s.mr.write(post_at, &buf)?;
+            rec.post();
+            let mut w = SendWr::new(wr_id(0, scnt), SendOp::Write { remote_addr, rkey });
+            w.sgl.push(s.mr.sge(post_at, size)?);
+            qp.post_send(w)?;
+            scnt += 1;
+        }
+        while ccnt < scnt && ccnt < iters {
+            ccnt += next_wc(s, &mut wc)? as u64;
+        }
+        if last_report.elapsed() >= Duration::from_millis(250) {
+            last_report = Instant::now();
+            progress(scnt, scnt * size as u64);
+        }
+    }
+    while ccnt < scnt {
+        ccnt += next_wc(s, &mut wc)? as u64;
+    }
+    let latency = rec.finish().ok_or(Error::Empty)?;
+    Ok(LatOutcome { latency, completed: scnt, validation: v })
+}
+
+/// READ or atomic latency (round-trip factor 1): one operation at a time.
+pub fn one_sided_lat(
+    s: &Side<'_>,
+    plan: &LatPlan,
+    op: BwOp,
+    progress: OnProgress<'_>,
+) -> Result<LatOutcome, Error> {
+    let (iters, deadline) = lat_iters(plan.stop);
+    let size = if op.is_atomic() { 8 } else { plan.size };
+    let mut rec = LatencyRecorder::new(size as u64, 1.0, deadline.is_some());
+    let mut v = Validation::default();
+    let mut wc = [empty_wc(); 1];
+    let mut last_report = Instant::now();
+    let mut i = 0u64;
+    while i < iters && deadline.is_none_or(|d| Instant::now() < d) {
+        rec.post();
+        s.qps[0].post_send(send_wr(s, 0, i, op, size, &plan.peer, plan.seeds)?)?;
+        next_wc(s, &mut wc)?;
+        if let Some(sd) = plan.seeds {
+            let (l, e) = check_completion(s, 0, i, op, size, sd);
+            v.record(l, || e);
+        }
+        i += 1;
+        if last_report.elapsed() >= Duration::from_millis(250) {
+            last_report = Instant::now();
+            progress(i, i * size as u64);
+        }
+    }
+    // The interval after the last operation ends with its completion.
+    rec.post();
+    let mut latency = rec.finish().ok_or(Error::Empty)?;
+    latency.iters = i;
+    Ok(LatOutcome { latency, completed: i, validation: v })
 }

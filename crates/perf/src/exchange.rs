@@ -320,8 +320,12 @@ pub enum Test {
     WriteLat,
     /// `ib_read_bw`.
     ReadBw,
+    /// `ib_read_lat` (not recorded; the shape follows perftest's `read_lat.c`).
+    ReadLat,
     /// `ib_atomic_bw`.
     AtomicBw,
+    /// `ib_atomic_lat` (not recorded; the shape follows perftest's `atomic_lat.c`).
+    AtomicLat,
 }
 
 /// Where a test's conversation puts its steps around the measurement.
@@ -349,7 +353,7 @@ impl Test {
             Test::WriteBw | Test::ReadBw | Test::AtomicBw => {
                 Script { barriers_before: 2, reports: true, barrier_after: true, done: true }
             }
-            Test::SendBw | Test::SendLat => {
+            Test::SendBw | Test::SendLat | Test::ReadLat | Test::AtomicLat => {
                 Script { barriers_before: 3, reports: false, barrier_after: true, done: true }
             }
             Test::WriteLat => {

@@ -4,4 +4,5 @@
 
 pub mod engine;
 pub mod exchange;
+pub mod session;
 pub mod stats;

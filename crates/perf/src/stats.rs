@@ -36,6 +36,9 @@ pub struct Bandwidth {
 /// runs are searched over windows up to this many messages long.
 pub const PEAK_WINDOW: usize = 4096;
 
+/// Runs up to this many messages get the exact peak search; longer ones the linear one.
+pub const EXACT_PEAK_UP_TO: usize = 20_000;
+
 impl Bandwidth {
     /// Figures from each message's post and completion times (nanoseconds, any origin).
     /// `None` when there are no messages or no time passed.
@@ -48,11 +51,23 @@ impl Bandwidth {
         let secs = total_ns as f64 / 1e9;
         let bw_avg = (size * n as u64) as f64 / secs / PERFTEST_MB;
         let msg_rate = n as f64 / secs / 1e6;
-        // The fastest stretch: the smallest time per message over runs i..=j.
+        // The fastest stretch: the smallest time per message over runs i..=j. Exact (up to
+        // PEAK_WINDOW long) for runs perftest measures; over stretches of exactly
+        // PEAK_WINDOW messages for longer ones, which keeps it linear.
         let mut best = f64::INFINITY;
-        for (i, &p) in posted[..n].iter().enumerate() {
-            for (k, &c) in completed[i..n].iter().take(PEAK_WINDOW).enumerate() {
-                let per = c.saturating_sub(p) as f64 / (k + 1) as f64;
+        if n <= EXACT_PEAK_UP_TO {
+            for (i, &p) in posted[..n].iter().enumerate() {
+                for (k, &c) in completed[i..n].iter().take(PEAK_WINDOW).enumerate() {
+                    let per = c.saturating_sub(p) as f64 / (k + 1) as f64;
+                    if per > 0.0 && per < best {
+                        best = per;
+                    }
+                }
+            }
+        } else {
+            for i in 0..=n - PEAK_WINDOW {
+                let per = completed[i + PEAK_WINDOW - 1].saturating_sub(posted[i]) as f64
+                    / PEAK_WINDOW as f64;
                 if per > 0.0 && per < best {
                     best = per;
                 }
@@ -115,6 +130,76 @@ impl Latency {
             t_stdev: var.sqrt(),
             p99: at(0.99),
             p99_9: at(0.999),
+        })
+    }
+}
+
+/// Collects a latency test's post times: every one (perftest's exact figures) for a run of
+/// iterations, or the intervals in an HDR histogram (3 significant digits) for a run of a
+/// duration, which may be any length — so `-D` runs get percentiles too.
+#[derive(Debug)]
+pub struct LatencyRecorder {
+    size: u64,
+    rtt_factor: f64,
+    epoch: std::time::Instant,
+    posts: Vec<u64>,
+    hist: Option<hdrhistogram::Histogram<u64>>,
+    last: Option<u64>,
+    count: u64,
+}
+
+impl LatencyRecorder {
+    /// A recorder for messages of `size` bytes; `histogram` for runs of a duration.
+    pub fn new(size: u64, rtt_factor: f64, histogram: bool) -> LatencyRecorder {
+        LatencyRecorder {
+            size,
+            rtt_factor,
+            epoch: std::time::Instant::now(),
+            posts: Vec::new(),
+            hist: histogram.then(|| {
+                hdrhistogram::Histogram::new(3)
+                    .unwrap_or_else(|_| unreachable!("3 digits is valid"))
+            }),
+            last: None,
+            count: 0,
+        }
+    }
+
+    /// Notes a post now.
+    pub fn post(&mut self) {
+        let t = self.epoch.elapsed().as_nanos() as u64;
+        self.count += 1;
+        match &mut self.hist {
+            None => self.posts.push(t),
+            Some(h) => {
+                if let Some(l) = self.last {
+                    // Saturates at the histogram's top rather than failing.
+                    h.saturating_record(t.saturating_sub(l).max(1));
+                }
+                self.last = Some(t);
+            }
+        }
+    }
+
+    /// The figures; `None` with fewer than two posts.
+    pub fn finish(&self) -> Option<Latency> {
+        let Some(h) = &self.hist else {
+            return Latency::from_post_times(self.size, &self.posts, self.rtt_factor);
+        };
+        if h.is_empty() {
+            return None;
+        }
+        let us = |ns: f64| ns / 1e3 / self.rtt_factor;
+        Some(Latency {
+            size: self.size,
+            iters: self.count,
+            t_min: us(h.min() as f64),
+            t_max: us(h.max() as f64),
+            t_typical: us(h.value_at_quantile(0.5) as f64),
+            t_avg: us(h.mean()),
+            t_stdev: us(h.stdev()),
+            p99: us(h.value_at_quantile(0.99) as f64),
+            p99_9: us(h.value_at_quantile(0.999) as f64),
         })
     }
 }

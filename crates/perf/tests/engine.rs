@@ -2,7 +2,7 @@
 //! private network namespace): WRITE bandwidth moves the bytes it claims, SEND latency's
 //! figures are ordered as they must be, and a failing work request stops the loop with it.
 
-use perf::engine::{self, BwOp, RemoteBuffer, Side};
+use perf::engine::{self, BwOp, BwPlan, LatPlan, Layout, Peer, RemoteBuffer, Side, Stop};
 use verbs::{
     Access, CompletionQueue, Connect, Context, ContextOptions, MemoryRegion, ModifyQp, Mtu, Path,
     ProtectionDomain, Psn, QpInit, QpState, QpType, QueuePair, RKey, WcStatus,
@@ -21,31 +21,61 @@ struct End {
     _pd: ProtectionDomain,
     cq: CompletionQueue,
     mr: MemoryRegion,
-    qp: QueuePair,
+    qp: Vec<QueuePair>,
+    layout: Layout,
 }
 
 impl End {
     fn side(&self) -> Side<'_> {
-        Side { qp: &self.qp, cq: &self.cq, mr: &self.mr }
+        Side {
+            qps: &self.qp,
+            cq: &self.cq,
+            mr: &self.mr,
+            channel: None,
+            layout: self.layout,
+            stall: engine::STALL,
+        }
+    }
+
+    /// The peer's view of this end's remote area.
+    fn peer(&self) -> Peer {
+        let addr = self.mr.addr() + self.layout.remote(0, 0) as u64;
+        Peer { buffer: RemoteBuffer { addr, rkey: self.mr.rkey() }, ud: None }
+    }
+
+    fn remote_bytes(&self, len: usize) -> Vec<u8> {
+        self.mr.to_vec(self.layout.remote(0, 0), len).unwrap()
     }
 }
 
-fn pair(len: usize) -> (End, End) {
+fn plan(
+    op: Option<BwOp>,
+    sink: bool,
+    size: usize,
+    n: u64,
+    depth: usize,
+    peers: &[Peer],
+) -> BwPlan<'_> {
+    BwPlan { op, sink, size, tx_depth: depth, peers, stop: Stop::Iters(n), seeds: None }
+}
+
+fn pair(max_size: usize) -> (End, End) {
+    let layout = Layout::new(max_size, false, false);
     let all =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let make = |ip: &str| {
         let ctx = Context::soft(ip.parse().unwrap(), 4791, &ContextOptions::default()).unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(1024, None).unwrap();
-        let mr = pd.reg_mr(len, all).unwrap();
+        let mr = pd.reg_mr(layout.region_len(1), all).unwrap();
         let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq)).unwrap();
         let init = ModifyQp { state: Some(QpState::Init), access: Some(all), ..Default::default() };
         qp.modify(&init).unwrap();
-        End { ctx, _pd: pd, cq, mr, qp }
+        End { ctx, _pd: pd, cq, mr, qp: vec![qp], layout }
     };
     let (a, b) = (make("127.0.0.1"), make("127.0.0.2"));
     for (x, y, sq, rq) in [(&a, &b, 1, 2), (&b, &a, 2, 1)] {
-        let path = Path { ip: y.ctx.ip(), qpn: y.qp.qpn() };
+        let path = Path { ip: y.ctx.ip(), qpn: y.qp[0].qpn() };
         // A 0.5 s ACK timeout: a busy CI machine's stalls must not look like loss.
         let c = Connect {
             path_mtu: Mtu::Mtu4096,
@@ -54,7 +84,7 @@ fn pair(len: usize) -> (End, End) {
             max_dest_rd_atomic: 16,
             ..Connect::new(path, Psn::new(sq), Psn::new(rq))
         };
-        x.qp.connect(&c).unwrap();
+        x.qp[0].connect(&c).unwrap();
     }
     (a, b)
 }
@@ -65,20 +95,26 @@ fn write_bw_moves_what_it_reports() {
     let size = 65536;
     let (a, b) = pair(size);
     let pattern: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
-    a.mr.write(0, &pattern).unwrap();
-    let remote = RemoteBuffer { addr: b.mr.addr(), rkey: b.mr.rkey() };
-    let r = engine::write_bw(a.side(), remote, size, 2000, 16).unwrap();
-    assert_eq!((r.size, r.iters), (65536, 2000));
-    assert!(r.bw_avg > 1.0 && r.bw_peak >= r.bw_avg, "{r:?}");
+    a.mr.write(a.layout.local(0, 0), &pattern).unwrap();
+    let peers = [b.peer()];
+    let r = engine::bw(
+        &a.side(),
+        &plan(Some(BwOp::Write), false, size, 2000, 16, &peers),
+        &mut |_, _| (),
+    )
+    .unwrap();
+    let s = r.sent.unwrap();
+    assert_eq!((s.size, s.iters, r.completed[0]), (65536, 2000, 2000));
+    assert!(s.bw_avg > 1.0 && s.bw_peak >= s.bw_avg, "{s:?}");
     // Rate and bandwidth describe the same messages.
-    let from_bw = r.bw_avg * perf::stats::PERFTEST_MB / size as f64;
-    assert!((from_bw / (r.msg_rate * 1e6) - 1.0).abs() < 1e-9, "{r:?}");
-    assert!(b.mr.to_vec(0, size).unwrap() == pattern, "the WRITEs landed");
+    let from_bw = s.bw_avg * perf::stats::PERFTEST_MB / size as f64;
+    assert!((from_bw / (s.msg_rate * 1e6) - 1.0).abs() < 1e-9, "{s:?}");
+    assert!(b.remote_bytes(size) == pattern, "the WRITEs landed");
     let c = a.ctx.counters();
     // 2,000 messages of 16 packets at MTU 4096, no retransmission on a clean loopback.
     assert_eq!(c.rdma_sends, 2000, "{c:?}");
     assert_eq!(c.sent_pkts, 2000 * 16, "{c:?}");
-    eprintln!("write_bw 64 KiB: peak {:.1} avg {:.1} MB/s", r.bw_peak, r.bw_avg);
+    eprintln!("write_bw 64 KiB: peak {:.1} avg {:.1} MB/s", s.bw_peak, s.bw_avg);
 }
 
 #[test]
@@ -86,21 +122,27 @@ fn send_lat_figures_are_ordered() {
     netns();
     let (a, b) = pair(4096);
     let iters = 2000;
+    let lat = move |e: &End, peer: Peer, initiator: bool| {
+        let p = LatPlan { size: 2, stop: Stop::Iters(iters), initiator, peer, seeds: None };
+        engine::send_lat(&e.side(), &p, &mut |_, _| ()).unwrap().latency
+    };
+    let pa = b.peer();
+    let pb = a.peer();
     let responder = std::thread::spawn(move || {
-        let r = engine::send_lat(b.side(), 2, iters, false).unwrap();
+        let r = lat(&b, pb, false);
         (r, b.ctx.counters().rdma_recvs)
     });
-    let l = engine::send_lat(a.side(), 2, iters, true).unwrap();
+    let l = lat(&a, pa, true);
     let (lr, recvs) = responder.join().unwrap();
     for x in [l, lr] {
-        assert_eq!((x.size, x.iters), (2, iters as u64));
+        assert_eq!((x.size, x.iters), (2, iters));
         assert!(x.t_min > 0.0, "{x:?}");
         assert!(x.t_min <= x.t_typical && x.t_typical <= x.p99, "{x:?}");
         assert!(x.p99 <= x.p99_9 && x.p99_9 <= x.t_max, "{x:?}");
         assert!(x.t_min <= x.t_avg && x.t_avg <= x.t_max, "{x:?}");
     }
-    assert_eq!(recvs, iters as u64);
-    assert_eq!(a.ctx.counters().rdma_recvs, iters as u64);
+    assert_eq!(recvs, iters);
+    assert_eq!(a.ctx.counters().rdma_recvs, iters);
     eprintln!("send_lat 2 B: typical {:.2} usec, p99.9 {:.2}", l.t_typical, l.p99_9);
 }
 
@@ -108,10 +150,14 @@ fn send_lat_figures_are_ordered() {
 fn a_failing_work_request_stops_the_loop() {
     netns();
     let (a, b) = pair(4096);
-    let remote = RemoteBuffer { addr: b.mr.addr(), rkey: RKey(b.mr.rkey().0 ^ 1) };
-    let e = engine::write_bw(a.side(), remote, 4096, 10, 4).unwrap_err();
+    let mut peer = b.peer();
+    peer.buffer.rkey = RKey(peer.buffer.rkey.0 ^ 1);
+    let peers = [peer];
+    let e =
+        engine::bw(&a.side(), &plan(Some(BwOp::Write), false, 4096, 10, 4, &peers), &mut |_, _| ())
+            .unwrap_err();
     assert!(
-        matches!(e, engine::Error::Completion { wr_id: 0, status: WcStatus::RemAccessErr }),
+        matches!(e, engine::Error::Completion { qp: 0, seq: 0, status: WcStatus::RemAccessErr }),
         "{e}"
     );
 }
@@ -122,15 +168,27 @@ fn read_bw_brings_the_peers_bytes_and_fetch_add_runs_once_each() {
     let size = 16384;
     let (a, b) = pair(size);
     let pattern: Vec<u8> = (0..size).map(|i| (i * 13 % 241) as u8).collect();
-    b.mr.write(0, &pattern).unwrap();
-    let remote = RemoteBuffer { addr: b.mr.addr(), rkey: b.mr.rkey() };
-    let r = engine::bw(a.side(), remote, BwOp::Read, size, 500, 8).unwrap();
-    assert_eq!((r.size, r.iters), (16384, 500));
-    assert!(a.mr.to_vec(0, size).unwrap() == pattern, "the READs brought the peer's bytes");
-    b.mr.write(0, &[0; 8]).unwrap();
-    let r = engine::bw(a.side(), remote, BwOp::FetchAdd, 999, 1000, 16).unwrap();
-    assert_eq!((r.size, r.iters), (8, 1000), "atomics are 8 bytes whatever the size asked");
-    let word = u64::from_ne_bytes(b.mr.to_vec(0, 8).unwrap().try_into().unwrap());
+    b.mr.write(b.layout.remote(0, 0), &pattern).unwrap();
+    let peers = [b.peer()];
+    let r =
+        engine::bw(&a.side(), &plan(Some(BwOp::Read), false, size, 500, 8, &peers), &mut |_, _| ())
+            .unwrap();
+    let s = r.sent.unwrap();
+    assert_eq!((s.size, s.iters), (16384, 500));
+    assert!(
+        a.mr.to_vec(a.layout.local(0, 0), size).unwrap() == pattern,
+        "the READs brought the peer's bytes"
+    );
+    b.mr.write(b.layout.remote(0, 0), &[0; 8]).unwrap();
+    let r = engine::bw(
+        &a.side(),
+        &plan(Some(BwOp::FetchAdd), false, 999, 1000, 16, &peers),
+        &mut |_, _| (),
+    )
+    .unwrap();
+    let s = r.sent.unwrap();
+    assert_eq!((s.size, s.iters), (8, 1000), "atomics are 8 bytes whatever the size asked");
+    let word = u64::from_ne_bytes(b.remote_bytes(8).try_into().unwrap());
     assert_eq!(word, 1000, "each fetch-and-add ran exactly once");
 }
 
@@ -138,24 +196,58 @@ fn read_bw_brings_the_peers_bytes_and_fetch_add_runs_once_each() {
 fn send_bw_against_a_receive_sink() {
     netns();
     let (a, b) = pair(8192);
-    let sink = std::thread::spawn(move || engine::recv_sink(b.side(), 8192, 3000, 128).unwrap());
-    let remote = RemoteBuffer { addr: 0, rkey: RKey(0) };
-    let r = engine::bw(a.side(), remote, BwOp::Send, 8192, 3000, 16).unwrap();
-    assert_eq!(r.iters, 3000);
-    assert_eq!(sink.join().unwrap(), 3000 * 8192, "every byte arrived");
+    engine::post_receives(&b.side(), 128).unwrap();
+    let sink = std::thread::spawn(move || {
+        let r =
+            engine::bw(&b.side(), &plan(None, true, 8192, 3000, 1, &[]), &mut |_, _| ()).unwrap();
+        r.received.unwrap()
+    });
+    let peers = [b_peer_placeholder()];
+    let r = engine::bw(
+        &a.side(),
+        &plan(Some(BwOp::Send), false, 8192, 3000, 16, &peers),
+        &mut |_, _| (),
+    )
+    .unwrap();
+    assert_eq!(r.sent.unwrap().iters, 3000);
+    let got = sink.join().unwrap();
+    assert_eq!((got.iters, got.size), (3000, 8192), "every message arrived");
+    assert_eq!(got.bw_peak, 0.0, "a receiver reports no peak, as perftest's");
+}
+
+/// SENDs need no remote buffer.
+fn b_peer_placeholder() -> Peer {
+    Peer { buffer: RemoteBuffer { addr: 0, rkey: RKey(0) }, ud: None }
 }
 
 #[test]
 fn one_sided_latency_figures_are_ordered() {
     netns();
     let (a, b) = pair(4096);
-    let remote = RemoteBuffer { addr: b.mr.addr(), rkey: b.mr.rkey() };
     for op in [BwOp::Read, BwOp::FetchAdd] {
-        let l = engine::one_sided_lat(a.side(), remote, op, 64, 1000).unwrap();
+        let p = LatPlan {
+            size: 64,
+            stop: Stop::Iters(1000),
+            initiator: true,
+            peer: b.peer(),
+            seeds: None,
+        };
+        let l = engine::one_sided_lat(&a.side(), &p, op, &mut |_, _| ()).unwrap().latency;
         assert_eq!(l.iters, 1000, "{op:?}");
         assert!(l.t_min > 0.0 && l.t_min <= l.t_typical && l.t_typical <= l.p99, "{op:?} {l:?}");
         assert!(l.p99 <= l.p99_9 && l.p99_9 <= l.t_max, "{op:?} {l:?}");
     }
-    let word = u64::from_ne_bytes(b.mr.to_vec(0, 8).unwrap().try_into().unwrap());
+    let word = u64::from_ne_bytes(b.remote_bytes(8).try_into().unwrap());
     assert_eq!(word, 1000);
+}
+
+#[test]
+fn data_validation_catches_a_changed_byte() {
+    // The pattern check itself: a byte changed anywhere is found at its offset.
+    let mut buf = vec![0u8; 4099];
+    engine::pattern::fill(7, 1, 42, &mut buf);
+    assert_eq!(engine::pattern::check(7, 1, 42, &buf), None);
+    assert_eq!(engine::pattern::check(7, 1, 43, &buf), Some(0), "another message's pattern");
+    buf[4097] ^= 0x10;
+    assert_eq!(engine::pattern::check(7, 1, 42, &buf), Some(4097));
 }

@@ -39,6 +39,155 @@ pub(crate) enum Command {
         podnet pingpong -d soft:10.0.0.1 -g 0 -s 65536 -n 100 --verify\n  \
         podnet pingpong -d soft:10.0.0.2 -g 0 10.0.0.1   # against ibv_rc_pingpong -g 1 there")]
     Pingpong(PingpongArgs),
+
+    /// perftest-compatible RDMA benchmarks: bandwidth and latency of WRITE, READ, SEND and
+    /// atomics.
+    ///
+    /// Without HOST it waits for a client on TCP port --port of the device's address; with
+    /// HOST it connects there. The two sides speak perftest 4.5's TCP exchange, so either
+    /// side can be perftest (`ib_write_bw`, `ib_send_lat`, …) on a real RDMA device or Linux
+    /// rxe, and they print perftest's banner and tables. Options are perftest's, with its
+    /// defaults; both sides must be given the same test and options, as with perftest.
+    ///
+    /// Beyond perftest: percentiles in -D mode too (HDR histogram), several QPs in one
+    /// process, --json (one object per result row), valid --out_json, and --data-validation
+    /// (every payload carries a seeded pattern checked where it lands; both sides podnet).
+    ///
+    /// The default device is `soft`: the soft RoCEv2 provider on 127.0.0.1, or the next free
+    /// loopback address when another process holds it, so `podnet perf write-bw` and `podnet
+    /// perf write-bw localhost` on one machine just work. Elsewhere: `-d soft:<IP>`.
+    ///
+    /// Exit status: 0 done, 1 data validation found a damaged or missing byte, 2 bad input,
+    /// the peer could not be reached, disagreed, or stopped answering.
+    #[command(
+        after_help = "Tests: write-bw write-lat read-bw read-lat send-bw send-lat atomic-bw \
+        atomic-lat (ib_write_bw, … are accepted too).\n\nExamples:\n  \
+        podnet perf write-bw &  podnet perf write-bw localhost\n  \
+        podnet perf send-lat -d soft:10.0.0.2 -x 0 10.0.0.1   # against ib_send_lat -x 1 there\n  \
+        podnet perf read-bw -a -q 4 --data-validation localhost\n  \
+        podnet perf write-lat -D 10 --json localhost | jq .t_typical"
+    )]
+    Perf(PerfArgs),
+}
+
+/// `podnet perf` flags, named as perftest's.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct PerfArgs {
+    /// The test: write-bw, write-lat, read-bw, read-lat, send-bw, send-lat, atomic-bw,
+    /// atomic-lat.
+    #[arg(value_name = "TEST")]
+    pub(crate) test: String,
+
+    /// The server to connect to; without it, act as the server.
+    #[arg(value_name = "HOST")]
+    pub(crate) server: Option<String>,
+
+    /// TCP port of the exchange.
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    pub(crate) port: u16,
+
+    /// The RDMA device: `soft` (first free loopback address) or `soft:<IP>[:<udp-port>]`.
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEVICE", default_value = "soft")]
+    pub(crate) ib_dev: String,
+
+    /// The device port (RoCE devices here have one: 1).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub(crate) ib_port: u8,
+
+    /// Bytes per message [default: 65536 for bandwidth, 2 for latency; atomics are 8].
+    #[arg(short = 's', long)]
+    pub(crate) size: Option<usize>,
+
+    /// Messages per QP [default: 5000 for write-bw, 1000 otherwise].
+    #[arg(short = 'n', long)]
+    pub(crate) iters: Option<u64>,
+
+    /// Run for this many seconds instead of -n messages.
+    #[arg(short = 'D', long, value_name = "SECONDS")]
+    pub(crate) duration: Option<f64>,
+
+    /// Every size from 2 to 2^23 bytes (at most 1 GiB of messages per size).
+    #[arg(short = 'a', long)]
+    pub(crate) all: bool,
+
+    /// QPs (bandwidth tests).
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    pub(crate) qps: usize,
+
+    /// The local GID index (the soft device has one, 0).
+    #[arg(short = 'x', long = "gid-index", default_value_t = 0)]
+    pub(crate) gid_index: usize,
+
+    /// Operations in flight per QP [default: 128 for bandwidth, 1 for latency].
+    #[arg(short = 't', long = "tx-depth")]
+    pub(crate) tx_depth: Option<usize>,
+
+    /// Receives posted per QP (SEND tests).
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
+    pub(crate) rx_depth: usize,
+
+    /// Both directions at once (bandwidth tests); the row is the sum.
+    #[arg(short = 'b', long)]
+    pub(crate) bidirectional: bool,
+
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 [default: the smaller active MTU of the two
+    /// ports].
+    #[arg(short = 'm', long)]
+    pub(crate) mtu: Option<u32>,
+
+    /// Transport: RC, UC or UD (WRITE: RC/UC; READ and atomics: RC; SEND: all).
+    #[arg(short = 'c', long, default_value = "RC", value_parser = ["RC", "UC", "UD", "rc", "uc", "ud"])]
+    pub(crate) connection: String,
+
+    /// Accepted for perftest compatibility (podnet does not warn about cpufreq).
+    #[arg(short = 'F', long = "CPU-freq")]
+    pub(crate) cpu_freq: bool,
+
+    /// Sleep on completion events instead of busy-polling.
+    #[arg(short = 'e', long)]
+    pub(crate) events: bool,
+
+    /// The atomic: FETCH_AND_ADD or CMP_AND_SWAP.
+    #[arg(short = 'A', long = "atomic_type", default_value = "FETCH_AND_ADD",
+          value_parser = ["FETCH_AND_ADD", "CMP_AND_SWAP"])]
+    pub(crate) atomic_type: String,
+
+    /// Bandwidth in Gb/sec instead of MB/sec.
+    #[arg(long = "report_gbits")]
+    pub(crate) report_gbits: bool,
+
+    /// Print only this figure, one line per size: bandwidth (average), message_rate or
+    /// latency (typical).
+    #[arg(long, value_parser = ["bandwidth", "message_rate", "latency"])]
+    pub(crate) output: Option<String>,
+
+    /// With -D: measure again and print a row every -D seconds, for ever (bandwidth).
+    #[arg(long = "run_infinitely")]
+    pub(crate) run_infinitely: bool,
+
+    /// Also write the results as JSON to --out_json_file, with perftest's keys.
+    #[arg(long = "out_json")]
+    pub(crate) out_json: bool,
+
+    /// Where --out_json writes.
+    #[arg(long = "out_json_file", value_name = "FILE", default_value = "perftest_out.json")]
+    pub(crate) out_json_file: std::path::PathBuf,
+
+    /// One JSON object per result row on stdout instead of the banner and table.
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Check every payload: each message carries a seeded pattern checked where it lands
+    /// (SEND at the receiver, READ and atomics at the initiator, WRITE and atomic targets by
+    /// a follow-up exchange). Both sides must be podnet and pass it.
+    #[arg(long = "data-validation")]
+    pub(crate) data_validation: bool,
+
+    /// Give up when the peer does not answer or nothing completes for this many seconds
+    /// [default: 10]. Given, it also bounds how long a server waits for its client and a
+    /// passive side for the measuring one (otherwise: until the peer closes the connection).
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) timeout: Option<f64>,
 }
 
 /// `podnet pingpong` flags, named as ibv_rc_pingpong's.

@@ -1,6 +1,7 @@
 //! Subcommands.
 
 mod capture;
+mod perf;
 mod pingpong;
 
 use std::process::ExitCode;
@@ -12,5 +13,6 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Capture(CaptureCommand::Decode(args)) => capture::decode(&args),
         Command::Pingpong(args) => pingpong::run(&args),
+        Command::Perf(args) => perf::run(&args),
     }
 }

@@ -1,0 +1,750 @@
+//! One perftest test between two processes, on any verbs device: the resources, perftest's
+//! TCP conversation around the measurement ([`exchange`]), the loops ([`engine`]) and the
+//! figures ([`stats`]). The CLI (`podnet perf`) prints what an [`Observer`] is told; other
+//! tools (qualification, burn-in) call [`run`] directly.
+//!
+//! The conversation is perftest 4.5-0.17's, as recorded (`docs/rxe-reference.md`), so either
+//! side can be perftest. Where perftest has no recorded shape — data validation, `-b` SEND, a
+//! SEND sweep (`-a`) — both sides must be podnet, and podnet marks its key strings so that
+//! two podnet sides that disagree on the test say so instead of waiting on each other: the
+//! key's SRQ number, which perftest sends as 0 and ignores without SRQ/XRC, carries
+//! `0x504e` ("PN"), the test and the flags that change the conversation.
+//!
+//! [`exchange`]: crate::exchange
+//! [`engine`]: crate::engine
+//! [`stats`]: crate::stats
+
+use std::net::{IpAddr, TcpStream};
+use std::time::Duration;
+
+use verbs::{
+    Access, CompletionQueue, Connect, Context, Gid, MemoryRegion, ModifyQp, Mtu, Path,
+    ProtectionDomain, Psn, QKey, QpCaps, QpInit, QpState, QpType, Qpn, QueuePair, UdDest,
+};
+
+use crate::engine::{self, BwOp, BwPlan, LatPlan, Layout, Peer, RemoteBuffer, Seeds, Side, Stop};
+use crate::exchange::{self, BwReport, Channel, Key, Role, Setup, Test};
+use crate::stats::{Bandwidth, Latency};
+
+/// perftest's Q_Key for UD (`DEF_QKEY`).
+pub const QKEY: u32 = 0x1111_1111;
+/// READs and atomics a podnet QP accepts at once (its key's `out_reads`).
+pub const OUT_READS: u8 = 16;
+/// The marker in the high half of podnet's key SRQ numbers.
+const TAG: u32 = 0x504e_0000;
+
+/// Why a test could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The side channel failed or the peer spoke out of turn.
+    #[error(transparent)]
+    Exchange(#[from] exchange::Error),
+    /// A verb failed.
+    #[error(transparent)]
+    Verbs(#[from] verbs::Error),
+    /// The measurement failed.
+    #[error(transparent)]
+    Engine(#[from] engine::Error),
+    /// The two sides asked for different things.
+    #[error(
+        "the peer runs {peer}; this side runs {mine}: start both sides with the same test and flags"
+    )]
+    Mismatch {
+        /// What the peer runs.
+        peer: String,
+        /// What this side runs.
+        mine: String,
+    },
+    /// The options do not make a test.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The eight tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PerfTest {
+    /// `ib_write_bw`.
+    WriteBw,
+    /// `ib_write_lat`.
+    WriteLat,
+    /// `ib_read_bw`.
+    ReadBw,
+    /// `ib_read_lat`.
+    ReadLat,
+    /// `ib_send_bw`.
+    SendBw,
+    /// `ib_send_lat`.
+    SendLat,
+    /// `ib_atomic_bw`.
+    AtomicBw,
+    /// `ib_atomic_lat`.
+    AtomicLat,
+}
+
+impl PerfTest {
+    /// Every test, in podnet's order.
+    pub const ALL: [PerfTest; 8] = [
+        PerfTest::WriteBw,
+        PerfTest::WriteLat,
+        PerfTest::ReadBw,
+        PerfTest::ReadLat,
+        PerfTest::SendBw,
+        PerfTest::SendLat,
+        PerfTest::AtomicBw,
+        PerfTest::AtomicLat,
+    ];
+
+    /// podnet's name: `write-bw`, ….
+    pub fn name(self) -> &'static str {
+        match self {
+            PerfTest::WriteBw => "write-bw",
+            PerfTest::WriteLat => "write-lat",
+            PerfTest::ReadBw => "read-bw",
+            PerfTest::ReadLat => "read-lat",
+            PerfTest::SendBw => "send-bw",
+            PerfTest::SendLat => "send-lat",
+            PerfTest::AtomicBw => "atomic-bw",
+            PerfTest::AtomicLat => "atomic-lat",
+        }
+    }
+
+    /// The test a name (podnet's or perftest's, `write-bw` or `ib_write_bw`) names.
+    pub fn from_name(s: &str) -> Option<PerfTest> {
+        let s = s.strip_prefix("ib_").unwrap_or(s).replace('_', "-");
+        PerfTest::ALL.into_iter().find(|t| t.name() == s)
+    }
+
+    /// Whether it is a bandwidth test.
+    pub fn is_bw(self) -> bool {
+        matches!(self, PerfTest::WriteBw | PerfTest::ReadBw | PerfTest::SendBw | PerfTest::AtomicBw)
+    }
+
+    /// The operation it measures.
+    pub fn op(self, atomic: BwOp) -> BwOp {
+        match self {
+            PerfTest::WriteBw | PerfTest::WriteLat => BwOp::Write,
+            PerfTest::ReadBw | PerfTest::ReadLat => BwOp::Read,
+            PerfTest::SendBw | PerfTest::SendLat => BwOp::Send,
+            PerfTest::AtomicBw | PerfTest::AtomicLat => atomic,
+        }
+    }
+
+    /// Transports it runs on (perftest's rules): WRITE on RC and UC, READ and atomics on
+    /// RC, SEND on RC, UC and UD.
+    pub fn transports(self) -> &'static [QpType] {
+        match self {
+            PerfTest::WriteBw | PerfTest::WriteLat => &[QpType::Rc, QpType::Uc],
+            PerfTest::SendBw | PerfTest::SendLat => &[QpType::Rc, QpType::Uc, QpType::Ud],
+            _ => &[QpType::Rc],
+        }
+    }
+
+    /// Its side-channel conversation.
+    pub fn exchange(self) -> Test {
+        match self {
+            PerfTest::WriteBw => Test::WriteBw,
+            PerfTest::WriteLat => Test::WriteLat,
+            PerfTest::ReadBw => Test::ReadBw,
+            PerfTest::ReadLat => Test::ReadLat,
+            PerfTest::SendBw => Test::SendBw,
+            PerfTest::SendLat => Test::SendLat,
+            PerfTest::AtomicBw => Test::AtomicBw,
+            PerfTest::AtomicLat => Test::AtomicLat,
+        }
+    }
+
+    /// perftest's title line (`RDMA_Write BW Test`, …).
+    pub fn title(self, atomic: BwOp) -> String {
+        let verb = match self.op(atomic) {
+            BwOp::Write => "RDMA_Write",
+            BwOp::Read => "RDMA_Read",
+            BwOp::Send => "Send",
+            BwOp::FetchAdd => "Atomic FETCH_AND_ADD",
+            BwOp::CompareSwap => "Atomic CMP_AND_SWAP",
+        };
+        format!("{verb} {} Test", if self.is_bw() { "BW" } else { "Latency" })
+    }
+
+    fn code(self) -> u32 {
+        PerfTest::ALL.iter().position(|t| *t == self).unwrap_or(0) as u32 + 1
+    }
+}
+
+/// What to run: perftest's options.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The test.
+    pub test: PerfTest,
+    /// RC, UC or UD (`-c`).
+    pub connection: QpType,
+    /// Message sizes, in order (`-s`, or `-a`'s sweep).
+    pub sizes: Vec<usize>,
+    /// Messages per QP and size (`-n`); a sweep may cap it per size ([`Options::iters_for`]).
+    pub iters: u64,
+    /// Run for this long instead (`-D`).
+    pub duration: Option<Duration>,
+    /// Repeat the `-D` measurement for ever, a row each time (`--run_infinitely`; bandwidth).
+    pub run_infinitely: bool,
+    /// QPs (`-q`).
+    pub qps: usize,
+    /// Operations in flight per QP (`-t`).
+    pub tx_depth: usize,
+    /// Receives posted per QP (`-r`).
+    pub rx_depth: usize,
+    /// Both directions at once (`-b`; bandwidth).
+    pub bidirectional: bool,
+    /// The path MTU (`-m`); the smaller of both ports' active MTUs without it.
+    pub mtu: Option<Mtu>,
+    /// The local GID index (`-x`).
+    pub gid_index: usize,
+    /// Check every payload (`--data-validation`).
+    pub validate: bool,
+    /// The atomic (`-A`): fetch-and-add or compare-and-swap.
+    pub atomic: BwOp,
+    /// How long to wait for a completion or an active peer's answer.
+    pub stall: Duration,
+    /// How long a passive side waits for the measuring one (`None`: until it closes).
+    pub wait: Option<Duration>,
+    /// The traffic class of the QPs' packets (`--tclass`).
+    pub traffic_class: Option<u8>,
+}
+
+impl Options {
+    /// perftest's defaults for `test`: 65,536 bytes and 5,000 iterations for WRITE bandwidth,
+    /// 1,000 for the other bandwidth tests; 2 bytes and 1,000 iterations for latency; one
+    /// QP; TX depth 128 (bandwidth) or 1 (latency); RX depth 512; RC.
+    pub fn new(test: PerfTest) -> Options {
+        let bw = test.is_bw();
+        Options {
+            test,
+            connection: QpType::Rc,
+            sizes: vec![if bw { 65536 } else { 2 }],
+            iters: if test == PerfTest::WriteBw { 5000 } else { 1000 },
+            duration: None,
+            run_infinitely: false,
+            qps: 1,
+            tx_depth: if bw { 128 } else { 1 },
+            rx_depth: 512,
+            bidirectional: false,
+            mtu: None,
+            gid_index: 0,
+            validate: false,
+            atomic: BwOp::FetchAdd,
+            stall: engine::STALL,
+            wait: None,
+            traffic_class: None,
+        }
+    }
+
+    /// `-a`'s sizes: 2 to 2²³ bytes, doubling.
+    pub fn sweep() -> Vec<usize> {
+        (1..24).map(|i| 1usize << i).collect()
+    }
+
+    /// The iterations for `size` in a sweep: `-n`, but no more than 1 GiB per size (at least
+    /// 16), so `-a` ends in reasonable time at 8 MiB.
+    pub fn iters_for(&self, size: usize) -> u64 {
+        if self.sizes.len() > 1 {
+            self.iters.min(((1u64 << 30) / size.max(1) as u64).max(16))
+        } else {
+            self.iters
+        }
+    }
+
+    fn stop_for(&self, size: usize) -> Stop {
+        match self.duration {
+            Some(d) => Stop::Duration(d),
+            None => Stop::Iters(self.iters_for(size)),
+        }
+    }
+
+    fn size_of(&self, size: usize) -> usize {
+        if self.op().is_atomic() { 8 } else { size }
+    }
+
+    fn op(&self) -> BwOp {
+        self.test.op(self.atomic)
+    }
+
+    /// Checks the combination; the message says what is wrong.
+    pub fn validate_options(&self) -> Result<(), Error> {
+        let t = self.test;
+        let bad = |m: String| Err(Error::Invalid(m));
+        if !t.transports().contains(&self.connection) {
+            return bad(format!(
+                "{} runs on {} only, not {:?}",
+                t.name(),
+                names(t.transports()),
+                self.connection
+            ));
+        }
+        if self.sizes.is_empty() || self.qps == 0 || self.tx_depth == 0 || self.rx_depth == 0 {
+            return bad("sizes, QPs and depths must be at least 1".into());
+        }
+        if self.iters < 2 && self.duration.is_none() {
+            return bad("-n must be at least 2 (perftest measures intervals)".into());
+        }
+        if !t.is_bw() && self.qps != 1 {
+            return bad(format!("{} measures one QP; -q must be 1", t.name()));
+        }
+        if !t.is_bw() && self.bidirectional {
+            return bad("-b is for the bandwidth tests".into());
+        }
+        if self.run_infinitely && (self.duration.is_none() || !t.is_bw()) {
+            return bad("--run_infinitely needs a bandwidth test and -D".into());
+        }
+        if self.connection == QpType::Ud
+            && let Some(&m) = self.sizes.iter().max()
+            && m > 4096
+        {
+            return bad(format!("UD messages fit one packet: {m} bytes is more than any MTU"));
+        }
+        if let Some(&m) = self.sizes.iter().max()
+            && m > 1 << 30
+        {
+            return bad(format!("{m} bytes per message is more than 1 GiB"));
+        }
+        Ok(())
+    }
+
+    fn tag(&self) -> u32 {
+        let ty = match self.connection {
+            QpType::Rc => 0,
+            QpType::Uc => 1,
+            QpType::Ud => 2,
+        };
+        let flags = u32::from(self.validate)
+            | u32::from(self.bidirectional) << 1
+            | u32::from(self.sizes.len() > 1) << 2
+            | u32::from(self.duration.is_some()) << 3;
+        TAG | self.test.code() << 12 | ty << 8 | flags
+    }
+}
+
+fn names(t: &[QpType]) -> String {
+    t.iter().map(|x| format!("{x:?}").to_uppercase()).collect::<Vec<_>>().join("/")
+}
+
+fn describe_tag(tag: u32) -> String {
+    let test = PerfTest::ALL
+        .get(((tag >> 12 & 0xf) as usize).wrapping_sub(1))
+        .map_or("an unknown test", |t| t.name());
+    let ty = ["RC", "UC", "UD"].get((tag >> 8 & 0xf) as usize).unwrap_or(&"?");
+    let mut s = format!("{test} over {ty}");
+    for (bit, name) in [(1, "--data-validation"), (2, "-b"), (4, "-a"), (8, "-D")] {
+        if tag & bit != 0 {
+            s.push(' ');
+            s.push_str(name);
+        }
+    }
+    s
+}
+
+/// What the banner shows once the QPs are connected.
+#[derive(Debug, Clone)]
+pub struct Connected {
+    /// The device's name.
+    pub device: String,
+    /// This side's keys, one per QP.
+    pub local: Vec<Key>,
+    /// The peer's.
+    pub remote: Vec<Key>,
+    /// The path MTU in bytes.
+    pub mtu: u32,
+    /// Whether the peer is podnet.
+    pub peer_is_podnet: bool,
+}
+
+/// One result row.
+#[derive(Debug, Clone)]
+pub enum Row {
+    /// A bandwidth row (with `-b`, both directions summed).
+    Bw(Bandwidth),
+    /// A latency row.
+    Lat(Latency),
+}
+
+/// What a run produced.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// The rows, in order.
+    pub rows: Vec<Row>,
+    /// What data validation checked on this side and, for WRITEs and atomics, on the peer.
+    pub validation: Option<engine::Validation>,
+    /// The peer's keys.
+    pub remote: Vec<Key>,
+}
+
+/// Told what happens as it happens.
+pub trait Observer {
+    /// The QPs are connected.
+    fn connected(&mut self, _c: &Connected) {}
+    /// A measurement is about to start (this side measures `bytes_per_msg` messages).
+    fn measuring(&mut self, _size: usize) {}
+    /// Progress: messages and bytes done in the current measurement.
+    fn progress(&mut self, _done: u64, _bytes: u64) {}
+    /// A row is ready.
+    fn row(&mut self, _row: &Row) {}
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default)]
+pub struct Quiet;
+impl Observer for Quiet {}
+
+struct Resources {
+    _pd: ProtectionDomain,
+    mr: MemoryRegion,
+    cq: CompletionQueue,
+    channel: Option<verbs::CompletionChannel>,
+    qps: Vec<QueuePair>,
+    layout: Layout,
+}
+
+impl Resources {
+    fn side(&self, stall: Duration) -> Side<'_> {
+        Side {
+            qps: &self.qps,
+            cq: &self.cq,
+            mr: &self.mr,
+            channel: self.channel.as_ref(),
+            layout: self.layout,
+            stall,
+        }
+    }
+}
+
+fn create(ctx: &Context, o: &Options, events: bool) -> Result<Resources, Error> {
+    let max = o.sizes.iter().copied().max().unwrap_or(0);
+    let layout = Layout::new(o.size_of(max), o.connection == QpType::Ud, o.validate);
+    let pd = ctx.alloc_pd()?;
+    let remote_access = match o.op() {
+        BwOp::Write => Access::REMOTE_WRITE,
+        BwOp::Read => Access::REMOTE_READ,
+        BwOp::FetchAdd | BwOp::CompareSwap => Access::REMOTE_ATOMIC,
+        BwOp::Send => Access(0),
+    };
+    let mr = pd.reg_mr(layout.region_len(o.qps), Access::LOCAL_WRITE | remote_access)?;
+    let channel = if events { Some(ctx.create_comp_channel()?) } else { None };
+    let rx = o.rx_depth.max(130);
+    let per_qp = o.tx_depth + rx + 4;
+    let cq = ctx.create_cq((per_qp * o.qps) as u32, channel.as_ref())?;
+    let mut qps = Vec::with_capacity(o.qps);
+    for _ in 0..o.qps {
+        let mut init = QpInit::new(o.connection, &cq);
+        init.caps = QpCaps { max_send_wr: o.tx_depth as u32 + 1, max_recv_wr: rx as u32 };
+        let qp = pd.create_qp(&init)?;
+        let ud = o.connection == QpType::Ud;
+        qp.modify(&ModifyQp {
+            state: Some(QpState::Init),
+            access: (!ud).then_some(remote_access),
+            qkey: ud.then_some(QKey(QKEY)),
+            ..Default::default()
+        })?;
+        qps.push(qp);
+    }
+    Ok(Resources { _pd: pd, mr, cq, channel, qps, layout })
+}
+
+fn random_psn() -> u32 {
+    getrandom::u32().unwrap_or(0x5eed) & 0xff_ffff
+}
+
+fn seed(psn: u32) -> u64 {
+    0x706f_646e_6574_0000 ^ u64::from(psn)
+}
+
+/// The side channel with the timeouts of each phase.
+struct Talk<'a> {
+    ch: Channel<&'a TcpStream>,
+    sock: &'a TcpStream,
+    stall: Duration,
+    wait: Option<Duration>,
+}
+
+impl Talk<'_> {
+    fn active(&self) -> std::io::Result<()> {
+        self.sock.set_read_timeout(Some(self.stall))
+    }
+    fn passive(&self) -> std::io::Result<()> {
+        self.sock.set_read_timeout(self.wait)
+    }
+}
+
+/// Runs `o` as `role` with the peer at the other end of `sock`; `events` sleeps on a
+/// completion channel instead of busy-polling. `peer_ip` is where the peer's QPs are when
+/// its GID does not say.
+pub fn run(
+    ctx: &Context,
+    o: &Options,
+    role: Role,
+    sock: &TcpStream,
+    peer_ip: IpAddr,
+    events: bool,
+    obs: &mut dyn Observer,
+) -> Result<Outcome, Error> {
+    o.validate_options()?;
+    let res = create(ctx, o, events)?;
+    let side = res.side(o.stall);
+    let gid = ctx.query_gid(o.gid_index)?.gid;
+    let tag = o.tag();
+    let local: Vec<Key> = res
+        .qps
+        .iter()
+        .enumerate()
+        .map(|(q, qp)| Key {
+            lid: 0,
+            out_reads: u16::from(OUT_READS),
+            qpn: qp.qpn().get(),
+            psn: random_psn(),
+            rkey: if o.op() == BwOp::Send { 0 } else { res.mr.rkey().0 },
+            vaddr: res.mr.addr() + res.layout.remote(q, 0) as u64,
+            gid: Some(gid.0),
+            srqn: tag,
+        })
+        .collect();
+    let port_mtu = ctx.query_port().active_mtu;
+    let my_mtu = o.mtu.unwrap_or(port_mtu);
+    let mut talk = Talk { ch: Channel::new(sock, role), sock, stall: o.stall, wait: o.wait };
+    talk.active().map_err(exchange::Error::Io)?;
+    let setup = Setup { page_size: 4096, cache_line: 64, mtu: my_mtu.bytes(), keys: local.clone() };
+    let peer = talk.ch.handshake(&setup)?;
+    let peer_is_podnet = peer.keys.first().is_some_and(|k| k.srqn & 0xffff_0000 == TAG);
+    if let Some(k) = peer.keys.first()
+        && peer_is_podnet
+        && k.srqn != tag
+    {
+        return Err(Error::Mismatch { peer: describe_tag(k.srqn), mine: describe_tag(tag) });
+    }
+    let mtu = match o.mtu {
+        Some(m) => m,
+        None => Mtu::from_bytes(peer.mtu.min(my_mtu.bytes())).unwrap_or(Mtu::Mtu1024),
+    };
+    let mut peers = Vec::with_capacity(o.qps);
+    for (qp, (mine, theirs)) in res.qps.iter().zip(local.iter().zip(&peer.keys)) {
+        let ip = Gid(theirs.gid.unwrap_or([0; 16])).to_ip().unwrap_or(peer_ip);
+        let path = Path { ip, qpn: Qpn::new(theirs.qpn) };
+        let c = Connect {
+            path_mtu: mtu,
+            max_rd_atomic: OUT_READS.min(theirs.out_reads.clamp(1, 255) as u8),
+            max_dest_rd_atomic: OUT_READS,
+            traffic_class: o.traffic_class,
+            ..Connect::new(path, Psn::new(mine.psn), Psn::new(theirs.psn))
+        };
+        qp.connect(&c)?;
+        peers.push(Peer {
+            buffer: RemoteBuffer { addr: theirs.vaddr, rkey: verbs::RKey(theirs.rkey) },
+            ud: (o.connection == QpType::Ud).then_some(UdDest {
+                ip,
+                qpn: Qpn::new(theirs.qpn),
+                qkey: QKey(QKEY),
+            }),
+        });
+    }
+    obs.connected(&Connected {
+        device: ctx.device_name(),
+        local: local.clone(),
+        remote: peer.keys.clone(),
+        mtu: mtu.bytes(),
+        peer_is_podnet,
+    });
+    let seeds =
+        o.validate.then(|| Seeds { mine: seed(local[0].psn), peer: seed(peer.keys[0].psn) });
+    let client = role == Role::Client;
+    let op = o.op();
+    let script = o.test.exchange().script();
+    // What must be in place before the measurement starts.
+    let sink = o.test == PerfTest::SendBw && (!client || o.bidirectional);
+    if let Some(sd) = seeds
+        && op == BwOp::Read
+    {
+        engine::fill_remote(&side, res.layout.stride, sd.mine)?;
+    }
+    let rx_depth = o.rx_depth.min(res.layout.slots.max(if o.validate { 1 } else { o.rx_depth }));
+    if sink {
+        engine::post_receives(&side, rx_depth)?;
+    }
+    for _ in 0..script.barriers_before {
+        talk.ch.swap_keys(&local)?;
+    }
+    let mut out = Outcome { remote: peer.keys.clone(), ..Default::default() };
+    let mut validation = engine::Validation::default();
+    let measures = client
+        || o.bidirectional
+        || sink
+        || !o.test.is_bw() && matches!(op, BwOp::Write | BwOp::Send);
+    let mut last_report = BwReport { size: 0, iters: 0, bw_peak: 0.0, bw_avg: 0.0, msg_rate: 0.0 };
+    // WRITE bandwidth and atomics are checked by their target after the run; WRITE latency's
+    // target checks each message as it polls for it.
+    let dv_on_peer = seeds.is_some() && (op.is_atomic() || op == BwOp::Write && o.test.is_bw());
+    let initiates = client || o.bidirectional;
+    loop {
+        for (i, &size) in o.sizes.iter().enumerate() {
+            let size = o.size_of(size);
+            if i > 0 && o.test == PerfTest::SendBw {
+                // podnet's SEND sweep: both sides start each size together.
+                talk.ch.swap_keys(&local)?;
+            }
+            let mut completed = vec![0u64; o.qps];
+            let mut size_validation = engine::Validation::default();
+            if measures {
+                obs.measuring(size);
+                let stop = o.stop_for(size);
+                if o.test.is_bw() {
+                    let plan = BwPlan {
+                        op: initiates.then_some(op),
+                        sink,
+                        size,
+                        tx_depth: o.tx_depth,
+                        peers: &peers,
+                        stop,
+                        seeds,
+                    };
+                    let r = engine::bw(&side, &plan, &mut |d, b| obs.progress(d, b))?;
+                    size_validation.merge(&r.validation);
+                    completed.clone_from(&r.completed);
+                    let fig = if initiates { r.sent } else { r.received };
+                    if let Some(f) = fig {
+                        last_report = BwReport {
+                            size: f.size,
+                            iters: f.iters,
+                            bw_peak: f.bw_peak,
+                            bw_avg: f.bw_avg,
+                            msg_rate: f.msg_rate,
+                        };
+                        if !o.bidirectional {
+                            out.rows.push(Row::Bw(f));
+                            obs.row(&Row::Bw(f));
+                        }
+                    }
+                } else {
+                    let plan = LatPlan { size, stop, initiator: client, peer: peers[0], seeds };
+                    let mut p = |d, b| obs.progress(d, b);
+                    let r = match op {
+                        BwOp::Send => engine::send_lat(&side, &plan, &mut p)?,
+                        BwOp::Write => engine::write_lat(&side, &plan, &mut p)?,
+                        _ => engine::one_sided_lat(&side, &plan, op, &mut p)?,
+                    };
+                    size_validation.merge(&r.validation);
+                    completed[0] = r.completed;
+                    out.rows.push(Row::Lat(r.latency));
+                    obs.row(&Row::Lat(r.latency));
+                }
+            }
+            if let Some(sd) = seeds {
+                // Both sides end up with everything that was checked, on either side.
+                let mine = std::mem::take(&mut size_validation);
+                let all = settle(
+                    &mut talk, &side, op, size, sd, &completed, initiates, dv_on_peer, mine,
+                )?;
+                validation.merge(&all);
+            }
+        }
+        if !o.run_infinitely {
+            break;
+        }
+    }
+    // After the measurement.
+    if script.barrier_after {
+        if measures { talk.active() } else { talk.passive() }.map_err(exchange::Error::Io)?;
+        talk.ch.swap_keys(&local)?;
+        talk.active().map_err(exchange::Error::Io)?;
+    }
+    let peer_report_needed = script.reports || (o.bidirectional && o.test == PerfTest::SendBw);
+    if peer_report_needed {
+        let theirs = talk.ch.swap_reports(&last_report)?;
+        if script.reports {
+            talk.ch.swap_keys(&local)?;
+        }
+        let peer_row = Bandwidth {
+            size: theirs.size,
+            iters: theirs.iters,
+            bw_peak: theirs.bw_peak,
+            bw_avg: theirs.bw_avg,
+            msg_rate: theirs.msg_rate,
+        };
+        if o.bidirectional {
+            let sum = Bandwidth {
+                size: last_report.size,
+                iters: last_report.iters + theirs.iters,
+                bw_peak: last_report.bw_peak + theirs.bw_peak,
+                bw_avg: last_report.bw_avg + theirs.bw_avg,
+                msg_rate: last_report.msg_rate + theirs.msg_rate,
+            };
+            out.rows.push(Row::Bw(sum));
+            obs.row(&Row::Bw(sum));
+        } else if !client {
+            // perftest's server prints the client's figures.
+            out.rows.push(Row::Bw(peer_row));
+            obs.row(&Row::Bw(peer_row));
+        }
+    }
+    if script.done {
+        talk.ch.done()?;
+    }
+    if o.validate {
+        out.validation = Some(validation);
+    }
+    Ok(out)
+}
+
+/// podnet's data-validation step after each size (both sides podnet). For WRITE bandwidth
+/// and atomics the initiator first sends how many operations each QP completed and the
+/// target checks its buffer; then the sides swap what they found, so each reports both.
+#[allow(clippy::too_many_arguments)]
+fn settle(
+    talk: &mut Talk<'_>,
+    side: &Side<'_>,
+    op: BwOp,
+    size: usize,
+    seeds: Seeds,
+    completed: &[u64],
+    initiator: bool,
+    target_check: bool,
+    mut found: engine::Validation,
+) -> Result<engine::Validation, Error> {
+    // A side that did not measure waits for the one that did.
+    if initiator { talk.active() } else { talk.passive() }.map_err(exchange::Error::Io)?;
+    if target_check {
+        let len = 8 * side.qps.len();
+        let mut counts_msg = vec![0u8; len];
+        if initiator {
+            for (c, n) in counts_msg.chunks_mut(8).zip(completed) {
+                c.copy_from_slice(&n.to_be_bytes());
+            }
+        }
+        let theirs = talk.ch.swap(&counts_msg, len)?;
+        let counts: Vec<u64> =
+            theirs.chunks(8).map(|c| u64::from_be_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+        // The peer initiated when it sent counts: check what it did to this side.
+        if counts.iter().any(|&c| c > 0) {
+            found.merge(&if op == BwOp::Write {
+                engine::check_written(side, size, seeds.peer, &counts)
+            } else {
+                engine::check_atomics(side, &counts)
+            });
+        }
+    }
+    const RESULT: usize = 24 + 200;
+    let mut mine = vec![0u8; RESULT];
+    mine[..8].copy_from_slice(&found.messages.to_be_bytes());
+    mine[8..16].copy_from_slice(&found.bytes.to_be_bytes());
+    mine[16..24].copy_from_slice(&found.errors.to_be_bytes());
+    if let Some(e) = &found.first_error {
+        let b = e.as_bytes();
+        let n = b.len().min(200);
+        mine[24..24 + n].copy_from_slice(&b[..n]);
+    }
+    talk.active().map_err(exchange::Error::Io)?;
+    let r = talk.ch.swap(&mine, RESULT)?;
+    let word = |i: usize| u64::from_be_bytes(r[i..i + 8].try_into().unwrap_or([0; 8]));
+    let text: Vec<u8> = r[24..].iter().copied().take_while(|&b| b != 0).collect();
+    found.merge(&engine::Validation {
+        messages: word(0),
+        bytes: word(8),
+        errors: word(16),
+        first_error: (!text.is_empty())
+            .then(|| format!("at the peer: {}", String::from_utf8_lossy(&text))),
+    });
+    Ok(found)
+}

@@ -1,0 +1,521 @@
+//! `podnet perf`: perftest's tests, options, banner and tables on podnet's verbs, talking
+//! perftest's TCP exchange (`perf::session`).
+
+use std::io::{IsTerminal, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use perf::engine::BwOp;
+use perf::exchange::{Key, Role};
+use perf::session::{self, Connected, Observer, Options, PerfTest, Row};
+use perf::stats::{Bandwidth, Latency, PERFTEST_MB};
+use serde_json::{Value, json};
+use verbs::{Context, ContextOptions, Mtu, Progress, QpType};
+
+use crate::cli::PerfArgs;
+
+const LINE: &str =
+    "---------------------------------------------------------------------------------------";
+const BW_HEADER_MB: &str =
+    " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
+const BW_HEADER_GB: &str =
+    " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]";
+const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
+
+/// Turns the flags into session options; the error names the flag.
+fn options(a: &PerfArgs) -> anyhow::Result<(Options, bool)> {
+    let Some(test) = PerfTest::from_name(&a.test) else {
+        bail!("unknown test {:?}: one of {}", a.test, PerfTest::ALL.map(PerfTest::name).join(", "));
+    };
+    let mut o = Options::new(test);
+    o.connection = match a.connection.to_ascii_uppercase().as_str() {
+        "UC" => QpType::Uc,
+        "UD" => QpType::Ud,
+        _ => QpType::Rc,
+    };
+    if a.all && a.size.is_some() {
+        bail!("-a and -s exclude each other");
+    }
+    if a.all {
+        o.sizes = Options::sweep();
+        if o.connection == QpType::Ud {
+            o.sizes.retain(|&s| s <= 4096);
+        }
+    } else if let Some(s) = a.size {
+        o.sizes = vec![s];
+    } else if o.connection == QpType::Ud && test.is_bw() {
+        // perftest's UD default is the MTU.
+        o.sizes = vec![1024];
+    }
+    if let Some(n) = a.iters {
+        o.iters = n;
+    }
+    if let Some(d) = a.duration {
+        if !(d.is_finite() && d > 0.0 && d < 1e6) {
+            bail!("-D must be a positive number of seconds, not {d}");
+        }
+        if a.iters.is_some() {
+            bail!("-D and -n exclude each other");
+        }
+        o.duration = Some(Duration::from_secs_f64(d));
+    }
+    o.run_infinitely = a.run_infinitely;
+    o.qps = a.qps;
+    if let Some(t) = a.tx_depth {
+        o.tx_depth = t;
+    }
+    if a.tx_depth.is_some() && !test.is_bw() && o.tx_depth != 1 {
+        bail!("-t: the latency tests keep one message in flight");
+    }
+    o.rx_depth = a.rx_depth;
+    o.bidirectional = a.bidirectional;
+    o.mtu = match a.mtu {
+        None => None,
+        Some(m) => match Mtu::from_bytes(m) {
+            Some(m) => Some(m),
+            None => bail!("-m must be 256, 512, 1024, 2048 or 4096, not {m}"),
+        },
+    };
+    o.gid_index = a.gid_index;
+    o.validate = a.data_validation;
+    o.atomic = if a.atomic_type == "CMP_AND_SWAP" { BwOp::CompareSwap } else { BwOp::FetchAdd };
+    let stall = match a.timeout {
+        Some(t) if t.is_finite() && t > 0.0 && t < 1e6 => Duration::from_secs_f64(t),
+        Some(t) => bail!("--timeout must be a positive number of seconds, not {t}"),
+        None => perf::engine::STALL,
+    };
+    o.stall = stall;
+    // A passive side waits for the measuring one: until it closes, or --timeout after the
+    // measurement should have ended.
+    o.wait = a.timeout.map(|_| stall + o.duration.unwrap_or_default());
+    if a.ib_port != 1 {
+        bail!("-i {}: the device has one port, 1", a.ib_port);
+    }
+    if a.output.is_some() && a.json {
+        bail!("--output and --json exclude each other");
+    }
+    o.validate_options().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((o, a.events))
+}
+
+/// What gets printed as the run goes.
+struct Printer<'a> {
+    args: &'a PerfArgs,
+    opts: &'a Options,
+    role: Role,
+    bar: ProgressBar,
+    bar_shown: bool,
+    started: Instant,
+    size: usize,
+    connected: Option<Connected>,
+    rows: Vec<Row>,
+    header_done: bool,
+}
+
+impl Printer<'_> {
+    fn text(&self) -> bool {
+        !self.args.json && self.args.output.is_none()
+    }
+
+    fn out(&self, line: &str) {
+        // A closed stdout (`| head`) ends the output, not the test.
+        let _ = writeln!(std::io::stdout(), "{line}");
+    }
+
+    fn bw_unit(&self, mb: f64) -> f64 {
+        if self.args.report_gbits { mb * PERFTEST_MB * 8.0 / 1e9 } else { mb }
+    }
+
+    fn banner(&self, c: &Connected) {
+        let o = self.opts;
+        let t = o.test;
+        let conn = format!("{:?}", o.connection).to_uppercase();
+        let mut l = vec![
+            LINE.to_string(),
+            format!("                    {}", t.title(o.atomic)),
+            format!(" Dual-port       : OFF\t\tDevice         : {}", c.device),
+            format!(" Number of qps   : {}\t\tTransport type : IB", o.qps),
+            format!(" Connection type : {conn}\t\tUsing SRQ      : OFF"),
+            " PCIe relax order: OFF".into(),
+            " ibv_wr* API     : OFF".into(),
+        ];
+        let sends = self.role == Role::Client || o.bidirectional;
+        if sends || !t.is_bw() {
+            l.push(format!(" TX depth        : {}", o.tx_depth));
+        }
+        if matches!(t, PerfTest::SendBw | PerfTest::SendLat) {
+            l.push(format!(" RX depth        : {}", o.rx_depth));
+        }
+        if t.is_bw() {
+            l.push(" CQ Moderation   : 1".into());
+        }
+        l.push(format!(" Mtu             : {}[B]", c.mtu));
+        l.push(" Link type       : Ethernet".into());
+        l.push(format!(" GID index       : {}", o.gid_index));
+        if matches!(o.test.op(o.atomic), BwOp::Read | BwOp::FetchAdd | BwOp::CompareSwap) {
+            l.push(format!(" Outstand reads  : {}", session::OUT_READS));
+        } else {
+            l.push(" Max inline data : 0[B]".into());
+        }
+        l.push(" rdma_cm QPs\t : OFF".into());
+        l.push(" Data ex. method : Ethernet".into());
+        if o.validate {
+            l.push(" Data validation : ON (podnet)".into());
+        }
+        l.push(LINE.into());
+        for k in &c.local {
+            l.extend(key_lines("local", k, t));
+        }
+        for k in &c.remote {
+            l.extend(key_lines("remote", k, t));
+        }
+        l.push(LINE.into());
+        for x in l {
+            self.out(&x);
+        }
+    }
+
+    fn header(&mut self) {
+        if self.header_done || !self.text() {
+            return;
+        }
+        self.header_done = true;
+        let h = if !self.opts.test.is_bw() {
+            LAT_HEADER
+        } else if self.args.report_gbits {
+            BW_HEADER_GB
+        } else {
+            BW_HEADER_MB
+        };
+        self.out(h);
+    }
+
+    fn row_line(&self, r: &Row) -> String {
+        match r {
+            Row::Bw(b) => {
+                if let Some(which) = &self.args.output {
+                    return match which.as_str() {
+                        "message_rate" => format!("{:.6}", b.msg_rate),
+                        _ => format!("{:.2}", self.bw_unit(b.bw_avg)),
+                    };
+                }
+                format!(
+                    " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
+                    b.size,
+                    b.iters,
+                    self.bw_unit(b.bw_peak),
+                    self.bw_unit(b.bw_avg),
+                    b.msg_rate
+                )
+            }
+            Row::Lat(l) => {
+                if self.args.output.is_some() {
+                    return format!("{:.2}", l.t_typical);
+                }
+                format!(
+                    " {:<7} {:<10} {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
+                    l.size,
+                    l.iters,
+                    l.t_min,
+                    l.t_max,
+                    l.t_typical,
+                    l.t_avg,
+                    l.t_stdev,
+                    l.p99,
+                    l.p99_9
+                )
+            }
+        }
+    }
+
+    fn row_json(&self, r: &Row) -> Value {
+        let base = json!({
+            "test": self.opts.test.name(),
+            "role": if self.role == Role::Client { "client" } else { "server" },
+            "device": self.connected.as_ref().map(|c| c.device.clone()),
+            "connection": format!("{:?}", self.opts.connection).to_uppercase(),
+            "qps": self.opts.qps,
+            "bidirectional": self.opts.bidirectional,
+            "duration_mode": self.opts.duration.is_some(),
+        });
+        let mut v = base;
+        let extra = match r {
+            Row::Bw(b) => bw_json(b),
+            Row::Lat(l) => lat_json(l),
+        };
+        if let (Some(m), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+            m.extend(e.clone());
+        }
+        v
+    }
+}
+
+fn bw_json(b: &Bandwidth) -> Value {
+    json!({
+        "MsgSize": b.size,
+        "n_iterations": b.iters,
+        "BW_peak": round(b.bw_peak, 2),
+        "BW_average": round(b.bw_avg, 2),
+        "MsgRate": round(b.msg_rate, 6),
+        "bw_unit": "MB/sec (2^20 bytes)",
+        "BW_average_Gbps": round(b.bw_avg * PERFTEST_MB * 8.0 / 1e9, 3),
+    })
+}
+
+fn lat_json(l: &Latency) -> Value {
+    json!({
+        "MsgSize": l.size,
+        "n_iterations": l.iters,
+        "t_min": round(l.t_min, 2),
+        "t_max": round(l.t_max, 2),
+        "t_typical": round(l.t_typical, 2),
+        "t_avg": round(l.t_avg, 2),
+        "t_stdev": round(l.t_stdev, 2),
+        "percentile_99": round(l.p99, 2),
+        "percentile_99.9": round(l.p99_9, 2),
+    })
+}
+
+fn round(x: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    if x.is_finite() { (x * f).round() / f } else { 0.0 }
+}
+
+fn key_lines(which: &str, k: &Key, t: PerfTest) -> Vec<String> {
+    let mut first =
+        format!(" {which} address: LID {:04x} QPN {:#06x} PSN {:#08x}", k.lid, k.qpn, k.psn);
+    if !matches!(t, PerfTest::SendBw | PerfTest::SendLat) {
+        first.push_str(&format!(" RKey {:#08x} VAddr {:#016x}", k.rkey, k.vaddr));
+    }
+    let gid =
+        k.gid.unwrap_or([0; 16]).iter().map(|b| format!("{b:02}")).collect::<Vec<_>>().join(":");
+    vec![first, format!(" GID: {gid}")]
+}
+
+impl Observer for Printer<'_> {
+    fn connected(&mut self, c: &Connected) {
+        if self.text() {
+            self.banner(c);
+        }
+        self.connected = Some(c.clone());
+    }
+
+    fn measuring(&mut self, size: usize) {
+        self.size = size;
+        self.header();
+        self.bar.set_position(0);
+        self.bar.set_message(format!("{size} B"));
+    }
+
+    fn progress(&mut self, done: u64, bytes: u64) {
+        if !self.bar_shown
+            && self.started.elapsed() > Duration::from_secs(2)
+            && std::io::stderr().is_terminal()
+        {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+            self.bar_shown = true;
+        }
+        self.bar.set_position(done);
+        let _ = bytes;
+    }
+
+    fn row(&mut self, r: &Row) {
+        self.header();
+        self.bar.suspend(|| {
+            if self.args.json {
+                self.out(&self.row_json(r).to_string());
+            } else {
+                self.out(&self.row_line(r));
+            }
+        });
+        self.rows.push(r.clone());
+    }
+}
+
+/// Runs `podnet perf`.
+pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
+    let (opts, events) = options(args)?;
+    let progress = if events { Progress::Event } else { Progress::Busy };
+    let ctx = Context::open(&args.ib_dev, &ContextOptions { progress, ..Default::default() })?;
+    let role = if args.server.is_some() { Role::Client } else { Role::Server };
+    let (sock, peer) = match &args.server {
+        Some(host) => connect(host, args.port, opts.stall)?,
+        None => accept(&ctx, args, &opts)?,
+    };
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} {pos} messages {per_sec} [{elapsed}]")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    let mut p = Printer {
+        args,
+        opts: &opts,
+        role,
+        bar,
+        bar_shown: false,
+        started: Instant::now(),
+        size: 0,
+        connected: None,
+        rows: Vec::new(),
+        header_done: false,
+    };
+    let result = session::run(&ctx, &opts, role, &sock, peer, events, &mut p);
+    p.bar.finish_and_clear();
+    let outcome = match result {
+        Ok(o) => o,
+        Err(e) => bail!("{}", explain(&e)),
+    };
+    if p.text() && p.header_done {
+        p.out(LINE);
+    }
+    if args.out_json {
+        write_out_json(args, &opts, &p)?;
+    }
+    if let Some(v) = &outcome.validation {
+        let ok = v.errors == 0 && v.messages > 0;
+        if args.json {
+            let j = json!({"data_validation": {"messages": v.messages, "bytes": v.bytes,
+                "errors": v.errors, "first_error": v.first_error, "ok": ok}});
+            p.out(&j.to_string());
+        } else if args.output.is_none() {
+            p.out(&format!(
+                " Data validation: {} messages, {} bytes checked, {} errors",
+                v.messages, v.bytes, v.errors
+            ));
+        }
+        if let Some(e) = &v.first_error {
+            eprintln!("podnet: data validation: {e}");
+        }
+        if !ok {
+            if v.messages == 0 {
+                eprintln!("podnet: data validation checked nothing");
+            }
+            return Ok(ExitCode::from(1));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line that says what went wrong and what to do.
+fn explain(e: &session::Error) -> String {
+    use perf::exchange::Error as X;
+    match e {
+        session::Error::Exchange(X::Io(io)) => match io.kind() {
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
+                "the peer closed the connection mid-test (did it fail, or run another test or options?)".into()
+            }
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                "the peer stopped answering on the side channel (another test or options, or it hangs); see --timeout".into()
+            }
+            _ => format!("side channel: {io}"),
+        },
+        other => other.to_string(),
+    }
+}
+
+fn connect(host: &str, port: u16, t: Duration) -> anyhow::Result<(TcpStream, std::net::IpAddr)> {
+    let addrs: Vec<SocketAddr> =
+        (host, port).to_socket_addrs().with_context(|| format!("cannot resolve {host}"))?.collect();
+    let mut last = None;
+    for a in &addrs {
+        match TcpStream::connect_timeout(a, t) {
+            Ok(s) => {
+                s.set_nodelay(true)?;
+                return Ok((s, a.ip()));
+            }
+            Err(e) => last = Some((a, e)),
+        }
+    }
+    match last {
+        Some((a, e)) => bail!("Couldn't connect to {host}:{port} ({a}): {e}"),
+        None => bail!("{host} has no address"),
+    }
+}
+
+fn accept(
+    ctx: &Context,
+    args: &PerfArgs,
+    opts: &Options,
+) -> anyhow::Result<(TcpStream, std::net::IpAddr)> {
+    let ip = ctx.ip();
+    let listener = TcpListener::bind((ip, args.port))
+        .with_context(|| format!("cannot listen on {}", SocketAddr::new(ip, args.port)))?;
+    if !args.json && args.output.is_none() {
+        let _ = writeln!(
+            std::io::stdout(),
+            "\n************************************\n* Waiting for client to connect... *\n************************************"
+        );
+        let _ = std::io::stdout().flush();
+    }
+    let (sock, peer) = match args.timeout {
+        None => listener.accept()?,
+        Some(_) => {
+            listener.set_nonblocking(true)?;
+            let deadline = Instant::now() + opts.stall;
+            loop {
+                match listener.accept() {
+                    Ok(x) => break x,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if Instant::now() >= deadline {
+                            bail!("no client connected within {:?}", opts.stall);
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    };
+    sock.set_nonblocking(false)?;
+    sock.set_nodelay(true)?;
+    Ok((sock, peer.ip()))
+}
+
+/// perftest's `--out_json` file: `test_info` and `results` (one object, or a list for -a).
+fn write_out_json(args: &PerfArgs, o: &Options, p: &Printer<'_>) -> anyhow::Result<()> {
+    let c = p.connected.as_ref();
+    let info = json!({
+        "test": o.test.title(o.atomic).replace(' ', "_"),
+        "Dual_port": "OFF",
+        "Device": c.map(|c| c.device.clone()),
+        "Number_of_qps": o.qps,
+        "Transport_type": "IB",
+        "Connection_type": format!("{:?}", o.connection).to_uppercase(),
+        "Using_SRQ": "OFF",
+        "TX_depth": o.tx_depth,
+        "RX_depth": o.rx_depth,
+        "Mtu": c.map(|c| c.mtu),
+        "Link_type": "Ethernet",
+        "GID_index": o.gid_index,
+        "rdma_cm_QPs": "OFF",
+        "Data_ex_method": "Ethernet",
+        "Duration": o.duration.map(|d| d.as_secs_f64()),
+        "Data_validation": o.validate,
+    });
+    let mut results: Vec<Value> = p
+        .rows
+        .iter()
+        .map(|r| match r {
+            Row::Bw(b) => {
+                let mut v = bw_json(b);
+                if args.report_gbits
+                    && let Some(m) = v.as_object_mut()
+                {
+                    m.insert("BW_peak".into(), json!(round(p.bw_unit(b.bw_peak), 2)));
+                    m.insert("BW_average".into(), json!(round(p.bw_unit(b.bw_avg), 2)));
+                }
+                v
+            }
+            Row::Lat(l) => lat_json(l),
+        })
+        .collect();
+    let results = if results.len() == 1 { results.remove(0) } else { Value::Array(results) };
+    let doc = json!({"test_info": info, "results": results});
+    let text = serde_json::to_string_pretty(&doc)?;
+    std::fs::write(&args.out_json_file, text + "\n")
+        .with_context(|| format!("cannot write {}", args.out_json_file.display()))?;
+    Ok(())
+}
