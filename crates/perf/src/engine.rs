@@ -54,6 +54,8 @@ pub struct Layout {
     pub stride: usize,
     /// Slots per area.
     pub slots: usize,
+    /// Bytes per area (at least `stride × slots`; more when cut for a smaller message).
+    pub area: usize,
 }
 
 impl Layout {
@@ -61,28 +63,34 @@ impl Layout {
     /// fit in 32 MiB per area (at most 4,096, at least one).
     pub fn new(max_size: usize, ud: bool, validate: bool) -> Layout {
         let stride = (max_size.max(8) + if ud { GRH } else { 0 }).next_multiple_of(64);
-        let slots = if validate { (32 << 20) / stride } else { 1 };
-        Layout { stride, slots: slots.clamp(1, 4096) }
+        let slots = if validate { ((32 << 20) / stride).clamp(1, 4096) } else { 1 };
+        Layout { stride, slots, area: stride * slots }
     }
 
-    /// Bytes of one area.
-    pub fn area(&self) -> usize {
-        self.stride * self.slots
+    /// The same areas cut into slots for messages of `size` bytes: with data validation,
+    /// a sweep's small sizes then get many slots (up to 4,096), so each of their messages
+    /// stays in place to be checked; without, the one slot.
+    pub fn for_message(&self, size: usize, ud: bool) -> Layout {
+        if self.slots == 1 {
+            return *self;
+        }
+        let stride = (size.max(8) + if ud { GRH } else { 0 }).next_multiple_of(64);
+        Layout { stride, slots: (self.area / stride).clamp(1, 4096), area: self.area }
     }
 
     /// The region length `qps` QPs need.
     pub fn region_len(&self, qps: usize) -> usize {
-        2 * self.area() * qps
+        2 * self.area * qps
     }
 
     /// Offset of QP `qp`'s local slot `slot`.
     pub fn local(&self, qp: usize, slot: usize) -> usize {
-        2 * self.area() * qp + self.stride * (slot % self.slots)
+        2 * self.area * qp + self.stride * (slot % self.slots)
     }
 
     /// Offset of QP `qp`'s remote (peer-visible) slot `slot`.
     pub fn remote(&self, qp: usize, slot: usize) -> usize {
-        2 * self.area() * qp + self.area() + self.stride * (slot % self.slots)
+        2 * self.area * qp + self.area + self.stride * (slot % self.slots)
     }
 }
 
@@ -108,8 +116,14 @@ pub mod pattern {
 
     /// The offset of the first byte of `buf` that differs from the pattern.
     pub fn check(seed: u64, qp: usize, seq: u64, buf: &[u8]) -> Option<usize> {
+        check_at(seed, qp, seq, 0, buf)
+    }
+
+    /// [`check`] for the part of a pattern that starts `at` bytes in (a multiple of 8).
+    pub fn check_at(seed: u64, qp: usize, seq: u64, at: usize, buf: &[u8]) -> Option<usize> {
+        let first = at / 8;
         buf.chunks(8).enumerate().find_map(|(i, c)| {
-            let w = word(seed, qp, seq, i).to_le_bytes();
+            let w = word(seed, qp, seq, first + i).to_le_bytes();
             c.iter().zip(w).position(|(a, b)| *a != b).map(|o| i * 8 + o)
         })
     }
@@ -355,15 +369,13 @@ fn grh(qp: &QueuePair) -> usize {
     if qp.qp_type() == verbs::QpType::Ud { GRH } else { 0 }
 }
 
-/// Fills every QP's remote area with the pattern `seed` (what READ validation reads back):
-/// slot `j` of QP `q` holds message `j`'s pattern.
-pub fn fill_remote(s: &Side<'_>, size: usize, seed: u64) -> Result<(), Error> {
-    let mut buf = vec![0u8; size];
+/// Fills every QP's remote area with one continuous pattern (`seed`, message 0): what READ
+/// validation reads back, whatever the message size.
+pub fn fill_remote(s: &Side<'_>, seed: u64) -> Result<(), Error> {
+    let mut buf = vec![0u8; s.layout.area];
     for q in 0..s.qps.len() {
-        for j in 0..s.layout.slots {
-            pattern::fill(seed, q, j as u64, &mut buf);
-            s.mr.write(s.layout.remote(q, j), &buf)?;
-        }
+        pattern::fill(seed, q, 0, &mut buf);
+        s.mr.write(s.layout.remote(q, 0), &buf)?;
     }
     Ok(())
 }
@@ -473,7 +485,8 @@ fn check_completion(
             Ok(g) => g,
             Err(e) => return (0, Some(format!("QP {q}: READ {seq}: {e}"))),
         };
-        let e = pattern::check(seeds.peer, q, seq % slots, &got)
+        let at = s.layout.stride * (seq % slots) as usize;
+        let e = pattern::check_at(seeds.peer, q, 0, at, &got)
             .map(|o| format!("QP {q}: READ {seq}, byte {o} differs"));
         return (size, e);
     }

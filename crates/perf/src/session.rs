@@ -558,7 +558,7 @@ pub fn run(
     if let Some(sd) = seeds
         && op == BwOp::Read
     {
-        engine::fill_remote(&side, res.layout.stride, sd.mine)?;
+        engine::fill_remote(&side, sd.mine)?;
     }
     let rx_depth = o.rx_depth.min(res.layout.slots.max(if o.validate { 1 } else { o.rx_depth }));
     if sink {
@@ -585,6 +585,13 @@ pub fn run(
                 // podnet's SEND sweep: both sides start each size together.
                 talk.ch.swap_keys(&local)?;
             }
+            // SEND keeps one layout through a sweep (its receives stay posted); the others
+            // cut their areas for each size.
+            let mut side = side;
+            if o.test != PerfTest::SendBw {
+                side.layout = res.layout.for_message(size, o.connection == QpType::Ud);
+            }
+            let side = side;
             let mut completed = vec![0u64; o.qps];
             let mut size_validation = engine::Validation::default();
             if measures {
@@ -603,7 +610,11 @@ pub fn run(
                     let r = engine::bw(&side, &plan, &mut |d, b| obs.progress(d, b))?;
                     size_validation.merge(&r.validation);
                     completed.clone_from(&r.completed);
-                    let fig = if initiates { r.sent } else { r.received };
+                    let mut fig = if initiates { r.sent } else { r.received };
+                    if let (Some(f), Stop::Iters(n)) = (fig.as_mut(), stop) {
+                        // perftest's #iterations is per QP; the bandwidth is all of them.
+                        f.iters = n;
+                    }
                     if let Some(f) = fig {
                         last_report = BwReport {
                             size: f.size,
@@ -666,7 +677,7 @@ pub fn run(
         if o.bidirectional {
             let sum = Bandwidth {
                 size: last_report.size,
-                iters: last_report.iters + theirs.iters,
+                iters: last_report.iters,
                 bw_peak: last_report.bw_peak + theirs.bw_peak,
                 bw_avg: last_report.bw_avg + theirs.bw_avg,
                 msg_rate: last_report.msg_rate + theirs.msg_rate,

@@ -157,8 +157,9 @@ impl LatencyRecorder {
             epoch: std::time::Instant::now(),
             posts: Vec::new(),
             hist: histogram.then(|| {
-                hdrhistogram::Histogram::new(3)
-                    .unwrap_or_else(|_| unreachable!("3 digits is valid"))
+                // 1 ns to 10 minutes at 3 significant digits.
+                hdrhistogram::Histogram::new_with_bounds(1, 600_000_000_000, 3)
+                    .unwrap_or_else(|_| unreachable!("valid bounds"))
             }),
             last: None,
             count: 0,

@@ -2,6 +2,7 @@
 
 mod decode;
 mod extra;
+mod perf;
 mod pingpong;
 mod rxe;
 mod tshark;

@@ -4,25 +4,15 @@
 //! guest. After each clean run rxe must have received exactly the packets podnet sent, with no
 //! sequence error or duplicate on either side.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rxevm::{Config, GUEST_IP4, HOST_IP4, HOST_IP6, Vm};
 use serde_json::Value;
 
-use crate::util::{counter_delta as delta, podnet, stderr, stdout};
+use crate::util::{counter_delta as delta, in_netns, podnet, stderr, stdout};
 
 const PODNET: &str = env!("CARGO_BIN_EXE_podnet");
-
-/// Runs `sh -c script` in a new network namespace with lo up (so loopback tests never meet
-/// another test's device or port).
-fn in_netns(script: &str) -> std::process::Output {
-    Command::new("unshare")
-        .args(["--net", "sh", "-c", &format!("ip link set lo up\n{script}")])
-        .env("PODNET", PODNET)
-        .output()
-        .expect("unshare (util-linux) runs")
-}
 
 #[test]
 fn two_podnets_on_one_host_just_work() {

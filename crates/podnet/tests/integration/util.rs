@@ -73,3 +73,16 @@ pub(crate) fn counter_delta(
 ) -> u64 {
     after.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0)
 }
+
+/// Runs `sh -c script` in a new network namespace with lo up (so loopback tests never meet
+/// another test's device or port), in a fresh temporary folder (so they never share a
+/// file); `$PODNET` is the binary under test.
+pub(crate) fn in_netns(script: &str) -> Output {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    Command::new("unshare")
+        .args(["--net", "sh", "-c", &format!("ip link set lo up\n{script}")])
+        .current_dir(dir.path())
+        .env("PODNET", env!("CARGO_BIN_EXE_podnet"))
+        .output()
+        .expect("unshare (util-linux) runs")
+}

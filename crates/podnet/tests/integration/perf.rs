@@ -1,0 +1,292 @@
+//! `podnet perf` against itself on loopback, each pair in its own network namespace: every
+//! test on every transport it supports with `--data-validation`, a size sweep, several QPs,
+//! both directions, duration mode, `--json` and `--out_json` read back; and the ways a run
+//! must fail — bad flags, no peer, a peer running another test, a peer that dies.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::util::{in_netns, podnet, stderr, stdout};
+
+/// Runs a server and a client with the same `args` in a fresh namespace; returns both
+/// outputs' JSON lines (client first) or panics with everything they printed.
+fn pair(args: &str) -> (Vec<Value>, Vec<Value>) {
+    let o = in_netns(&format!(
+        "$PODNET perf {args} --json --timeout 20 > srv.json 2> srv.err & sleep 0.3\n\
+         $PODNET perf {args} --json --timeout 20 localhost > cli.json 2> cli.err; c=$?\n\
+         wait $!; s=$?\n\
+         cat cli.json; echo ===; cat srv.json; echo ===; cat cli.err srv.err >&2\n\
+         rm -f srv.json srv.err cli.json cli.err; exit $((c * 10 + s))"
+    ));
+    let out = stdout(&o);
+    assert!(o.status.success(), "perf {args}: exit {:?}\n{out}{}", o.status.code(), stderr(&o));
+    let mut parts = out.split("===\n");
+    let parse = |s: &str| -> Vec<Value> {
+        s.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{args}: {e}: {l}")))
+            .collect()
+    };
+    let c = parse(parts.next().unwrap_or(""));
+    let s = parse(parts.next().unwrap_or(""));
+    (c, s)
+}
+
+fn rows(v: &[Value]) -> Vec<&Value> {
+    v.iter().filter(|r| r.get("MsgSize").is_some()).collect()
+}
+
+fn validation(v: &[Value]) -> &Value {
+    let last = v.last().expect("some output");
+    assert!(last.get("data_validation").is_some(), "no validation summary: {v:?}");
+    &last["data_validation"]
+}
+
+#[test]
+fn every_test_on_every_transport_with_data_validation() {
+    let n = 200u64;
+    let cases = [
+        ("write-bw", "RC"),
+        ("write-bw", "UC"),
+        ("write-lat", "RC"),
+        ("write-lat", "UC"),
+        ("read-bw", "RC"),
+        ("read-lat", "RC"),
+        ("send-bw", "RC"),
+        ("send-bw", "UC"),
+        ("send-bw", "UD"),
+        ("send-lat", "RC"),
+        ("send-lat", "UC"),
+        ("send-lat", "UD"),
+        ("atomic-bw", "RC"),
+        ("atomic-lat", "RC"),
+    ];
+    for (test, conn) in cases {
+        let (c, s) = pair(&format!("{test} -c {conn} -n {n} --data-validation"));
+        let what = format!("{test} {conn}");
+        let cr = rows(&c);
+        assert_eq!(cr.len(), 1, "{what}: {c:?}");
+        let r = cr[0];
+        assert_eq!((r["test"].as_str(), r["role"].as_str()), (Some(test), Some("client")), "{r}");
+        assert_eq!(r["connection"], conn, "{r}");
+        if test.ends_with("-bw") {
+            assert_eq!(r["n_iterations"], n, "{what}: {r}");
+            assert!(r["BW_average"].as_f64().unwrap() > 0.0, "{what}: {r}");
+            let size = if test == "atomic-bw" {
+                8
+            } else if conn == "UD" {
+                1024
+            } else {
+                65536
+            };
+            assert_eq!(r["MsgSize"], size, "{what}: {r}");
+        } else {
+            let t = |k: &str| r[k].as_f64().unwrap();
+            assert!(t("t_min") > 0.0 && t("t_min") <= t("t_typical"), "{what}: {r}");
+            assert!(t("t_typical") <= t("percentile_99.9") && t("percentile_99.9") <= t("t_max"));
+        }
+        // Both sides report the same validation: what either checked.
+        for side in [&c, &s] {
+            let v = validation(side);
+            assert_eq!(v["ok"], true, "{what}: {v}");
+            assert_eq!(v["errors"], 0, "{what}: {v}");
+            // Every message was checked once where it landed (pings and pongs both ways for
+            // SEND/WRITE latency; atomics at the initiator and their counters at the target).
+            let per = match test {
+                "write-lat" | "send-lat" => 2 * n,
+                "atomic-bw" | "atomic-lat" => 2 * n,
+                _ => n,
+            };
+            assert_eq!(v["messages"], per, "{what}: {v}");
+        }
+    }
+}
+
+#[test]
+fn a_size_sweep_runs_every_size_and_checks_them() {
+    for test in ["write-bw", "send-bw"] {
+        let (c, s) = pair(&format!("{test} -a -n 20 --data-validation"));
+        let sizes: Vec<u64> = rows(&c).iter().map(|r| r["MsgSize"].as_u64().unwrap()).collect();
+        assert_eq!(sizes, (1..24).map(|i| 1u64 << i).collect::<Vec<_>>(), "{test}: {c:?}");
+        assert!(rows(&c).iter().all(|r| r["n_iterations"] == 20), "{test}");
+        // SEND: every message, at the receiver. WRITE: what each size's slots still hold
+        // when it ends — all 20 up to 1 MiB; 16, 8 and 4 of the 2, 4 and 8 MiB ones (the
+        // 32 MiB area has that many slots).
+        let want = if test == "send-bw" { 23 * 20 } else { 20 * 20 + 16 + 8 + 4 };
+        assert_eq!(validation(&c)["messages"], want, "{test}");
+        assert_eq!(validation(&s)["ok"], true, "{test}");
+    }
+}
+
+#[test]
+fn four_qps_and_both_directions() {
+    // -q 4: every QP's messages count, and each is checked.
+    let (c, _) = pair("read-bw -q 4 -n 300 -s 16384 --data-validation");
+    assert_eq!(rows(&c)[0]["n_iterations"], 300);
+    assert_eq!(rows(&c)[0]["qps"], 4);
+    assert_eq!(validation(&c)["messages"], 4 * 300);
+    let (c, s) = pair("write-bw -q 4 -n 300 --data-validation");
+    assert_eq!(validation(&s)["ok"], true);
+    assert!(validation(&c)["messages"].as_u64().unwrap() >= 4, "{c:?}");
+    // -b: both sides measure and print the sum of the two directions.
+    for test in ["write-bw", "send-bw", "read-bw"] {
+        let (c, s) = pair(&format!("{test} -b -n 500 -s 8192 --data-validation"));
+        let (rc, rs) = (rows(&c), rows(&s));
+        assert_eq!((rc.len(), rs.len()), (1, 1), "{test}: {c:?} {s:?}");
+        let (a, b) = (rc[0]["BW_average"].as_f64().unwrap(), rs[0]["BW_average"].as_f64().unwrap());
+        assert!(a > 0.0 && (a - b).abs() < 0.02 * a, "{test}: the same sum on both sides: {a} {b}");
+        assert_eq!(rc[0]["bidirectional"], true);
+        assert_eq!(validation(&c)["ok"], true, "{test}");
+    }
+}
+
+#[test]
+fn duration_mode_reports_percentiles() {
+    let t0 = Instant::now();
+    let (c, s) = pair("send-lat -D 2");
+    let r = rows(&c)[0];
+    assert_eq!(r["duration_mode"], true);
+    assert!(r["n_iterations"].as_u64().unwrap() > 100, "{r}");
+    let t = |k: &str| r[k].as_f64().unwrap();
+    assert!(
+        t("t_min") > 0.0 && t("t_min") <= t("t_typical") && t("t_typical") <= t("percentile_99")
+    );
+    assert!(
+        t("percentile_99") <= t("percentile_99.9") && t("percentile_99.9") <= t("t_max"),
+        "{r}"
+    );
+    assert_eq!(rows(&s).len(), 1);
+    let (c, _) = pair("write-bw -D 2 -s 4096");
+    let r = rows(&c)[0];
+    assert!(
+        r["BW_average"].as_f64().unwrap() > 0.0
+            && r["BW_peak"].as_f64() >= r["BW_average"].as_f64()
+    );
+    assert!(t0.elapsed() < Duration::from_secs(40), "two 2 s runs took {:?}", t0.elapsed());
+}
+
+#[test]
+fn text_tables_and_out_json_read_back() {
+    let o = in_netns(
+        "$PODNET perf write-lat -n 100 -e --timeout 20 > srv.txt & sleep 0.3\n\
+         $PODNET perf write-lat -n 100 -e --timeout 20 --out_json --out_json_file out.json localhost; c=$?\n\
+         wait $!; s=$?; echo ===; cat out.json; echo ===; cat srv.txt; rm -f out.json srv.txt\n\
+         exit $((c * 10 + s))",
+    );
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    let mut parts = out.split("===\n");
+    let table = parts.next().unwrap();
+    assert!(table.contains("                    RDMA_Write Latency Test"), "{table}");
+    assert!(table.contains(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]"));
+    assert!(table.contains(" local address: LID 0000 QPN 0x"), "{table}");
+    assert!(table.contains(" GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:00:00:0"), "{table}");
+    let row = table.lines().find(|l| l.starts_with(" 2       100 ")).expect("the result row");
+    assert_eq!(row.split_whitespace().count(), 9, "{row}");
+    let doc: Value = serde_json::from_str(parts.next().unwrap()).expect("--out_json is JSON");
+    assert_eq!(doc["test_info"]["test"], "RDMA_Write_Latency_Test");
+    let res = &doc["results"];
+    for k in ["MsgSize", "n_iterations", "t_min", "t_max", "t_typical", "t_avg", "t_stdev"] {
+        assert!(res[k].is_number(), "{k}: {doc}");
+    }
+    assert!(res["percentile_99.9"].is_number(), "{doc}");
+    // The server printed the waiting box and its own table.
+    let srv = parts.next().unwrap();
+    assert!(srv.contains("* Waiting for client to connect... *"), "{srv}");
+    assert!(srv.contains("t_typical[usec]"), "{srv}");
+    // --report_gbits and --output.
+    let o = in_netns(
+        "$PODNET perf write-bw -n 200 --report_gbits --timeout 20 > /dev/null & sleep 0.3\n\
+         $PODNET perf write-bw -n 200 --report_gbits --timeout 20 localhost; c=$?; wait $!; exit $c",
+    );
+    assert!(stdout(&o).contains("BW peak[Gb/sec]    BW average[Gb/sec]"), "{}", stdout(&o));
+    let o = in_netns(
+        "$PODNET perf send-bw -n 200 --output bandwidth --timeout 20 > /dev/null & sleep 0.3\n\
+         $PODNET perf send-bw -n 200 --output bandwidth --timeout 20 localhost; c=$?; wait $!; exit $c",
+    );
+    let line = stdout(&o);
+    assert!(line.trim().parse::<f64>().is_ok_and(|x| x > 0.0), "--output bandwidth: {line:?}");
+}
+
+#[test]
+fn bad_flags_fail_with_a_message() {
+    for (args, msg) in [
+        (&["perf", "write-bandwidth"][..], "unknown test"),
+        (&["perf", "write-bw", "-c", "UD"][..], "write-bw runs on RC/UC only"),
+        (&["perf", "read-bw", "-c", "UC"][..], "read-bw runs on RC only"),
+        (&["perf", "send-bw", "-c", "UD", "-s", "8192"][..], "UD messages fit one packet"),
+        (&["perf", "write-bw", "-m", "1500"][..], "-m must be 256"),
+        (&["perf", "send-lat", "-q", "2"][..], "-q must be 1"),
+        (&["perf", "write-bw", "-a", "-s", "64"][..], "exclude each other"),
+        (&["perf", "write-bw", "-D", "0"][..], "-D must be a positive"),
+        (&["perf", "write-lat", "-b"][..], "-b is for the bandwidth tests"),
+        (&["perf", "write-bw", "--run_infinitely"][..], "needs a bandwidth test and -D"),
+        (&["perf", "write-bw", "-d", "mlx5_0"][..], "bad device name"),
+    ] {
+        let o = podnet(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(msg), "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{args:?}: one line: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn an_absent_mismatched_or_dying_peer_is_an_error_not_a_hang() {
+    let t0 = Instant::now();
+    // Nobody listens.
+    let o = in_netns("$PODNET perf write-bw --timeout 2 127.0.0.1");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("Couldn't connect to 127.0.0.1:18515"), "{}", stderr(&o));
+    // No client comes.
+    let o = in_netns("$PODNET perf write-bw --timeout 1");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no client connected"), "{}", stderr(&o));
+    // The peer runs another test: both sides say which.
+    let o = in_netns(
+        "$PODNET perf send-bw --timeout 5 > /dev/null 2> srv.err & sleep 0.3\n\
+         $PODNET perf write-bw --timeout 5 localhost; c=$?; wait $!; s=$?\n\
+         cat srv.err >&2; rm -f srv.err; exit $((c * 10 + s))",
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(22), "{err}");
+    assert!(
+        err.contains("the peer runs send-bw over RC; this side runs write-bw over RC"),
+        "{err}"
+    );
+    assert!(
+        err.contains("the peer runs write-bw over RC; this side runs send-bw over RC"),
+        "{err}"
+    );
+    // The server dies mid-run: the client stops within its --timeout.
+    let o = in_netns(
+        "$PODNET perf write-bw -D 30 --timeout 3 > /dev/null 2>&1 & srv=$!; sleep 0.3\n\
+         (sleep 2; kill -9 $srv) & $PODNET perf write-bw -D 30 --timeout 3 localhost > /dev/null",
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // However it notices first: retries exhausted, no completion, or the closed socket.
+    let err = stderr(&o);
+    let noticed = ["RetryExcErr", "no completion for 3s", "closed the connection"];
+    assert!(noticed.iter().any(|m| err.contains(m)), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(30), "took {:?}", t0.elapsed());
+}
+
+#[test]
+fn a_peer_of_another_perftest_version_is_refused() {
+    // A fake perftest 5.60 server on a real socket: the client must name the versions.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut v = [0u8; 16];
+        s.read_exact(&mut v).unwrap();
+        let mut mine = [0u8; 16];
+        mine[..4].copy_from_slice(b"5.60");
+        s.write_all(&mine).unwrap();
+        String::from_utf8_lossy(&v).trim_end_matches('\0').to_string()
+    });
+    let o = podnet(&["perf", "write-bw", "-p", &port, "--timeout", "5", "127.0.0.1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("perftest version \"5.60\", this is \"6.06\""), "{}", stderr(&o));
+    assert_eq!(fake.join().unwrap(), "6.06", "podnet announced perftest 4.5's version string");
+}
