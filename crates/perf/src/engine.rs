@@ -44,6 +44,9 @@ pub enum Error {
     Empty,
 }
 
+/// The page size podnet announces as perftest's `cycle_buffer`.
+pub const PAGE: usize = 4096;
+
 /// The bytes a UD receive starts with: room for the GRH.
 pub const GRH: usize = 40;
 
@@ -60,11 +63,13 @@ pub struct Layout {
 
 impl Layout {
     /// A layout for messages up to `max_size` bytes: one slot, or with `validate` as many as
-    /// fit in 32 MiB per area (at most 4,096, at least one).
+    /// fit in 32 MiB per area (at most 4,096, at least one); an area is at least a page.
     pub fn new(max_size: usize, ud: bool, validate: bool) -> Layout {
         let stride = (max_size.max(8) + if ud { GRH } else { 0 }).next_multiple_of(64);
         let slots = if validate { ((32 << 20) / stride).clamp(1, 4096) } else { 1 };
-        Layout { stride, slots, area: stride * slots }
+        // At least a page: perftest cycles its remote address through `cycle_buffer` (the
+        // page size it announces) when messages are smaller, atomics included.
+        Layout { stride, slots, area: (stride * slots).max(PAGE) }
     }
 
     /// The same areas cut into slots for messages of `size` bytes: with data validation,

@@ -507,7 +507,12 @@ pub fn run(
     let my_mtu = o.mtu.unwrap_or(port_mtu);
     let mut talk = Talk { ch: Channel::new(sock, role), sock, stall: o.stall, wait: o.wait };
     talk.active().map_err(exchange::Error::Io)?;
-    let setup = Setup { page_size: 4096, cache_line: 64, mtu: my_mtu.bytes(), keys: local.clone() };
+    let setup = Setup {
+        page_size: engine::PAGE as u32,
+        cache_line: 64,
+        mtu: my_mtu.bytes(),
+        keys: local.clone(),
+    };
     let peer = talk.ch.handshake(&setup)?;
     let peer_is_podnet = peer.keys.first().is_some_and(|k| k.srqn & 0xffff_0000 == TAG);
     if let Some(k) = peer.keys.first()

@@ -3,6 +3,7 @@
 mod decode;
 mod extra;
 mod perf;
+mod perf_rxe;
 mod pingpong;
 mod rxe;
 mod tshark;

@@ -80,7 +80,7 @@ fn bad_input_and_an_absent_peer_fail_cleanly() {
 }
 
 /// A process listens on TCP `port` in the tap namespace.
-fn wait_listen(vm: &Vm, port: u16) {
+pub(crate) fn wait_listen(vm: &Vm, port: u16) {
     let want = format!(":{port:04X} ");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

@@ -1,0 +1,151 @@
+//! `podnet perf` (host, soft provider) against perftest 4.5's own tools on Linux rxe (the
+//! QEMU guest), across the tap: `ib_send_bw`, `ib_write_bw`, `ib_read_bw`, `ib_atomic_bw`,
+//! `ib_send_lat` and `ib_write_lat`, each side as server and as client. Both must finish
+//! and print a result row for the same message size and iteration count; where perftest's
+//! server prints the client's report (WRITE, READ, atomics), both sides print the same
+//! figures — the report crossed the side channel intact, both ways.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rxevm::{Config, GUEST_IP4, HOST_IP4, Vm};
+use serde_json::Value;
+
+use crate::pingpong::wait_listen;
+use crate::util::{stderr, stdout};
+
+const PODNET: &str = env!("CARGO_BIN_EXE_podnet");
+
+/// perftest's result row: the line after the table header, split into numbers.
+fn perftest_row(out: &str) -> Option<Vec<f64>> {
+    let mut lines = out.lines();
+    lines.find(|l| l.trim_start().starts_with("#bytes"))?;
+    let row = lines.next()?;
+    row.split_whitespace().map(|x| x.parse::<f64>().ok()).collect()
+}
+
+struct Run {
+    podnet: Value,
+    guest: String,
+    what: String,
+}
+
+fn run_one(vm: &Vm, gid: u32, tool: &str, podnet_serves: bool, iters: u32) -> Run {
+    let test = tool.trim_start_matches("ib_").replace('_', "-");
+    let n = iters.to_string();
+    let dev = format!("soft:{HOST_IP4}");
+    // Event mode: a busy-polling podnet would take a core from the emulated guest.
+    let mut args = vec!["perf", &test, "-d", &dev, "-x", "0", "-n", &n, "-e", "-F"];
+    args.extend(["--json", "--timeout", "60"]);
+    let pt = format!("{tool} -d rxe_eth -x {gid} -n {iters} -F");
+    let (o, guest) = if podnet_serves {
+        let child = vm
+            .host_command(PODNET)
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_listen(vm, 18515);
+        let g = vm.run(tool, &format!("{pt} {HOST_IP4}"), Duration::from_secs(120));
+        let o = child.wait_with_output().unwrap();
+        (o, g.map(|g| format!("rc={}\n{}", g.rc, g.output)).unwrap_or_else(|e| format!("{e}")))
+    } else {
+        let script = format!(
+            "{pt} > $OUT/pt.out 2>&1 & ptpid=$!\n\
+             wait_tcp 18515 $ptpid && touch $OUT/pt.ready; wait $ptpid; rc=$?\n\
+             echo rc=$rc; cat $OUT/pt.out; exit $rc"
+        );
+        let ready = vm.out_dir().join("pt.ready");
+        let _ = std::fs::remove_file(&ready);
+        let job = vm.spawn(tool, &script, Duration::from_secs(120)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ready.exists() {
+            assert!(Instant::now() < deadline && !job.is_finished(), "{tool} never listened");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        args.push(GUEST_IP4);
+        let o = vm.host_command(PODNET).args(&args).output().unwrap();
+        let g = job.wait().map(|g| g.output).unwrap_or_else(|e| format!("{e}"));
+        (o, g)
+    };
+    let what = format!("{tool}, {} serves", if podnet_serves { "podnet" } else { "perftest" });
+    assert!(o.status.success(), "{what}: podnet: {}{}\nguest:\n{guest}", stdout(&o), stderr(&o));
+    assert!(guest.contains("rc=0"), "{what}: perftest failed\n{guest}\npodnet: {}", stdout(&o));
+    let podnet = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{what}: {e}: {l}")))
+        .find(|v| v.get("MsgSize").is_some())
+        .unwrap_or_else(|| panic!("{what}: podnet printed no row: {}", stdout(&o)));
+    Run { podnet, guest, what }
+}
+
+#[test]
+fn perf_interoperates_with_perftest() {
+    let t0 = Instant::now();
+    let vm = Vm::boot(&Config::default()).unwrap_or_else(|e| panic!("{e}"));
+    let rxe = vm.setup_rxe().unwrap_or_else(|e| panic!("{e}"));
+    let gid = rxe.eth.gid4;
+    // Warm-up, not checked: TCG translates rxe's code paths the first time they run.
+    for tool in ["ib_write_bw", "ib_send_lat"] {
+        let _ = std::panic::catch_unwind(|| run_one(&vm, gid, tool, true, 5));
+    }
+    eprintln!("warm-up done after {:.1} s", t0.elapsed().as_secs_f64());
+    let iters = 20;
+    let tools =
+        ["ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_atomic_bw", "ib_send_lat", "ib_write_lat"];
+    for tool in tools {
+        for podnet_serves in [true, false] {
+            let t = Instant::now();
+            let r = run_one(&vm, gid, tool, podnet_serves, iters);
+            let (p, what) = (&r.podnet, &r.what);
+            let row = perftest_row(&r.guest)
+                .unwrap_or_else(|| panic!("{what}: no perftest result row\n{}", r.guest));
+            let size = if tool == "ib_atomic_bw" {
+                8
+            } else if tool.ends_with("_bw") {
+                65536
+            } else {
+                2
+            };
+            // The same message size and count on both sides.
+            assert_eq!(p["MsgSize"], size, "{what}: {p}");
+            assert_eq!(p["n_iterations"], iters, "{what}: {p}");
+            assert_eq!(
+                (row[0], row[1]),
+                (f64::from(size), f64::from(iters)),
+                "{what}: {}",
+                r.guest
+            );
+            if tool.ends_with("_bw") {
+                let (peak, avg) =
+                    (p["BW_peak"].as_f64().unwrap(), p["BW_average"].as_f64().unwrap());
+                assert!(avg > 0.0, "{what}: {p}");
+                if tool != "ib_send_bw" {
+                    // perftest's server prints the client's report: the same figures.
+                    assert!(
+                        (row[2] - peak).abs() <= 0.011 && (row[3] - avg).abs() <= 0.011,
+                        "{what}: podnet {peak:.2}/{avg:.2}, perftest {:?}",
+                        row
+                    );
+                } else {
+                    assert!(row[3] > 0.0, "{what}: {}", r.guest);
+                }
+            } else {
+                let typical = p["t_typical"].as_f64().unwrap();
+                assert!(typical > 0.0 && row[4] > 0.0, "{what}: {p}\n{}", r.guest);
+            }
+            eprintln!(
+                "{what}: ok in {:.1} s; podnet {}, perftest {:?}",
+                t.elapsed().as_secs_f64(),
+                if tool.ends_with("_bw") {
+                    format!("{} MB/s", p["BW_average"])
+                } else {
+                    format!("{} usec", p["t_typical"])
+                },
+                &row[2..]
+            );
+        }
+    }
+    eprintln!("perf interop: {:.1} s", t0.elapsed().as_secs_f64());
+}
