@@ -656,7 +656,8 @@ pub fn run(
                 validation.merge(&all);
             }
         }
-        if !o.run_infinitely {
+        // A side that does not measure has nothing to repeat: it waits at the barrier.
+        if !o.run_infinitely || !measures {
             break;
         }
     }

@@ -1,7 +1,10 @@
 //! The endpoint: one device's transport — memory regions, QPs, CQs — driven by datagrams and
 //! time.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Hash maps keyed by numbers: foldhash is several times faster than SipHash on them.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -214,6 +217,8 @@ fn retransmit_timeout(code: u8) -> Option<Duration> {
 #[derive(Debug, Clone)]
 struct SendWqe {
     wr: SendWr,
+    /// Numbers WQEs in posting order (the QP's `wqe_seq` when posted).
+    seq: u64,
     first_psn: Psn,
     npkts: u32,
     len: u64,
@@ -267,6 +272,11 @@ struct QueuePair {
     attr: QpAttr,
     // Requester.
     sq: VecDeque<SendWqe>,
+    /// The `seq` the next posted WQE gets.
+    wqe_seq: u64,
+    /// The `seq` of the WQE the last request packet came from: where the next one most
+    /// likely comes from too (a hint, checked before use).
+    cursor: u64,
     /// PSN the next posted WQE starts at.
     post_psn: Psn,
     /// PSN of the next packet to send.
@@ -436,9 +446,17 @@ pub struct Endpoint<M: Memory> {
     active: VecDeque<Qpn>,
     key_state: u64,
     next_lkey: u32,
+    bufs: BufPool,
 }
 
 impl<M: Memory> Endpoint<M> {
+    /// Gives a sent datagram's buffer back for reuse.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if self.bufs.0.len() < BufPool::KEEP {
+            self.bufs.0.push(buf);
+        }
+    }
+
     /// A device at `cfg.ip` over the provider's memory `mem`.
     pub fn new(cfg: EndpointConfig, mem: M) -> Endpoint<M> {
         let key_state = cfg.key_seed ^ 0x9e37_79b9_7f4a_7c15;
@@ -455,6 +473,7 @@ impl<M: Memory> Endpoint<M> {
             active: VecDeque::new(),
             key_state,
             next_lkey: 1,
+            bufs: BufPool::default(),
         }
     }
 
@@ -598,6 +617,8 @@ impl<M: Memory> Endpoint<M> {
                 caps,
                 attr,
                 sq: VecDeque::new(),
+                wqe_seq: 0,
+                cursor: 0,
                 post_psn: Psn::new(0),
                 next_psn: Psn::new(0),
                 una: Psn::new(0),
@@ -615,7 +636,7 @@ impl<M: Memory> Endpoint<M> {
                 resp_out: VecDeque::new(),
                 resources: VecDeque::new(),
                 last_cnp: None,
-                ud_seen: HashMap::new(),
+                ud_seen: HashMap::default(),
                 queued: false,
                 srq,
             },
@@ -873,7 +894,9 @@ impl<M: Memory> Endpoint<M> {
         };
         let first_psn = qp.post_psn;
         qp.post_psn = first_psn.add(npkts);
-        qp.sq.push_back(SendWqe { wr, first_psn, npkts, len, done_bytes: 0 });
+        let seq = qp.wqe_seq;
+        qp.wqe_seq += 1;
+        qp.sq.push_back(SendWqe { wr, seq, first_psn, npkts, len, done_bytes: 0 });
         self.mark(qpn);
         Ok(())
     }
@@ -943,17 +966,67 @@ impl<M: Memory> Endpoint<M> {
 }
 
 /// Builds a packet; `None` only if the Repr is inconsistent, which this module never makes.
-fn packet(qp: &QueuePair, dst: IpAddr, repr: &roce::Repr, payload: &[u8]) -> Option<Transmit> {
-    let mut buf = vec![0u8; repr.buffer_len(payload.len())];
+/// Datagram buffers back from the driver, reused so that a busy device does not allocate
+/// (and page-fault) one per packet.
+#[derive(Debug, Default)]
+struct BufPool(Vec<Vec<u8>>);
+
+impl BufPool {
+    /// Buffers kept at most (a few MiB of 4 KiB packets).
+    const KEEP: usize = 1024;
+
+    fn take(&mut self, len: usize) -> Vec<u8> {
+        match self.0.pop() {
+            Some(mut b) => {
+                b.clear();
+                b.resize(len, 0);
+                b
+            }
+            None => vec![0u8; len],
+        }
+    }
+}
+
+fn packet(
+    pool: &mut BufPool,
+    qp: &QueuePair,
+    dst: IpAddr,
+    repr: &roce::Repr,
+    payload: &[u8],
+) -> Option<Transmit> {
+    let mut buf = pool.take(repr.buffer_len(payload.len()));
     repr.emit(payload, &mut buf).ok()?;
+    Some(transmit(qp, dst, buf))
+}
+
+/// A packet whose payload (`len` bytes) `fill` writes straight into the datagram buffer;
+/// `None` when `fill` fails.
+fn packet_with(
+    pool: &mut BufPool,
+    qp: &QueuePair,
+    dst: IpAddr,
+    repr: &roce::Repr,
+    len: usize,
+    fill: impl FnOnce(&mut [u8]) -> bool,
+) -> Option<Transmit> {
+    let mut buf = pool.take(repr.buffer_len(len));
+    let hdr = repr.header_len();
+    if !fill(&mut buf[hdr..hdr + len]) {
+        return None;
+    }
+    repr.emit_around(len, &mut buf).ok()?;
+    Some(transmit(qp, dst, buf))
+}
+
+fn transmit(qp: &QueuePair, dst: IpAddr, buf: Vec<u8>) -> Transmit {
     let rqpn = qp.attr.dest.map_or(Qpn::new(0), |d| d.qpn);
-    Some(Transmit {
+    Transmit {
         dst,
         dst_port: wire::ROCEV2_UDP_PORT,
         src_port: src_port(qp.qpn, rqpn),
         tos: qp.attr.traffic_class,
         payload: buf,
-    })
+    }
 }
 
 fn transport_prefix(t: QpType) -> u8 {
@@ -1018,14 +1091,14 @@ impl<M: Memory> Endpoint<M> {
                 let mut r = roce::Repr::new(bth::Repr::new(Opcode(0x11), dest.qpn, *psn));
                 r.aeth = Some(Aeth { syndrome: *syndrome, msn: *msn & 0xff_ffff });
                 qp.resp_out.pop_front();
-                packet(qp, dest.ip, &r, &[])
+                packet(&mut self.bufs, qp, dest.ip, &r, &[])
             }
             RespOut::Atomic { psn, orig, msn } => {
                 let mut r = roce::Repr::new(bth::Repr::new(Opcode(0x12), dest.qpn, *psn));
                 r.aeth = Some(Aeth { syndrome: ACK_SYNDROME, msn: *msn & 0xff_ffff });
                 r.atomic_ack_eth = Some(AtomicAckEth { orig: *orig });
                 qp.resp_out.pop_front();
-                packet(qp, dest.ip, &r, &[])
+                packet(&mut self.bufs, qp, dest.ip, &r, &[])
             }
             RespOut::Read { first_psn, mr, offset, len, next, msn } => {
                 let mtu = u64::from(qp.attr.path_mtu.bytes());
@@ -1043,16 +1116,15 @@ impl<M: Memory> Endpoint<M> {
                 if op != 0x0e {
                     r.aeth = Some(Aeth { syndrome: ACK_SYNDROME, msn: *msn & 0xff_ffff });
                 }
-                let mut data = vec![0u8; chunk];
-                let ok = self.mem.read(mr.id, *offset + off, &mut data).is_ok();
+                let (id, at) = (mr.id, *offset + off);
                 *next += 1;
                 if *next >= npkts {
                     qp.resp_out.pop_front();
                 }
-                if !ok {
-                    return None;
-                }
-                packet(qp, dest.ip, &r, &data)
+                let mem = &self.mem;
+                packet_with(&mut self.bufs, qp, dest.ip, &r, chunk, |buf| {
+                    mem.read(id, at, buf).is_ok()
+                })
             }
         }
     }
@@ -1063,26 +1135,32 @@ impl<M: Memory> Endpoint<M> {
             return None;
         }
         let mtu = qp.mtu();
-        // The WQE the next PSN belongs to, and how many READs/atomics precede it.
-        let mut reads_before = 0u32;
-        let mut idx = None;
-        for (i, w) in qp.sq.iter().enumerate() {
+        // The WQE the next PSN belongs to: nearly always the one the last packet came from
+        // or the next (a deep send queue would make a search cost a packet dearly); else
+        // searched from the newest.
+        let holds = |i: usize| {
+            let w = qp.sq.get(i)?;
             let d = qp.next_psn.diff(w.first_psn);
-            if d >= 0 && (d as u32) < w.npkts {
-                idx = Some((i, d as u32));
-                break;
+            (d >= 0 && (d as u32) < w.npkts).then_some((i, d as u32))
+        };
+        let guess = qp.sq.front().map_or(0, |f| qp.cursor.wrapping_sub(f.seq) as usize);
+        let idx = holds(guess).or_else(|| holds(guess.wrapping_add(1))).or_else(|| {
+            for (i, w) in qp.sq.iter().enumerate().rev() {
+                if qp.next_psn.diff(w.first_psn) >= 0 {
+                    return holds(i);
+                }
             }
-            if w.is_read_or_atomic() {
-                reads_before += 1;
-            }
-        }
+            None
+        });
         let (i, d) = idx?;
+        qp.cursor = qp.sq[i].seq;
         let w = &qp.sq[i];
-        if w.is_read_or_atomic()
-            && d == 0
-            && reads_before >= u32::from(qp.attr.max_rd_atomic.max(1))
-        {
-            return None;
+        // A READ or atomic starts only while fewer than max_rd_atomic precede it.
+        if w.is_read_or_atomic() && d == 0 {
+            let limit = usize::from(qp.attr.max_rd_atomic.max(1));
+            if qp.sq.iter().take(i).filter(|w| w.is_read_or_atomic()).nth(limit - 1).is_some() {
+                return None;
+            }
         }
         let retransmit = qp.next_psn.diff(qp.resend_until) < 0;
         let psn = qp.next_psn;
@@ -1093,7 +1171,7 @@ impl<M: Memory> Endpoint<M> {
         };
         let prefix = transport_prefix(qp.qp_type);
         let mut b = bth::Repr::new(Opcode(0), dest_qpn, psn);
-        let mut payload = Vec::new();
+        let mut gather_at = None;
         let mut consumed = 1u32;
         let mut last_of_wqe = false;
         let mut r;
@@ -1144,19 +1222,7 @@ impl<M: Memory> Endpoint<M> {
                     let qkey = if ud.qkey.0 & 0x8000_0000 != 0 { qp.attr.qkey } else { ud.qkey };
                     r.deth = Some(Deth { qkey, src_qp: qp.qpn });
                 }
-                payload = vec![0u8; chunk];
-                if !gather(&self.mrs, &self.mem, &w.wr.sgl, off, &mut payload) {
-                    let wqe = qp.sq.remove(i)?;
-                    self.cqs[qp.send_cq.0 as usize].push_back(wc(
-                        qp,
-                        wqe.wr.wr_id,
-                        WcStatus::LocProtErr,
-                        wqe.wr.op.wc_opcode(),
-                        0,
-                    ));
-                    Self::flush(&mut self.cqs, qp);
-                    return None;
-                }
+                gather_at = Some((off, chunk));
             }
             SendOp::Read { remote_addr, rkey } => {
                 let off = u64::from(d) * mtu;
@@ -1194,7 +1260,31 @@ impl<M: Memory> Endpoint<M> {
                 qp.packets_since_ackreq = 0;
             }
         }
-        let t = packet(qp, dest_ip, &r, &payload)?;
+        let t = match gather_at {
+            None => packet(&mut self.bufs, qp, dest_ip, &r, &[])?,
+            Some((off, chunk)) => {
+                let (mrs, mem, sgl) = (&self.mrs, &self.mem, &qp.sq[i].wr.sgl);
+                let t = packet_with(&mut self.bufs, qp, dest_ip, &r, chunk, |buf| {
+                    gather(mrs, mem, sgl, off, buf)
+                });
+                match t {
+                    Some(t) => t,
+                    None => {
+                        // A local key, bound or region that is gone: the WQE fails here.
+                        let wqe = qp.sq.remove(i)?;
+                        self.cqs[qp.send_cq.0 as usize].push_back(wc(
+                            qp,
+                            wqe.wr.wr_id,
+                            WcStatus::LocProtErr,
+                            wqe.wr.op.wc_opcode(),
+                            0,
+                        ));
+                        Self::flush(&mut self.cqs, qp);
+                        return None;
+                    }
+                }
+            }
+        };
         qp.next_psn = psn.add(consumed);
         if retransmit {
             self.counters.retransmitted_pkts += 1;
@@ -1360,7 +1450,8 @@ impl<M: Memory> Endpoint<M> {
                     qp.last_cnp = Some(now);
                     let mut b = bth::Repr::new(Opcode::CNP, dqp, Psn::new(0));
                     b.becn = true;
-                    if let Some(t) = packet(qp, ip, &roce::Repr::new(b), &[0u8; 16]) {
+                    if let Some(t) = packet(&mut self.bufs, qp, ip, &roce::Repr::new(b), &[0u8; 16])
+                    {
                         self.counters.cnp_sent += 1;
                         self.ctrl.push_back(t);
                     }
@@ -1750,7 +1841,7 @@ impl<M: Memory> Endpoint<M> {
                 let mut r = roce::Repr::new(bth::Repr::new(Opcode(0x11), dest.qpn, psn));
                 r.aeth =
                     Some(Aeth { syndrome: Syndrome::Nak(code).to_raw(), msn: qp.msn & 0xff_ffff });
-                if let Some(t) = packet(qp, dest.ip, &r, &[]) {
+                if let Some(t) = packet(&mut self.bufs, qp, dest.ip, &r, &[]) {
                     self.ctrl.push_back(t);
                 }
                 Self::flush(&mut self.cqs, qp);

@@ -223,6 +223,23 @@ pub struct ContextOptions {
     pub progress: Progress,
     /// How a soft device on an IPv4 address receives (ignored elsewhere).
     pub ipv4_receive: Ipv4Receive,
+    /// Whether a soft device on an IPv6 address uses UDP segmentation offload (ignored
+    /// elsewhere).
+    pub udp_offload: UdpOffload,
+}
+
+/// UDP segmentation offload for a soft device: one `sendmsg` carries a run of equal-sized
+/// datagrams to one peer (`UDP_SEGMENT`) and one receive takes a run back (`UDP_GRO`), so
+/// the kernel's per-datagram costs are paid once per run. IPv6 only: the IPv4 receive path
+/// is a raw socket (for the Identification the ICRC covers), which sees runs unsegmented on
+/// loopback. With it the device sends UDP checksums, which GSO requires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UdpOffload {
+    /// On IPv6 addresses, when the kernel accepts `UDP_GRO`.
+    #[default]
+    Auto,
+    /// Never: one datagram per message, zero IPv6 UDP checksums as rxe sends.
+    Off,
 }
 
 /// How a soft device receives IPv4 RoCE datagrams, whose ICRC covers the IP Identification

@@ -281,20 +281,30 @@ impl Repr {
     /// and a zero ICRC field into `buf`, and returns the length written. Fill in the ICRC with
     /// [`crate::icrc::seal`] once the IP and UDP headers are known.
     pub fn emit(&self, payload: &[u8], buf: &mut [u8]) -> Result<usize> {
+        let len = self.emit_around(payload.len(), buf)?;
+        let hdr = self.header_len();
+        buf[hdr..hdr + payload.len()].copy_from_slice(payload);
+        Ok(len)
+    }
+
+    /// [`Repr::emit`] for a payload of `payload_len` bytes already in place at
+    /// `buf[header_len()..]` (gathered there by the caller, saving a copy): writes the
+    /// headers, pad and zero ICRC field around it.
+    pub fn emit_around(&self, payload_len: usize, buf: &mut [u8]) -> Result<usize> {
         let op = self.bth.opcode;
         let required = op.ext_headers();
         let present = self.present();
         if required != present {
             return Err(Error::HeaderMismatch { opcode: op.0, required, present });
         }
-        if !op.has_payload() && !payload.is_empty() {
+        if !op.has_payload() && payload_len != 0 {
             return Err(Error::UnexpectedPayload(op.0));
         }
-        let len = self.buffer_len(payload.len());
+        let len = self.buffer_len(payload_len);
         if buf.len() < len {
             return Err(Error::Truncated { needed: len, available: buf.len() });
         }
-        let pad = pad_for(payload.len());
+        let pad = pad_for(payload_len);
         bth::Repr { pad_count: pad, ..self.bth }.emit(buf)?;
         let at = |h: ExtHeaders| bth::HEADER_LEN + required.offset_of(h).unwrap_or(0);
         if let Some(x) = self.rdeth {
@@ -325,8 +335,7 @@ impl Repr {
             x.emit(&mut buf[at(ExtHeaders::IETH)..])?;
         }
         let hdr = self.header_len();
-        buf[hdr..hdr + payload.len()].copy_from_slice(payload);
-        buf[hdr + payload.len()..len].fill(0);
+        buf[hdr + payload_len..len].fill(0);
         Ok(len)
     }
 }

@@ -72,8 +72,11 @@ impl Peer {
                     ["raw"] => Ipv4Receive::Raw,
                     _ => Ipv4Receive::Auto,
                 };
-                let ctx =
-                    Context::open(dev, &ContextOptions { progress, ipv4_receive }).map_err(e)?;
+                let ctx = Context::open(
+                    dev,
+                    &ContextOptions { progress, ipv4_receive, ..Default::default() },
+                )
+                .map_err(e)?;
                 let ip = ctx.ip();
                 self.ctx = Some(ctx);
                 Ok(ip.to_string())

@@ -23,10 +23,21 @@ use std::os::fd::{AsRawFd, RawFd};
 use socket2::{Domain, Protocol, Socket, Type};
 use transport::{RecvMeta, Transmit};
 
-/// Datagrams per `recvmmsg`/`sendmmsg`.
+/// Datagrams per `recvmmsg`/`sendmmsg` (with segmentation offload: messages, each up to
+/// [`GSO_SEGMENTS`] datagrams).
 pub(crate) const BATCH: usize = 32;
+/// Transmits collected for one `sendmmsg` with segmentation offload.
+pub(crate) const GSO_BATCH: usize = 256;
 /// Bytes per receive slot: an IP header, UDP, the largest RoCE packet (4096 payload) and room.
 const SLOT: usize = 4096 + 512;
+/// Bytes per receive slot with UDP GRO: a whole coalesced datagram.
+const GRO_SLOT: usize = 65536;
+/// Receive slots with UDP GRO.
+const GRO_BATCH: usize = 16;
+/// Datagrams per GSO send (the kernel's `UDP_MAX_SEGMENTS` is 64 before Linux 6.2).
+const GSO_SEGMENTS: usize = 64;
+/// Bytes of UDP payload per GSO send (an IPv6 payload length is 16 bits).
+const GSO_BYTES: usize = 65_000;
 
 /// How IPv4 datagrams are received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,17 +58,22 @@ pub(crate) struct Sockets {
     pub(crate) ip: IpAddr,
     pub(crate) port: u16,
     pub(crate) rx_path: RxPath,
+    /// UDP segmentation offload on send (`UDP_SEGMENT`) and receive (`UDP_GRO`): IPv6 only.
+    pub(crate) offload: bool,
 }
 
 /// Receive buffers, reused across calls.
 #[derive(Debug)]
 pub(crate) struct RxBuffers {
     data: Vec<u8>,
+    slot: usize,
 }
 
-impl Default for RxBuffers {
-    fn default() -> Self {
-        RxBuffers { data: vec![0; BATCH * SLOT] }
+impl RxBuffers {
+    /// Buffers for `s`'s datagrams.
+    pub(crate) fn for_sockets(s: &Sockets) -> RxBuffers {
+        let (slot, n) = if s.offload { (GRO_SLOT, GRO_BATCH) } else { (SLOT, BATCH) };
+        RxBuffers { data: vec![0; slot * n], slot }
     }
 }
 
@@ -110,7 +126,12 @@ fn udp_port_filter(port: u16) -> [libc::sock_filter; 7] {
 impl Sockets {
     /// Binds the device's sockets. `EADDRINUSE` comes back as is, so callers can try the next
     /// address.
-    pub(crate) fn open(ip: IpAddr, port: u16, v4: crate::Ipv4Receive) -> io::Result<Sockets> {
+    pub(crate) fn open(
+        ip: IpAddr,
+        port: u16,
+        v4: crate::Ipv4Receive,
+        offload: bool,
+    ) -> io::Result<Sockets> {
         let domain = if ip.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
         let udp = Socket::new(domain, Type::DGRAM.nonblocking(), Some(Protocol::UDP))?;
         if ip.is_ipv6() {
@@ -161,13 +182,20 @@ impl Sockets {
                 }
                 Err(e) => return Err(e),
             }
-        } else {
+        }
+        let mut gso = false;
+        if ip.is_ipv6() {
             // rxe sends IPv6 UDP with checksum 0, which Linux drops unless told otherwise.
             setsockopt_int(fd, libc::IPPROTO_UDP, UDP_NO_CHECK6_RX, 1)?;
-            setsockopt_int(fd, libc::IPPROTO_UDP, UDP_NO_CHECK6_TX, 1)?;
             setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+            // Segmentation offload needs UDP checksums (the kernel refuses GSO without), so
+            // with it podnet sends them; without it, zero as rxe does. Either is valid RoCE.
+            gso = offload && setsockopt_int(fd, libc::IPPROTO_UDP, UDP_GRO, 1).is_ok();
+            if !gso {
+                setsockopt_int(fd, libc::IPPROTO_UDP, UDP_NO_CHECK6_TX, 1)?;
+            }
         }
-        Ok(Sockets { udp, raw, ip, port, rx_path })
+        Ok(Sockets { udp, raw, ip, port, rx_path, offload: gso })
     }
 
     /// The descriptor to wait on for received datagrams.
@@ -187,6 +215,8 @@ impl Sockets {
         bufs: &mut RxBuffers,
         mut f: impl FnMut(&RecvMeta<'_>, &[u8], Option<u16>),
     ) -> io::Result<usize> {
+        let slot = bufs.slot;
+        let slots = (bufs.data.len() / slot).min(BATCH);
         // SAFETY: all-zero is a valid value for these plain C structs.
         let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
         // SAFETY: as above.
@@ -194,8 +224,8 @@ impl Sockets {
         let mut cmsgs = [[0u64; 8]; BATCH];
         let mut iovs: [libc::iovec; BATCH] =
             [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; BATCH];
-        for (i, chunk) in bufs.data.chunks_mut(SLOT).enumerate() {
-            iovs[i] = libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: SLOT };
+        for (i, chunk) in bufs.data.chunks_mut(slot).take(slots).enumerate() {
+            iovs[i] = libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: slot };
             let h = &mut hdrs[i].msg_hdr;
             h.msg_name = (&raw mut addrs[i]).cast();
             h.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
@@ -210,7 +240,7 @@ impl Sockets {
             libc::recvmmsg(
                 self.rx_fd(),
                 hdrs.as_mut_ptr(),
-                BATCH as u32,
+                slots as u32,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
@@ -222,7 +252,7 @@ impl Sockets {
         let n = n as usize;
         for i in 0..n {
             let len = hdrs[i].msg_len as usize;
-            let data = &bufs.data[i * SLOT..i * SLOT + len.min(SLOT)];
+            let data = &bufs.data[i * slot..i * slot + len.min(slot)];
             if hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
                 continue;
             }
@@ -230,24 +260,30 @@ impl Sockets {
                 RxPath::Raw => self.deliver_raw(data, &mut f),
                 RxPath::Udp | RxPath::UdpRecovered => {
                     let src = sockaddr_ip(&addrs[i]);
-                    let ecn = cmsg_tos(&hdrs[i].msg_hdr) & 3;
+                    let (tos, seg) = cmsg_tos_and_gro(&hdrs[i].msg_hdr);
                     let meta = RecvMeta {
                         src: src.0,
                         dst: self.ip,
                         src_port: src.1,
                         dst_port: self.port,
-                        ecn,
+                        ecn: tos & 3,
                         ip_header: None,
                     };
-                    if self.rx_path == RxPath::UdpRecovered {
-                        deliver_recovered(&meta, data, &mut f);
-                    } else {
-                        f(&meta, data, None);
+                    // A coalesced datagram (UDP GRO) is `seg`-byte datagrams back to back,
+                    // the last one possibly shorter.
+                    let seg = seg.filter(|&s| s > 0).unwrap_or(data.len().max(1));
+                    for d in data.chunks(seg) {
+                        if self.rx_path == RxPath::UdpRecovered {
+                            deliver_recovered(&meta, d, &mut f);
+                        } else {
+                            f(&meta, d, None);
+                        }
                     }
                 }
             }
         }
-        Ok(n)
+        // A full batch means more may wait.
+        Ok(if n == slots { BATCH } else { n })
     }
 
     fn deliver_raw(&self, pkt: &[u8], f: &mut impl FnMut(&RecvMeta<'_>, &[u8], Option<u16>)) {
@@ -275,36 +311,78 @@ impl Sockets {
         f(&meta, &pkt[ihl + 8..ihl + udp_len], None);
     }
 
+    /// How many transmits one [`Sockets::send_batch`] takes.
+    pub(crate) fn batch_len(&self) -> usize {
+        if self.offload { GSO_BATCH } else { BATCH }
+    }
+
     /// Sends `batch` (payloads already sealed) with one `sendmmsg`; returns how many went out.
-    /// `WouldBlock` when the socket buffer is full and none went.
+    /// `WouldBlock` when the socket buffer is full and none went. With segmentation offload,
+    /// runs of datagrams to one destination with one traffic class and one length (the last
+    /// may be shorter) go as one message with `UDP_SEGMENT`: the kernel cuts it into the
+    /// same datagrams, each with its own UDP header, checksum and (already sealed) ICRC.
     pub(crate) fn send_batch(&self, batch: &[Transmit]) -> io::Result<usize> {
-        let n = batch.len().min(BATCH);
         // SAFETY: all-zero is a valid value for these plain C structs.
         let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
         // SAFETY: as above.
         let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { zeroed() };
-        let mut cmsgs = [[0u64; 4]; BATCH];
-        let mut iovs: [libc::iovec; BATCH] =
-            [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; BATCH];
-        for (i, t) in batch[..n].iter().enumerate() {
-            iovs[i] = libc::iovec {
+        let mut cmsgs = [[0u64; 8]; BATCH];
+        let mut iovs: Vec<libc::iovec> = batch
+            .iter()
+            .take(self.batch_len())
+            .map(|t| libc::iovec {
                 iov_base: t.payload.as_ptr().cast_mut().cast(),
                 iov_len: t.payload.len(),
-            };
-            let namelen = write_sockaddr(&mut addrs[i], t.dst, self.port);
-            let h = &mut hdrs[i].msg_hdr;
-            h.msg_name = (&raw mut addrs[i]).cast();
+            })
+            .collect();
+        // Group the transmits: (first, count) per message.
+        let mut groups: [(usize, usize); BATCH] = [(0, 0); BATCH];
+        let mut msgs = 0;
+        let mut i = 0;
+        while i < iovs.len() && msgs < BATCH {
+            let t = &batch[i];
+            let seg = t.payload.len();
+            let mut n = 1;
+            let mut bytes = seg;
+            while self.offload && i + n < iovs.len() && n < GSO_SEGMENTS {
+                let (prev, u) = (&batch[i + n - 1], &batch[i + n]);
+                let len = u.payload.len();
+                if u.dst != t.dst
+                    || u.tos != t.tos
+                    || prev.payload.len() != seg
+                    || len > seg
+                    || len == 0
+                    || bytes + len > GSO_BYTES
+                {
+                    break;
+                }
+                bytes += len;
+                n += 1;
+            }
+            groups[msgs] = (i, n);
+            msgs += 1;
+            i += n;
+        }
+        for (k, &(first, n)) in groups[..msgs].iter().enumerate() {
+            let t = &batch[first];
+            let namelen = write_sockaddr(&mut addrs[k], t.dst, self.port);
+            let h = &mut hdrs[k].msg_hdr;
+            h.msg_name = (&raw mut addrs[k]).cast();
             h.msg_namelen = namelen;
-            h.msg_iov = &raw mut iovs[i];
-            h.msg_iovlen = 1;
-            h.msg_control = cmsgs[i].as_mut_ptr().cast();
-            h.msg_controllen = write_tos_cmsg(h, t.dst.is_ipv4(), t.tos);
+            h.msg_iov = iovs[first..].as_mut_ptr();
+            h.msg_iovlen = n;
+            h.msg_control = cmsgs[k].as_mut_ptr().cast();
+            let seg = (n > 1).then_some(t.payload.len() as u16);
+            h.msg_controllen = write_cmsgs(h, t.dst.is_ipv4(), t.tos, seg);
         }
         // SAFETY: every header points at buffers that live until the call returns (`iovs`,
         // `addrs`, `cmsgs`, the payloads in `batch`), with their true sizes; the kernel only
         // reads them.
-        let rc = unsafe { libc::sendmmsg(self.tx_fd(), hdrs.as_mut_ptr(), n as u32, 0) };
-        if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc as usize) }
+        let rc = unsafe { libc::sendmmsg(self.tx_fd(), hdrs.as_mut_ptr(), msgs as u32, 0) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(groups[..rc as usize].iter().map(|g| g.1).sum())
     }
 
     /// Writes the ICRC of `t` as it will be sent: over the IP and UDP headers Linux builds
@@ -333,9 +411,11 @@ impl Sockets {
     }
 }
 
-/// `UDP_NO_CHECK6_TX` / `_RX` from `linux/udp.h`.
+/// `UDP_NO_CHECK6_TX` / `_RX`, `UDP_SEGMENT`, `UDP_GRO` from `linux/udp.h`.
 const UDP_NO_CHECK6_TX: i32 = 101;
 const UDP_NO_CHECK6_RX: i32 = 102;
+const UDP_SEGMENT: i32 = 103;
+const UDP_GRO: i32 = 104;
 
 /// An IPv4 header as the ICRC sees it (Identification 0; masked fields zero), with `flags`
 /// as byte 6 (0x40: DF).
@@ -428,28 +508,44 @@ fn write_sockaddr(a: &mut libc::sockaddr_storage, ip: IpAddr, port: u16) -> libc
     }
 }
 
-/// Writes an `IP_TOS` / `IPV6_TCLASS` control message into `h`'s control buffer (32 bytes)
-/// and returns its length.
-fn write_tos_cmsg(h: &mut libc::msghdr, v4: bool, tos: u8) -> usize {
+/// Writes an `IP_TOS` / `IPV6_TCLASS` control message, and a `UDP_SEGMENT` one when `seg`
+/// is given, into `h`'s control buffer (64 bytes); returns their length.
+fn write_cmsgs(h: &mut libc::msghdr, v4: bool, tos: u8, seg: Option<u16>) -> usize {
     let (level, ty) =
         if v4 { (libc::IPPROTO_IP, libc::IP_TOS) } else { (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) };
     // SAFETY: CMSG_SPACE is a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(size_of::<i32>() as u32) } as usize;
+    let (int_space, u16_space) = unsafe {
+        (
+            libc::CMSG_SPACE(size_of::<i32>() as u32) as usize,
+            libc::CMSG_SPACE(size_of::<u16>() as u32) as usize,
+        )
+    };
+    let space = int_space + if seg.is_some() { u16_space } else { 0 };
     h.msg_controllen = space;
-    // SAFETY: the control buffer is 32 bytes, 8-aligned, and `space` (24) fits in it, so
-    // CMSG_FIRSTHDR is non-null and CMSG_DATA points inside it.
+    // SAFETY: the control buffer is 64 bytes, 8-aligned, and `space` (at most 48) fits in
+    // it, so CMSG_FIRSTHDR and the CMSG_NXTHDR after it are non-null and CMSG_DATA points
+    // inside the buffer.
     unsafe {
         let c = libc::CMSG_FIRSTHDR(h);
         (*c).cmsg_level = level;
         (*c).cmsg_type = ty;
         (*c).cmsg_len = libc::CMSG_LEN(size_of::<i32>() as u32) as usize;
         std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), i32::from(tos));
+        if let Some(seg) = seg {
+            let c = libc::CMSG_NXTHDR(h, c);
+            (*c).cmsg_level = libc::IPPROTO_UDP;
+            (*c).cmsg_type = UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+        }
     }
     space
 }
 
-/// The TOS / traffic class a received datagram carried (0 when absent).
-fn cmsg_tos(h: &libc::msghdr) -> u8 {
+/// The TOS / traffic class a received datagram carried (0 when absent), and the segment size
+/// of a coalesced one (`UDP_GRO`).
+fn cmsg_tos_and_gro(h: &libc::msghdr) -> (u8, Option<usize>) {
+    let (mut tos, mut seg) = (0, None);
     // SAFETY: `h` was filled by recvmmsg: its control buffer and length describe valid
     // control messages, which the CMSG macros walk within bounds.
     unsafe {
@@ -457,13 +553,16 @@ fn cmsg_tos(h: &libc::msghdr) -> u8 {
         while !c.is_null() {
             let (l, t) = ((*c).cmsg_level, (*c).cmsg_type);
             if l == libc::IPPROTO_IP && t == libc::IP_TOS {
-                return *libc::CMSG_DATA(c);
+                tos = *libc::CMSG_DATA(c);
             }
             if l == libc::IPPROTO_IPV6 && t == libc::IPV6_TCLASS {
-                return std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>()) as u8;
+                tos = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>()) as u8;
+            }
+            if l == libc::IPPROTO_UDP && t == UDP_GRO {
+                seg = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>()) as usize);
             }
             c = libc::CMSG_NXTHDR(h, c);
         }
     }
-    0
+    (tos, seg)
 }

@@ -27,7 +27,7 @@ use transport::{
 use crate::device::ROCE_PORT;
 use crate::{
     AsyncEvent, ContextOptions, Error, Gid, GidEntry, GidType, PortAttr, PortState, Progress,
-    Provider, QpSpec, Result,
+    Provider, QpSpec, Result, UdpOffload,
 };
 
 pub use io::RxPath as ReceivePath;
@@ -180,8 +180,9 @@ impl SoftDevice {
     /// Opens the device at `ip`:`port` (binds its sockets).
     pub fn open(ip: IpAddr, port: u16, opts: &ContextOptions) -> Result<SoftDevice> {
         let name = device_name(ip, port);
-        let io = io::Sockets::open(ip, port, opts.ipv4_receive)
-            .map_err(|source| Error::Open { device: name.clone(), source })?;
+        let io =
+            io::Sockets::open(ip, port, opts.ipv4_receive, opts.udp_offload == UdpOffload::Auto)
+                .map_err(|source| Error::Open { device: name.clone(), source })?;
         SoftDevice::start(name, io, opts)
     }
 
@@ -191,7 +192,7 @@ impl SoftDevice {
     pub fn open_default_loopback(opts: &ContextOptions) -> Result<SoftDevice> {
         for last in 1..=254u8 {
             let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, last));
-            match io::Sockets::open(ip, ROCE_PORT, opts.ipv4_receive) {
+            match io::Sockets::open(ip, ROCE_PORT, opts.ipv4_receive, false) {
                 Ok(io) => return SoftDevice::start(device_name(ip, ROCE_PORT), io, opts),
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
                 Err(source) => {
@@ -221,6 +222,7 @@ impl SoftDevice {
         if wake_fd < 0 {
             return Err(Error::Open { device: name, source: std::io::Error::last_os_error() });
         }
+        let (rx, batch) = (io::RxBuffers::for_sockets(&io), Vec::with_capacity(io.batch_len()));
         let sh = Arc::new(Shared {
             name,
             progress: opts.progress,
@@ -230,9 +232,9 @@ impl SoftDevice {
                 cqs: HashMap::new(),
                 armed: Vec::new(),
                 channels: Vec::new(),
-                rx: io::RxBuffers::default(),
+                rx,
                 backlog: VecDeque::new(),
-                batch: Vec::with_capacity(io::BATCH),
+                batch,
                 port_ok: true,
                 driver: DriverCounters::default(),
                 tx_held: false,
@@ -352,8 +354,12 @@ impl Shared {
     /// Sends everything the engine has ready, in `sendmmsg` batches.
     fn transmit(&self, st: &mut State, now: Instant) {
         loop {
-            st.batch.clear();
-            while st.batch.len() < io::BATCH {
+            // What the last round sent: its buffers go back to the engine.
+            let State { batch, ep, .. } = &mut *st;
+            for t in batch.drain(..) {
+                ep.recycle(t.payload);
+            }
+            while st.batch.len() < self.io.batch_len() {
                 if let Some(t) = st.backlog.pop_front() {
                     st.batch.push(t);
                 } else if let Some(mut t) = st.ep.poll_transmit(now) {
