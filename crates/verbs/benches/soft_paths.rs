@@ -28,7 +28,7 @@ fn netns() {
 
 /// Moves `size`-byte WRITEs from a to b for `secs`; returns (bytes/s, packets/s at b).
 fn run(ips: (&str, &str), v4: Ipv4Receive, size: usize, secs: f64) -> (f64, f64) {
-    let opts = ContextOptions { progress: Progress::Event, ipv4_receive: v4 };
+    let opts = ContextOptions { progress: Progress::Event, ipv4_receive: v4, ..Default::default() };
     let ip = |s: &str| s.parse::<IpAddr>().unwrap();
     let a = Context::soft(ip(ips.0), 4791, &opts).unwrap();
     let b = Context::soft(ip(ips.1), 4791, &opts).unwrap();
