@@ -469,6 +469,33 @@ impl Talk<'_> {
     fn passive(&self) -> std::io::Result<()> {
         self.sock.set_read_timeout(self.wait)
     }
+
+    /// Waits, as a side that does not measure, until the peer writes on the side channel.
+    /// With a busy-polled device this side keeps polling its CQ meanwhile: on the soft
+    /// provider that is what moves its packets (a NIC would do it alone), so a passive side
+    /// responds as fast as an active one, as with perftest on hardware.
+    fn passive_wait(&self, cq: Option<&CompletionQueue>) -> std::io::Result<()> {
+        self.passive()?;
+        let Some(cq) = cq else { return Ok(()) };
+        let t0 = std::time::Instant::now();
+        let mut wc = [verbs::empty_wc(); 4];
+        self.sock.set_nonblocking(true)?;
+        let r = loop {
+            match self.sock.peek(&mut [0u8; 1]) {
+                Ok(_) => break Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => break Err(e),
+            }
+            if self.wait.is_some_and(|w| t0.elapsed() > w) {
+                break Ok(()); // the blocking read that follows times out and says so
+            }
+            for _ in 0..64 {
+                let _ = cq.poll(&mut wc);
+            }
+        };
+        self.sock.set_nonblocking(false)?;
+        r
+    }
 }
 
 /// Runs `o` as `role` with the peer at the other end of `sock`; `events` sleeps on a
@@ -486,6 +513,8 @@ pub fn run(
     o.validate_options()?;
     let res = create(ctx, o, events)?;
     let side = res.side(o.stall);
+    // Busy-polled devices are driven by polling, also while this side waits.
+    let busy_cq = (!events).then_some(&res.cq);
     let gid = ctx.query_gid(o.gid_index)?.gid;
     let tag = o.tag();
     let local: Vec<Key> = res
@@ -652,6 +681,7 @@ pub fn run(
                 let mine = std::mem::take(&mut size_validation);
                 let all = settle(
                     &mut talk, &side, op, size, sd, &completed, initiates, dv_on_peer, mine,
+                    busy_cq,
                 )?;
                 validation.merge(&all);
             }
@@ -663,7 +693,8 @@ pub fn run(
     }
     // After the measurement.
     if script.barrier_after {
-        if measures { talk.active() } else { talk.passive() }.map_err(exchange::Error::Io)?;
+        if measures { talk.active() } else { talk.passive_wait(busy_cq) }
+            .map_err(exchange::Error::Io)?;
         talk.ch.swap_keys(&local)?;
         talk.active().map_err(exchange::Error::Io)?;
     }
@@ -719,9 +750,11 @@ fn settle(
     initiator: bool,
     target_check: bool,
     mut found: engine::Validation,
+    busy_cq: Option<&CompletionQueue>,
 ) -> Result<engine::Validation, Error> {
     // A side that did not measure waits for the one that did.
-    if initiator { talk.active() } else { talk.passive() }.map_err(exchange::Error::Io)?;
+    if initiator { talk.active() } else { talk.passive_wait(busy_cq) }
+        .map_err(exchange::Error::Io)?;
     if target_check {
         let len = 8 * side.qps.len();
         let mut counts_msg = vec![0u8; len];

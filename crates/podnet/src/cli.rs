@@ -177,6 +177,11 @@ pub(crate) struct PerfArgs {
     #[arg(long)]
     pub(crate) json: bool,
 
+    /// Soft devices on IPv6: one datagram per send instead of UDP segmentation offload
+    /// (GSO/GRO), to measure what offload gains.
+    #[arg(long = "no-udp-offload")]
+    pub(crate) no_udp_offload: bool,
+
     /// Check every payload: each message carries a seeded pattern checked where it lands
     /// (SEND at the receiver, READ and atomics at the initiator, WRITE and atomic targets by
     /// a follow-up exchange). Both sides must be podnet and pass it.

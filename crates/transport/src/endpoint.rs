@@ -323,13 +323,54 @@ impl QueuePair {
 struct MrTable {
     by_lkey: HashMap<u32, MrInfo>,
     by_rkey: HashMap<u32, u32>,
+    /// The region found last by local and by remote key: a stream of packets names the same
+    /// one again and again, and one compare beats a hash probe. Cleared on every change.
+    hot_l: std::cell::Cell<Option<MrInfo>>,
+    hot_r: std::cell::Cell<Option<MrInfo>>,
 }
 
 impl MrTable {
+    fn insert(&mut self, mr: MrInfo) {
+        self.by_lkey.insert(mr.lkey, mr);
+        if mr.rkey != 0 {
+            self.by_rkey.insert(mr.rkey, mr.lkey);
+        }
+        self.hot_l.set(None);
+        self.hot_r.set(None);
+    }
+
+    fn remove(&mut self, lkey: u32) -> Option<MrInfo> {
+        let mr = self.by_lkey.remove(&lkey)?;
+        self.by_rkey.remove(&mr.rkey);
+        self.hot_l.set(None);
+        self.hot_r.set(None);
+        Some(mr)
+    }
+
+    /// The region with local key `lkey`.
+    fn by_l(&self, lkey: u32) -> Option<MrInfo> {
+        if let Some(mr) = self.hot_l.get().filter(|m| m.lkey == lkey) {
+            return Some(mr);
+        }
+        let mr = *self.by_lkey.get(&lkey)?;
+        self.hot_l.set(Some(mr));
+        Some(mr)
+    }
+
+    /// The region with remote key `rkey` (never 0: regions without remote access have none).
+    fn by_r(&self, rkey: u32) -> Option<MrInfo> {
+        if let Some(mr) = self.hot_r.get().filter(|m| m.rkey == rkey && rkey != 0) {
+            return Some(mr);
+        }
+        let mr = *self.by_lkey.get(self.by_rkey.get(&rkey)?)?;
+        self.hot_r.set(Some(mr));
+        Some(mr)
+    }
+
     /// Checks a local scatter/gather list: keys, PD, bounds and, when `write`, LOCAL_WRITE.
     fn check_sgl(&self, pd: PdId, sgl: &[Sge], write: bool) -> bool {
         sgl.iter().all(|s| {
-            self.by_lkey.get(&s.lkey).is_some_and(|mr| {
+            self.by_l(s.lkey).is_some_and(|mr| {
                 mr.pd == pd
                     && mr.offset_of(s.addr, u64::from(s.length)).is_some()
                     && (!write || mr.access.contains(Access::LOCAL_WRITE))
@@ -367,12 +408,11 @@ impl MrTable {
         need: Access,
         qp_access: Access,
     ) -> Option<(MrInfo, u64)> {
-        let lkey = self.by_rkey.get(&rkey.0)?;
-        let mr = self.by_lkey.get(lkey)?;
+        let mr = self.by_r(rkey.0)?;
         if mr.pd != pd || !mr.access.contains(need) || !qp_access.contains(need) {
             return None;
         }
-        Some((*mr, mr.offset_of(addr, len)?))
+        Some((mr, mr.offset_of(addr, len)?))
     }
 }
 
@@ -385,7 +425,7 @@ fn gather<M: Memory>(mrs: &MrTable, mem: &M, sgl: &[Sge], mut off: u64, out: &mu
             off -= len;
             continue;
         }
-        let Some(mr) = mrs.by_lkey.get(&s.lkey) else { return false };
+        let Some(mr) = mrs.by_l(s.lkey) else { return false };
         let n = ((len - off) as usize).min(out.len() - done);
         let Some(base) = mr.offset_of(s.addr, len) else { return false };
         if mem.read(mr.id, base + off, &mut out[done..done + n]).is_err() {
@@ -418,7 +458,7 @@ fn scatter<M: Memory>(
             off -= len;
             continue;
         }
-        let mr = mrs.by_lkey.get(&s.lkey).ok_or(false)?;
+        let mr = mrs.by_l(s.lkey).ok_or(false)?;
         let base = mr.offset_of(s.addr, len).ok_or(false)?;
         let n = ((len - off) as usize).min(data.len() - done);
         mem.write(mr.id, base + off, &data[done..done + n]).map_err(|_| false)?;
@@ -545,10 +585,7 @@ impl<M: Memory> Endpoint<M> {
         );
         let rkey = if remote.0 != 0 { self.next_key() } else { 0 };
         let mr = MrInfo { id, pd, addr, len, access, lkey, rkey };
-        self.mrs.by_lkey.insert(lkey, mr);
-        if rkey != 0 {
-            self.mrs.by_rkey.insert(rkey, lkey);
-        }
+        self.mrs.insert(mr);
         Ok(mr)
     }
 
@@ -559,9 +596,7 @@ impl<M: Memory> Endpoint<M> {
 
     /// Deregisters a region; later accesses with its keys fail.
     pub fn deregister_mr(&mut self, lkey: u32) -> Option<MrInfo> {
-        let mr = self.mrs.by_lkey.remove(&lkey)?;
-        self.mrs.by_rkey.remove(&mr.rkey);
-        Some(mr)
+        self.mrs.remove(lkey)
     }
 
     /// Creates a QP in the RESET state.

@@ -13,7 +13,7 @@ use perf::exchange::{Key, Role};
 use perf::session::{self, Connected, Observer, Options, PerfTest, Row};
 use perf::stats::{Bandwidth, Latency, PERFTEST_MB};
 use serde_json::{Value, json};
-use verbs::{Context, ContextOptions, Mtu, Progress, QpType};
+use verbs::{Context, ContextOptions, Mtu, Progress, QpType, UdpOffload};
 
 use crate::cli::PerfArgs;
 
@@ -339,7 +339,11 @@ impl Observer for Printer<'_> {
 pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
     let (opts, events) = options(args)?;
     let progress = if events { Progress::Event } else { Progress::Busy };
-    let ctx = Context::open(&args.ib_dev, &ContextOptions { progress, ..Default::default() })?;
+    let udp_offload = if args.no_udp_offload { UdpOffload::Off } else { UdpOffload::Auto };
+    let ctx = Context::open(
+        &args.ib_dev,
+        &ContextOptions { progress, udp_offload, ..Default::default() },
+    )?;
     let role = if args.server.is_some() { Role::Client } else { Role::Server };
     let (sock, peer) = match &args.server {
         Some(host) => connect(host, args.port, opts.stall)?,

@@ -99,7 +99,6 @@ impl Memory for SoftMemory {
 #[derive(Debug, Default)]
 struct Channel {
     events: Mutex<VecDeque<CqId>>,
-    cv: Condvar,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -147,6 +146,11 @@ impl State {
     }
 }
 
+thread_local! {
+    /// Whether this thread is the one driving the device from `get_cq_event`.
+    static DRIVING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// The parts of a device its progress thread shares.
 struct Shared {
     name: String,
@@ -155,8 +159,13 @@ struct Shared {
     state: Mutex<State>,
     epoch: std::time::Instant,
     stop: AtomicBool,
-    /// Nanoseconds since `epoch` of the last busy poll by an application thread.
+    /// Nanoseconds since `epoch` of the last busy poll by an application thread, or of the
+    /// last moment one waited in `get_cq_event` (event mode).
     last_app_poll: AtomicU64,
+    /// Application threads now waiting in `get_cq_event`, driving the device themselves.
+    app_waiters: AtomicU64,
+    /// Wakes those threads when another thread delivers a channel event.
+    app_wake_fd: RawFd,
     /// When the progress thread will wake up by itself (ns since `epoch`; MAX: never).
     sleeping_until: AtomicU64,
     wake_fd: RawFd,
@@ -222,6 +231,14 @@ impl SoftDevice {
         if wake_fd < 0 {
             return Err(Error::Open { device: name, source: std::io::Error::last_os_error() });
         }
+        // SAFETY: as above.
+        let app_wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if app_wake_fd < 0 {
+            let source = std::io::Error::last_os_error();
+            // SAFETY: closes the eventfd opened above, ours alone.
+            unsafe { libc::close(wake_fd) };
+            return Err(Error::Open { device: name, source });
+        }
         let (rx, batch) = (io::RxBuffers::for_sockets(&io), Vec::with_capacity(io.batch_len()));
         let sh = Arc::new(Shared {
             name,
@@ -242,6 +259,8 @@ impl SoftDevice {
             epoch: std::time::Instant::now(),
             stop: AtomicBool::new(false),
             last_app_poll: AtomicU64::new(0),
+            app_waiters: AtomicU64::new(0),
+            app_wake_fd,
             sleeping_until: AtomicU64::new(u64::MAX),
             wake_fd,
             events: Mutex::new(VecDeque::new()),
@@ -274,8 +293,12 @@ impl Drop for SoftDevice {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        // SAFETY: the fd is ours, and the progress thread that also used it has exited.
-        unsafe { libc::close(self.sh.wake_fd) };
+        // SAFETY: the fds are ours, and the progress thread that also used them has exited
+        // (no application thread can be waiting: it would hold a reference to the device).
+        unsafe {
+            libc::close(self.sh.wake_fd);
+            libc::close(self.sh.app_wake_fd);
+        }
     }
 }
 
@@ -428,7 +451,12 @@ impl Shared {
             meta.armed = false;
             if let Some(ch) = meta.channel.and_then(|c| st.channels.get(c as usize)) {
                 ch.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push_back(cq);
-                ch.cv.notify_all();
+                if self.app_waiters.load(Ordering::Acquire) > 0 && !DRIVING.get() {
+                    // A thread waiting in `get_cq_event` sleeps in ppoll, not on the condvar.
+                    let one: u64 = 1;
+                    // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+                    unsafe { libc::write(self.app_wake_fd, (&raw const one).cast(), 8) };
+                }
             }
         }
         while let Some(e) = st.ep.poll_event() {
@@ -441,13 +469,12 @@ impl Shared {
 
     fn progress_loop(&self) {
         while !self.stop.load(Ordering::Acquire) {
-            if self.progress == Progress::Busy {
-                // An application thread polling its CQ drives the device; stay out of its way.
-                let since = self.now().0.saturating_sub(self.last_app_poll.load(Ordering::Relaxed));
-                if since < 200_000 {
-                    std::thread::sleep(Duration::from_micros(500));
-                    continue;
-                }
+            // An application thread polling its CQ (busy mode) or waiting for a CQ event
+            // (event mode) drives the device; stay out of its way while it does.
+            let since = self.now().0.saturating_sub(self.last_app_poll.load(Ordering::Relaxed));
+            if self.app_waiters.load(Ordering::Acquire) > 0 || since < 200_000 {
+                std::thread::sleep(Duration::from_micros(500));
+                continue;
             }
             let (deadline, want_out) = {
                 let mut st = lock(&self.state);
@@ -641,19 +668,74 @@ impl Provider for SoftDevice {
     fn get_cq_event(&self, channel: u32, timeout: Option<Duration>) -> Option<CqId> {
         let ch = lock(&self.sh.state).channels.get(channel as usize)?.clone();
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
-        let mut q = ch.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        loop {
-            if let Some(cq) = q.pop_front() {
-                return Some(cq);
+        // The waiting thread drives the device itself: it sleeps in ppoll on the receive
+        // socket and handles what arrives, so a completion reaches it without a second
+        // thread's wake-up in between. The progress thread stays away meanwhile.
+        let sh = &self.sh;
+        sh.app_waiters.fetch_add(1, Ordering::AcqRel);
+        DRIVING.set(true);
+        let pop =
+            || ch.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop_front();
+        let got = loop {
+            if let Some(cq) = pop() {
+                break Some(cq);
             }
-            q = match deadline {
-                None => ch.cv.wait(q).unwrap_or_else(std::sync::PoisonError::into_inner),
-                Some(d) => {
-                    let left = d.checked_duration_since(std::time::Instant::now())?;
-                    ch.cv.wait_timeout(q, left).unwrap_or_else(std::sync::PoisonError::into_inner).0
+            let next_timer = {
+                let mut st = lock(&sh.state);
+                // As a busy poll does: hold what the engine would send (the ACK of what just
+                // arrived) when there is an event to return; the application's next post
+                // sends both in one sendmmsg (and anything held goes out before a sleep).
+                sh.drive_with(&mut st, true, false);
+                if let Some(cq) = pop() {
+                    if st.tx_held {
+                        // Held once already and no post came: send now, never hold twice.
+                        let now = sh.now();
+                        sh.transmit(&mut st, now);
+                    }
+                    st.tx_held = !st.tx_held;
+                    break Some(cq);
                 }
+                let now = sh.now();
+                sh.transmit(&mut st, now);
+                st.tx_held = false;
+                sh.notify(&mut st);
+                st.ep.poll_timeout().map(|t| t.0)
             };
-        }
+            if let Some(cq) = pop() {
+                break Some(cq);
+            }
+            let now = std::time::Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                break None;
+            }
+            let mut wait = deadline.map(|d| d - now);
+            if let Some(t) = next_timer {
+                let w = Duration::from_nanos(t.saturating_sub(sh.now().0));
+                wait = Some(wait.map_or(w, |x| x.min(w)));
+            }
+            let ts = wait.map(|w| libc::timespec {
+                tv_sec: w.as_secs() as libc::time_t,
+                tv_nsec: libc::c_long::from(w.subsec_nanos() as i32),
+            });
+            let tsp = ts.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
+            let mut fds = [
+                libc::pollfd { fd: sh.io.rx_fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: sh.app_wake_fd, events: libc::POLLIN, revents: 0 },
+            ];
+            // SAFETY: `fds` and `ts` live across the call, with their true length.
+            unsafe {
+                libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, tsp, std::ptr::null())
+            };
+            if fds[1].revents & libc::POLLIN != 0 {
+                let mut v: u64 = 0;
+                // SAFETY: reads 8 bytes into a live u64 from our eventfd.
+                unsafe { libc::read(sh.app_wake_fd, (&raw mut v).cast(), 8) };
+            }
+        };
+        DRIVING.set(false);
+        sh.last_app_poll.store(sh.now().0, Ordering::Relaxed);
+        sh.app_waiters.fetch_sub(1, Ordering::AcqRel);
+        got
     }
 
     fn create_srq(&self, pd: PdId, max_wr: u32) -> Result<SrqId> {
