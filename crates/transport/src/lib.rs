@@ -27,4 +27,4 @@ pub use memory::{Access, Memory, MemoryError, MrId, MrInfo, PdId, VecMemory};
 pub use qp::{ModifyQp, Mtu, Path, QpAttr, QpCaps, QpState, QpType};
 pub use time::Instant;
 pub use wire::{Psn, QKey, Qpn, RKey};
-pub use wr::{RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{RecvWr, SendOp, SendWr, Sge, Sgl, UdDest, WcOpcode, WcStatus, WorkCompletion};

@@ -89,6 +89,10 @@ pub struct UdDest {
     pub qkey: QKey,
 }
 
+/// A scatter/gather list: two elements inline (most work requests have one), more on the
+/// heap — so posting does not allocate.
+pub type Sgl = smallvec::SmallVec<[Sge; 2]>;
+
 /// A send work request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendWr {
@@ -97,7 +101,7 @@ pub struct SendWr {
     /// The operation.
     pub op: SendOp,
     /// Local buffers: the payload for SEND/WRITE, the destination for READ and atomics.
-    pub sgl: Vec<Sge>,
+    pub sgl: Sgl,
     /// Produce a completion on success (errors always complete).
     pub signaled: bool,
     /// Set the solicited-event bit.
@@ -109,7 +113,7 @@ pub struct SendWr {
 impl SendWr {
     /// A signaled work request with no scatter list.
     pub fn new(wr_id: u64, op: SendOp) -> SendWr {
-        SendWr { wr_id, op, sgl: Vec::new(), signaled: true, solicited: false, ud: None }
+        SendWr { wr_id, op, sgl: Sgl::new(), signaled: true, solicited: false, ud: None }
     }
 
     /// Adds a scatter/gather element.
@@ -136,13 +140,13 @@ pub struct RecvWr {
     /// Returned in the completion.
     pub wr_id: u64,
     /// Where the payload goes (for UD: the 40-byte GRH area first).
-    pub sgl: Vec<Sge>,
+    pub sgl: Sgl,
 }
 
 impl RecvWr {
     /// A receive with no buffers (enough for a zero-byte SEND or a WRITE with immediate).
     pub fn new(wr_id: u64) -> RecvWr {
-        RecvWr { wr_id, sgl: Vec::new() }
+        RecvWr { wr_id, sgl: Sgl::new() }
     }
 
     /// Adds a scatter/gather element.

@@ -62,11 +62,17 @@ fn scenario(n: usize) {
             q.connect(&c).unwrap();
         }
         let wrs: Vec<RecvWr> = (0..QpCaps::default().max_recv_wr)
-            .map(|i| RecvWr { sgl: vec![mb.sge(0, 64).unwrap()], ..RecvWr::new(u64::from(i)) })
+            .map(|i| RecvWr {
+                sgl: vec![mb.sge(0, 64).unwrap()].into(),
+                ..RecvWr::new(u64::from(i))
+            })
             .collect();
         qb.post_recv_batch(&wrs).unwrap();
         let wrs: Vec<RecvWr> = (0..QpCaps::default().max_recv_wr)
-            .map(|i| RecvWr { sgl: vec![ma.sge(0, 64).unwrap()], ..RecvWr::new(u64::from(i)) })
+            .map(|i| RecvWr {
+                sgl: vec![ma.sge(0, 64).unwrap()].into(),
+                ..RecvWr::new(u64::from(i))
+            })
             .collect();
         qa.post_recv_batch(&wrs).unwrap();
         pairs.push((qa, qb));
@@ -74,8 +80,11 @@ fn scenario(n: usize) {
     let setup = t_setup.elapsed();
     // One SEND over every connection, so every QP has run.
     for (qa, _) in &pairs {
-        qa.post_send(SendWr { sgl: vec![ma.sge(0, 64).unwrap()], ..SendWr::new(0, SendOp::Send) })
-            .unwrap();
+        qa.post_send(SendWr {
+            sgl: vec![ma.sge(0, 64).unwrap()].into(),
+            ..SendWr::new(0, SendOp::Send)
+        })
+        .unwrap();
     }
     let mut wc = [empty_wc(); 64];
     let (mut sa, mut rb) = (0, 0);

@@ -53,7 +53,7 @@ fn run(ips: (&str, &str), v4: Ipv4Receive, size: usize, secs: f64) -> (f64, f64)
         q.connect(&c).unwrap();
     }
     let wr = SendWr {
-        sgl: vec![ma.sge(0, size).unwrap()],
+        sgl: vec![ma.sge(0, size).unwrap()].into(),
         ..SendWr::new(0, SendOp::Write { remote_addr: mb.addr(), rkey: mb.rkey() })
     };
     let rx0 = b.counters().rcvd_pkts;

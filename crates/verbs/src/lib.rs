@@ -32,7 +32,7 @@ pub use device::{DeviceName, Progress, ROCE_PORT};
 pub use provider::Provider;
 pub use transport::{
     Access, CqId, ModifyQp, Mtu, Path, Psn, QKey, QpAttr, QpCaps, QpState, QpType, Qpn, RKey,
-    RecvWr, SendOp, SendWr, Sge, SrqId, UdDest, WcOpcode, WcStatus, WorkCompletion,
+    RecvWr, SendOp, SendWr, Sge, Sgl, SrqId, UdDest, WcOpcode, WcStatus, WorkCompletion,
 };
 pub use transport::{Counters, PdId};
 

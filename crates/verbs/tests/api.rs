@@ -90,7 +90,7 @@ fn memory_regions_check_bounds_and_outlive_nothing() {
     let sge = pd.sge(0, 100).unwrap();
     drop(pd);
     let op = SendOp::Write { remote_addr: b.mr.addr(), rkey: b.mr.rkey() };
-    a.qp.post_send(SendWr { sgl: vec![sge], ..SendWr::new(1, op) }).unwrap();
+    a.qp.post_send(SendWr { sgl: vec![sge].into(), ..SendWr::new(1, op) }).unwrap();
     let wc = a.next_wc(Duration::from_secs(2)).unwrap();
     assert_eq!(wc.status, WcStatus::LocProtErr);
 }
@@ -102,7 +102,8 @@ fn protection_domains_isolate() {
     // A region of another PD on the responder: remote access error.
     let other = b.ctx.alloc_pd().unwrap().reg_mr(4096, ALL).unwrap();
     let op = SendOp::Write { remote_addr: other.addr(), rkey: other.rkey() };
-    a.qp.post_send(SendWr { sgl: vec![a.mr.sge(0, 8).unwrap()], ..SendWr::new(1, op) }).unwrap();
+    a.qp.post_send(SendWr { sgl: vec![a.mr.sge(0, 8).unwrap()].into(), ..SendWr::new(1, op) })
+        .unwrap();
     assert_eq!(a.next_wc(Duration::from_secs(2)).unwrap().status, WcStatus::RemAccessErr);
     assert_eq!(other.to_vec(0, 8).unwrap(), [0; 8], "the other PD's memory changed");
 }
@@ -123,7 +124,7 @@ fn an_srq_serves_two_qps_and_signals_its_limit() {
     assert!(e.to_string().contains("SRQ"), "{e}");
     for i in 0..4 {
         srq.post_recv(RecvWr {
-            sgl: vec![mr.sge(i * 1024, 1024).unwrap()],
+            sgl: vec![mr.sge(i * 1024, 1024).unwrap()].into(),
             ..RecvWr::new(i as u64)
         })
         .unwrap();
@@ -149,7 +150,7 @@ fn an_srq_serves_two_qps_and_signals_its_limit() {
         cl.mr.write(0, &[k as u8 + 1; 100]).unwrap();
         cl.qp
             .post_send(SendWr {
-                sgl: vec![cl.mr.sge(0, 100).unwrap()],
+                sgl: vec![cl.mr.sge(0, 100).unwrap()].into(),
                 ..SendWr::new(0, SendOp::Send)
             })
             .unwrap();
@@ -177,11 +178,12 @@ fn a_completion_channel_blocks_until_the_completion() {
     let t0 = Instant::now();
     assert_eq!(b.channel.get_cq_event(Some(Duration::from_millis(50))), None);
     assert!(t0.elapsed() >= Duration::from_millis(50));
-    b.qp.post_recv(RecvWr { sgl: vec![b.mr.sge(0, 64).unwrap()], ..RecvWr::new(5) }).unwrap();
+    b.qp.post_recv(RecvWr { sgl: vec![b.mr.sge(0, 64).unwrap()].into(), ..RecvWr::new(5) })
+        .unwrap();
     let sender = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(30));
         a.qp.post_send(SendWr {
-            sgl: vec![a.mr.sge(0, 64).unwrap()],
+            sgl: vec![a.mr.sge(0, 64).unwrap()].into(),
             ..SendWr::new(1, SendOp::SendWithImm(9))
         })
         .unwrap();
@@ -207,7 +209,7 @@ fn an_unreachable_network_is_a_port_error_then_active_again() {
     let dest =
         verbs::UdDest { ip: ip("10.1.2.3"), qpn: verbs::Qpn::new(0x11), qkey: verbs::QKey(1) };
     let w = SendWr {
-        sgl: vec![a.mr.sge(0, 8).unwrap()],
+        sgl: vec![a.mr.sge(0, 8).unwrap()].into(),
         ud: Some(dest),
         ..SendWr::new(1, SendOp::Send)
     };
@@ -216,7 +218,7 @@ fn an_unreachable_network_is_a_port_error_then_active_again() {
     assert_eq!(a.ctx.query_port().state, PortState::Down);
     let dest = verbs::UdDest { ip: ip("127.0.0.1"), ..dest };
     let w = SendWr {
-        sgl: vec![a.mr.sge(0, 8).unwrap()],
+        sgl: vec![a.mr.sge(0, 8).unwrap()].into(),
         ud: Some(dest),
         ..SendWr::new(2, SendOp::Send)
     };
@@ -325,7 +327,8 @@ fn the_wire_carries_the_qp_traffic_class_df_and_id_0() {
     let (a, b) = common::local_pair(4096);
     a.qp.modify(&verbs::ModifyQp { traffic_class: Some(0x68), ..Default::default() }).unwrap();
     let op = SendOp::Write { remote_addr: b.mr.addr(), rkey: b.mr.rkey() };
-    a.qp.post_send(SendWr { sgl: vec![a.mr.sge(0, 3000).unwrap()], ..SendWr::new(1, op) }).unwrap();
+    a.qp.post_send(SendWr { sgl: vec![a.mr.sge(0, 3000).unwrap()].into(), ..SendWr::new(1, op) })
+        .unwrap();
     assert_eq!(a.next_wc(Duration::from_secs(2)).unwrap().status, WcStatus::Success);
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: kill has no memory-safety preconditions.

@@ -272,7 +272,7 @@ fn rc_pair(family: Family, c: &Conn) -> (Local, Remote, common::RemoteQp) {
 fn a_bad_rkey_is_a_remote_access_error_and_fatal_on_both_sides() {
     let (a, mut peer, b) = rc_pair(Family::V4, &Conn::default());
     let op = SendOp::Write { remote_addr: b.addr, rkey: RKey(b.rkey ^ 0x5a5a) };
-    let w = SendWr { sgl: vec![a.mr.sge(0, 64).unwrap()], ..SendWr::new(7, op) };
+    let w = SendWr { sgl: vec![a.mr.sge(0, 64).unwrap()].into(), ..SendWr::new(7, op) };
     a.qp.post_send(w).unwrap();
     let wc = a.next_wc(Duration::from_secs(5)).expect("a completion");
     assert_eq!((wc.wr_id, wc.status), (7, WcStatus::RemAccessErr));
@@ -295,7 +295,7 @@ fn a_bad_rkey_is_a_remote_access_error_and_fatal_on_both_sides() {
 fn rnr_retries_run_out_without_a_receive() {
     let c = Conn { rnr_retry: 2, min_rnr_timer: 1, ..Conn::default() };
     let (a, mut peer, _b) = rc_pair(Family::V6, &c);
-    let w = SendWr { sgl: vec![a.mr.sge(0, 32).unwrap()], ..SendWr::new(1, SendOp::Send) };
+    let w = SendWr { sgl: vec![a.mr.sge(0, 32).unwrap()].into(), ..SendWr::new(1, SendOp::Send) };
     a.qp.post_send(w).unwrap();
     let wc = a.next_wc(Duration::from_secs(5)).expect("a completion");
     assert_eq!(wc.status, WcStatus::RnrRetryExcErr);
@@ -311,7 +311,7 @@ fn a_killed_peer_ends_in_retry_exc_err_within_the_bound() {
     let op = SendOp::Write { remote_addr: b.addr, rkey: RKey(b.rkey) };
     let t0 = Instant::now();
     for i in 0..3 {
-        let w = SendWr { sgl: vec![a.mr.sge(0, 100).unwrap()], ..SendWr::new(i, op) };
+        let w = SendWr { sgl: vec![a.mr.sge(0, 100).unwrap()].into(), ..SendWr::new(i, op) };
         a.qp.post_send(w).unwrap();
     }
     let wc = a.next_wc(Duration::from_secs(5)).expect("a completion");
@@ -344,7 +344,10 @@ fn write_with_imm_into_an_srq() {
     peer.cmd("recv 0 4 0 0");
     for i in 0..4u32 {
         let op = SendOp::WriteWithImm { remote_addr: b.addr, rkey: RKey(b.rkey), imm: 100 + i };
-        let w = SendWr { sgl: vec![a.mr.sge(0, 4096).unwrap()], ..SendWr::new(u64::from(i), op) };
+        let w = SendWr {
+            sgl: vec![a.mr.sge(0, 4096).unwrap()].into(),
+            ..SendWr::new(u64::from(i), op)
+        };
         a.qp.post_send(w).unwrap();
         assert_eq!(a.next_wc(Duration::from_secs(5)).unwrap().status, WcStatus::Success);
     }
@@ -369,10 +372,10 @@ fn ipv4_through_a_plain_udp_socket_recovers_the_id_and_counts_every_packet() {
     a.mr.write(0, &common::pattern_bytes(3, 65536)).unwrap();
     for i in 0..4 {
         let op = SendOp::Read { remote_addr: b.addr, rkey: RKey(b.rkey) };
-        let w = SendWr { sgl: vec![a.mr.sge(65536, 8192).unwrap()], ..SendWr::new(i, op) };
+        let w = SendWr { sgl: vec![a.mr.sge(65536, 8192).unwrap()].into(), ..SendWr::new(i, op) };
         a.qp.post_send(w).unwrap();
         let op = SendOp::Write { remote_addr: b.addr, rkey: RKey(b.rkey) };
-        let w = SendWr { sgl: vec![a.mr.sge(0, 65536).unwrap()], ..SendWr::new(i, op) };
+        let w = SendWr { sgl: vec![a.mr.sge(0, 65536).unwrap()].into(), ..SendWr::new(i, op) };
         a.qp.post_send(w).unwrap();
     }
     for _ in 0..8 {
