@@ -109,6 +109,7 @@ struct Printer<'a> {
     bar: ProgressBar,
     bar_shown: bool,
     started: Instant,
+    size_started: Instant,
     size: usize,
     connected: Option<Connected>,
     rows: Vec<Row>,
@@ -305,9 +306,10 @@ impl Observer for Printer<'_> {
 
     fn measuring(&mut self, size: usize) {
         self.size = size;
+        self.size_started = Instant::now();
         self.header();
         self.bar.set_position(0);
-        self.bar.set_message(format!("{size} B"));
+        self.bar.set_message(format!("{} {size} B", self.opts.test.name()));
     }
 
     fn progress(&mut self, done: u64, bytes: u64) {
@@ -319,7 +321,15 @@ impl Observer for Printer<'_> {
             self.bar_shown = true;
         }
         self.bar.set_position(done);
-        let _ = bytes;
+        let secs = self.size_started.elapsed().as_secs_f64().max(1e-9);
+        let mb = bytes as f64 / secs / PERFTEST_MB;
+        self.bar.set_message(format!(
+            "{} {} B: {:.2} {}",
+            self.opts.test.name(),
+            self.size,
+            self.bw_unit(mb),
+            if self.args.report_gbits { "Gb/s" } else { "MB/s" }
+        ));
     }
 
     fn row(&mut self, r: &Row) {
@@ -361,6 +371,7 @@ pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
         bar,
         bar_shown: false,
         started: Instant::now(),
+        size_started: Instant::now(),
         size: 0,
         connected: None,
         rows: Vec::new(),

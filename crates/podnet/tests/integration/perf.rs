@@ -167,6 +167,26 @@ fn duration_mode_reports_percentiles() {
 }
 
 #[test]
+fn run_infinitely_prints_a_row_every_period_until_stopped() {
+    // -D 1 --run_infinitely: a row a second; stopped after about 3.5 s with SIGTERM.
+    let o = in_netns(
+        "$PODNET perf write-bw -s 4096 -D 1 --run_infinitely --json --timeout 20 > /dev/null 2>&1 &\n\
+         sleep 0.3; $PODNET perf write-bw -s 4096 -D 1 --run_infinitely --json --timeout 20 localhost \
+           > cli.json 2> cli.err & c=$!\n\
+         sleep 3.5; kill -TERM $c; wait $c; cat cli.json",
+    );
+    let rows: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!((2..=4).contains(&rows.len()), "{rows:?}");
+    for r in &rows {
+        assert_eq!(r["duration_mode"], true);
+        assert!(r["BW_average"].as_f64().unwrap() > 0.0, "{r}");
+    }
+}
+
+#[test]
 fn text_tables_and_out_json_read_back() {
     let o = in_netns(
         "$PODNET perf write-lat -n 100 -e --timeout 20 > srv.txt & sleep 0.3\n\
