@@ -131,11 +131,17 @@ impl Record<'_> {
     /// `ack_req`, `psn`), one key per extension header (`reth`, `aeth`, `deth`, `immdt`,
     /// `ieth`, `atomic_eth`, `atomic_ack_eth`, `rdeth`, `xrceth`; null when absent),
     /// `payload_len`, `icrc`, `icrc_ok`. A frame that could not be decoded whole has `error`
-    /// after `frame`, and only the keys that could be read.
+    /// after `frame`, and only the keys that could be read. A packet of a GSO run (one
+    /// captured datagram holding several packets) has `gso_segment: [index, count]` after
+    /// `frame`.
     pub fn write_json(&self, out: &mut Vec<u8>) {
         out.reserve(768);
         out.extend_from_slice(b"{\"frame\":");
         out.extend_from_slice(itoa::Buffer::new().format(self.frame).as_bytes());
+        if let Some((i, n)) = self.gso_segment {
+            key!(out, "gso_segment");
+            let _ = write!(out, "[{i},{n}]");
+        }
         if let Some(e) = self.error {
             key!(out, "error");
             out.push(b'"');
@@ -240,6 +246,9 @@ impl Record<'_> {
     pub fn write_line(&self, out: &mut Vec<u8>) {
         let e = &self.edge;
         let _ = write!(out, "{} ", self.frame);
+        if let Some((i, n)) = self.gso_segment {
+            let _ = write!(out, "gso {}/{n} ", i + 1);
+        }
         match (e.ip.src, e.ip.dst) {
             (IpAddr::V6(s), IpAddr::V6(d)) => {
                 let _ = write!(out, "[{s}]:{} > [{d}]:{}", e.udp.src_port, e.udp.dst_port);
@@ -368,6 +377,13 @@ impl Summary {
                 out,
                 " ({} cut before UDP, {} of unsupported link types)",
                 self.not_roce_truncated, self.unsupported_link
+            )?;
+        }
+        if self.gso_runs > 0 {
+            write!(
+                out,
+                "; {} captured datagrams were GSO runs, split into packets",
+                self.gso_runs
             )?;
         }
         writeln!(out)

@@ -43,6 +43,9 @@ pub struct Record<'a> {
     pub icrc_ok: Option<bool>,
     /// Set when the frame could not be decoded whole.
     pub error: Option<RecordError>,
+    /// When the frame is a run of packets sent with UDP segmentation offload and captured
+    /// before segmentation (as on loopback): this packet's place in it, `(index, count)`.
+    pub gso_segment: Option<(u32, u32)>,
 }
 
 /// What [`decode`] found in one frame.
@@ -54,6 +57,10 @@ pub struct Record<'a> {
 pub enum Decoded<'a> {
     /// A RoCEv2 frame.
     Roce(Record<'a>),
+    /// A run of RoCEv2 packets in one captured datagram: a UDP GSO send captured before
+    /// the kernel cut it (on loopback, or a NIC that segments UDP itself), one record per
+    /// packet.
+    Gso(Vec<Record<'a>>),
     /// Not RoCEv2, and why.
     NotRoce(NotRoce),
 }
@@ -98,6 +105,11 @@ pub fn decode(index: u64, link: LinkType, data: &[u8], port: u16) -> Decoded<'_>
     } else {
         None
     };
+    if icrc_ok == Some(false)
+        && let Some(run) = split_gso(index, &edge)
+    {
+        return Decoded::Gso(run);
+    }
     Decoded::Roce(Record {
         frame: index,
         edge,
@@ -107,7 +119,88 @@ pub fn decode(index: u64, link: LinkType, data: &[u8], port: u16) -> Decoded<'_>
         icrc: icrc_field,
         icrc_ok,
         error,
+        gso_segment: None,
     })
+}
+
+/// The largest RoCEv2 packet: BTH and the longest extension headers, a 4096-byte payload,
+/// pad and ICRC.
+const MAX_PACKET: usize = 4096 + 64;
+
+/// Cuts a datagram whose ICRC failed into the packets of a GSO run, if it is one: equal
+/// segments (the last may be shorter), each starting with a BTH to the same QP and each with
+/// a good ICRC over its own IP and UDP headers (the lengths are the segment's, the rest the
+/// datagram's). RoCEv2 packets are multiples of 4 bytes, so only those sizes are tried.
+fn split_gso<'a>(index: u64, edge: &Frame<'a>) -> Option<Vec<Record<'a>>> {
+    let data = &edge.roce[..edge.roce_len];
+    let total = data.len();
+    let first = bth::Packet::new_checked(data).ok().map(|p| bth::Repr::parse(&p))?;
+    let same_qp = |at: usize| {
+        bth::Packet::new_checked(&data[at..]).ok().map(|p| bth::Repr::parse(&p)).is_some_and(|b| {
+            b.dest_qp == first.dest_qp && b.tver == first.tver && b.pkey == first.pkey
+        })
+    };
+    let min = bth::HEADER_LEN + roce::ICRC_LEN;
+    let mut seg = min;
+    while seg < total && seg <= MAX_PACKET {
+        let cut = |k: usize| (k * seg, ((k + 1) * seg).min(total));
+        let count = total.div_ceil(seg);
+        let last = total - (count - 1) * seg;
+        let plausible =
+            last >= min && last.is_multiple_of(4) && (1..count).all(|k| same_qp(k * seg));
+        if plausible && (0..count).all(|k| segment_icrc_ok(edge, &data[cut(k).0..cut(k).1])) {
+            let records = (0..count)
+                .map(|k| {
+                    let bytes = &data[cut(k).0..cut(k).1];
+                    let mut e = edge.clone();
+                    e.roce = bytes;
+                    e.roce_len = bytes.len();
+                    let headers = roce::Repr::parse_headers(bytes).ok();
+                    let payload_len = headers.as_ref().and_then(|h| {
+                        bytes.len().checked_sub(
+                            h.header_len() + roce::ICRC_LEN + usize::from(h.bth.pad_count),
+                        )
+                    });
+                    let t = &bytes[bytes.len() - roce::ICRC_LEN..];
+                    Record {
+                        frame: index,
+                        bth: bth::Packet::new_checked(bytes).ok().map(|p| bth::Repr::parse(&p)),
+                        headers,
+                        payload_len,
+                        icrc: Some([t[0], t[1], t[2], t[3]]),
+                        icrc_ok: Some(true),
+                        error: payload_len.is_none().then_some(RecordError::BadPadCount),
+                        gso_segment: Some((k as u32, count as u32)),
+                        edge: e,
+                    }
+                })
+                .collect();
+            return Some(records);
+        }
+        seg += 4;
+    }
+    None
+}
+
+/// Checks one segment's ICRC with the IP and UDP lengths it had on the wire.
+fn segment_icrc_ok(edge: &Frame<'_>, bytes: &[u8]) -> bool {
+    let udp_len = (8 + bytes.len()) as u16;
+    let mut ip = [0u8; 60];
+    let h = edge.ip.header;
+    let ip = &mut ip[..h.len().min(60)];
+    ip.copy_from_slice(&h[..ip.len()]);
+    match ip.first().map(|b| b >> 4) {
+        Some(4) => {
+            let total = (ip.len() as u16 + udp_len).to_be_bytes();
+            ip[2..4].copy_from_slice(&total);
+        }
+        Some(6) if ip.len() >= 40 => ip[4..6].copy_from_slice(&udp_len.to_be_bytes()),
+        _ => return false,
+    }
+    let mut udp = [0u8; 8];
+    udp.copy_from_slice(&edge.udp.header[..8]);
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    wire::icrc::verify(ip, &udp, bytes).unwrap_or(false)
 }
 
 /// Counts over a whole capture.
@@ -131,6 +224,9 @@ pub struct Summary {
     pub not_roce_truncated: u64,
     /// Frames of a link type podnet does not read.
     pub unsupported_link: u64,
+    /// Captured datagrams that were GSO runs (each of their packets counts as a RoCEv2 frame
+    /// above).
+    pub gso_runs: u64,
 }
 
 impl Summary {
@@ -148,6 +244,13 @@ impl Summary {
                 if r.error.is_some() {
                     self.errors += 1;
                 }
+            }
+            Decoded::Gso(run) => {
+                self.gso_runs += 1;
+                // Each packet of the run counts as a RoCEv2 frame; the captured frame once.
+                self.roce += run.len() as u64;
+                self.icrc_ok += run.iter().filter(|r| r.icrc_ok == Some(true)).count() as u64;
+                self.errors += run.iter().filter(|r| r.error.is_some()).count() as u64;
             }
             Decoded::NotRoce(why) => {
                 self.not_roce += 1;

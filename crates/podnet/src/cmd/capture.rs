@@ -55,7 +55,12 @@ pub(crate) fn decode(args: &DecodeArgs) -> anyhow::Result<ExitCode> {
         match raw.link {
             Ok(link) => {
                 let d = capture::decode(index, link, raw.data, args.roce_port);
-                if let Decoded::Roce(r) = &d {
+                let records = match &d {
+                    Decoded::Roce(r) => std::slice::from_ref(r),
+                    Decoded::Gso(run) => run.as_slice(),
+                    Decoded::NotRoce(_) => &[],
+                };
+                for r in records {
                     if args.json {
                         r.write_json(&mut buf);
                     } else {
