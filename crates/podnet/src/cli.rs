@@ -82,17 +82,8 @@ pub(crate) struct PerfArgs {
     #[arg(value_name = "HOST")]
     pub(crate) server: Option<String>,
 
-    /// TCP port of the exchange.
-    #[arg(short = 'p', long, default_value_t = 18515)]
-    pub(crate) port: u16,
-
-    /// The RDMA device: `soft` (first free loopback address) or `soft:<IP>[:<udp-port>]`.
-    #[arg(short = 'd', long = "ib-dev", value_name = "DEVICE", default_value = "soft")]
-    pub(crate) ib_dev: String,
-
-    /// The device port (RoCE devices here have one: 1).
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    pub(crate) ib_port: u8,
+    #[command(flatten)]
+    pub(crate) dev: DeviceArgs,
 
     /// Bytes per message [default: 65536 for bandwidth, 2 for latency; atomics are 8].
     #[arg(short = 's', long)]
@@ -195,12 +186,10 @@ pub(crate) struct PerfArgs {
     pub(crate) timeout: Option<f64>,
 }
 
-/// `podnet pingpong` flags, named as ibv_rc_pingpong's.
+/// Where a two-sided tool runs and meets its peer: the flags ibv_rc_pingpong and perftest
+/// share.
 #[derive(Debug, Clone, Args)]
-pub(crate) struct PingpongArgs {
-    /// The server to connect to (host name or address); without it, act as the server.
-    pub(crate) server: Option<String>,
-
+pub(crate) struct DeviceArgs {
     /// TCP port of the connection exchange.
     #[arg(short = 'p', long, default_value_t = 18515)]
     pub(crate) port: u16,
@@ -212,6 +201,16 @@ pub(crate) struct PingpongArgs {
     /// The device port (RoCE devices here have one: 1).
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub(crate) ib_port: u8,
+}
+
+/// `podnet pingpong` flags, named as ibv_rc_pingpong's.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct PingpongArgs {
+    /// The server to connect to (host name or address); without it, act as the server.
+    pub(crate) server: Option<String>,
+
+    #[command(flatten)]
+    pub(crate) dev: DeviceArgs,
 
     /// Bytes per message.
     #[arg(short = 's', long, default_value_t = 4096)]

@@ -91,8 +91,8 @@ fn options(a: &PerfArgs) -> anyhow::Result<(Options, bool)> {
     // A passive side waits for the measuring one: until it closes, or --timeout after the
     // measurement should have ended.
     o.wait = a.timeout.map(|_| stall + o.duration.unwrap_or_default());
-    if a.ib_port != 1 {
-        bail!("-i {}: the device has one port, 1", a.ib_port);
+    if a.dev.ib_port != 1 {
+        bail!("-i {}: the device has one port, 1", a.dev.ib_port);
     }
     if a.output.is_some() && a.json {
         bail!("--output and --json exclude each other");
@@ -351,12 +351,12 @@ pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
     let progress = if events { Progress::Event } else { Progress::Busy };
     let udp_offload = if args.no_udp_offload { UdpOffload::Off } else { UdpOffload::Auto };
     let ctx = Context::open(
-        &args.ib_dev,
+        &args.dev.ib_dev,
         &ContextOptions { progress, udp_offload, ..Default::default() },
     )?;
     let role = if args.server.is_some() { Role::Client } else { Role::Server };
     let (sock, peer) = match &args.server {
-        Some(host) => connect(host, args.port, opts.stall)?,
+        Some(host) => connect(host, args.dev.port, opts.stall)?,
         None => accept(&ctx, args, &opts)?,
     };
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
@@ -456,8 +456,8 @@ fn accept(
     opts: &Options,
 ) -> anyhow::Result<(TcpStream, std::net::IpAddr)> {
     let ip = ctx.ip();
-    let listener = TcpListener::bind((ip, args.port))
-        .with_context(|| format!("cannot listen on {}", SocketAddr::new(ip, args.port)))?;
+    let listener = TcpListener::bind((ip, args.dev.port))
+        .with_context(|| format!("cannot listen on {}", SocketAddr::new(ip, args.dev.port)))?;
     if !args.json && args.output.is_none() {
         let _ = writeln!(
             std::io::stdout(),

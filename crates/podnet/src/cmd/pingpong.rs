@@ -120,7 +120,7 @@ struct Session {
 
 /// Runs `podnet pingpong`.
 pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
-    ensure!(args.ib_port == 1, "-i {}: the device has one port, 1", args.ib_port);
+    ensure!(args.dev.ib_port == 1, "-i {}: the device has one port, 1", args.dev.ib_port);
     ensure!(args.iters > 0, "--iters must be at least 1");
     ensure!(args.rx_depth >= 2, "--rx-depth must be at least 2");
     let Some(path_mtu) = Mtu::from_bytes(args.mtu) else {
@@ -132,7 +132,7 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let progress = if args.events { Progress::Event } else { Progress::Busy };
-    let ctx = Context::open(&args.ib_dev, &ContextOptions { progress, ..Default::default() })?;
+    let ctx = Context::open(&args.dev.ib_dev, &ContextOptions { progress, ..Default::default() })?;
     let size = args.size as usize;
     let pd = ctx.alloc_pd()?;
     // [0, size): the receive (and echo) buffer; [size, 2 size): the client's --verify pattern.
@@ -157,8 +157,8 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
         s.qp.connect(&c).context("Failed to modify QP to RTR/RTS")
     };
     let remote = match &args.server {
-        Some(host) => client_exchange(host, args.port, &local, timeout, &connect)?,
-        None => server_exchange(s.ctx.ip(), args.port, &local, timeout, &connect)?,
+        Some(host) => client_exchange(host, args.dev.port, &local, timeout, &connect)?,
+        None => server_exchange(s.ctx.ip(), args.dev.port, &local, timeout, &connect)?,
     };
     if !args.json {
         writeln!(std::io::stdout(), "{}", local.line("local"))?;

@@ -5,16 +5,12 @@
 //! server prints the client's report (WRITE, READ, atomics), both sides print the same
 //! figures — the report crossed the side channel intact, both ways.
 
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use rxevm::{Config, GUEST_IP4, HOST_IP4, Vm};
+use rxevm::{Config, HOST_IP4, Vm};
 use serde_json::Value;
 
-use crate::pingpong::wait_listen;
-use crate::util::{stderr, stdout};
-
-const PODNET: &str = env!("CARGO_BIN_EXE_podnet");
+use crate::util::{podnet_vs_guest, stderr, stdout};
 
 /// perftest's result row: the line after the table header, split into numbers.
 fn perftest_row(out: &str) -> Option<Vec<f64>> {
@@ -38,37 +34,7 @@ fn run_one(vm: &Vm, gid: u32, tool: &str, podnet_serves: bool, iters: u32) -> Ru
     let mut args = vec!["perf", &test, "-d", &dev, "-x", "0", "-n", &n, "-e", "-F"];
     args.extend(["--json", "--timeout", "60"]);
     let pt = format!("{tool} -d rxe_eth -x {gid} -n {iters} -F");
-    let (o, guest) = if podnet_serves {
-        let child = vm
-            .host_command(PODNET)
-            .args(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_listen(vm, 18515);
-        let g = vm.run(tool, &format!("{pt} {HOST_IP4}"), Duration::from_secs(120));
-        let o = child.wait_with_output().unwrap();
-        (o, g.map(|g| format!("rc={}\n{}", g.rc, g.output)).unwrap_or_else(|e| format!("{e}")))
-    } else {
-        let script = format!(
-            "{pt} > $OUT/pt.out 2>&1 & ptpid=$!\n\
-             wait_tcp 18515 $ptpid && touch $OUT/pt.ready; wait $ptpid; rc=$?\n\
-             echo rc=$rc; cat $OUT/pt.out; exit $rc"
-        );
-        let ready = vm.out_dir().join("pt.ready");
-        let _ = std::fs::remove_file(&ready);
-        let job = vm.spawn(tool, &script, Duration::from_secs(120)).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !ready.exists() {
-            assert!(Instant::now() < deadline && !job.is_finished(), "{tool} never listened");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        args.push(GUEST_IP4);
-        let o = vm.host_command(PODNET).args(&args).output().unwrap();
-        let g = job.wait().map(|g| g.output).unwrap_or_else(|e| format!("{e}"));
-        (o, g)
-    };
+    let (o, guest) = podnet_vs_guest(vm, &args, &pt, HOST_IP4, podnet_serves);
     let what = format!("{tool}, {} serves", if podnet_serves { "podnet" } else { "perftest" });
     assert!(o.status.success(), "{what}: podnet: {}{}\nguest:\n{guest}", stdout(&o), stderr(&o));
     assert!(guest.contains("rc=0"), "{what}: perftest failed\n{guest}\npodnet: {}", stdout(&o));

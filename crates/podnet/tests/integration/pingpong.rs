@@ -4,15 +4,12 @@
 //! guest. After each clean run rxe must have received exactly the packets podnet sent, with no
 //! sequence error or duplicate on either side.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use rxevm::{Config, GUEST_IP4, HOST_IP4, HOST_IP6, Vm};
+use rxevm::{Config, HOST_IP4, HOST_IP6, Vm};
 use serde_json::Value;
 
-use crate::util::{counter_delta as delta, in_netns, podnet, stderr, stdout};
-
-const PODNET: &str = env!("CARGO_BIN_EXE_podnet");
+use crate::util::{counter_delta as delta, in_netns, podnet, podnet_vs_guest, stderr, stdout};
 
 #[test]
 fn two_podnets_on_one_host_just_work() {
@@ -114,37 +111,7 @@ fn run_one(
     // then misses its 67 ms retransmit deadline now and then and resends what arrived.
     args.extend(["-e", "--verify", "--json", "--timeout", "120"]);
     let rc = format!("ibv_rc_pingpong -d rxe_eth -g {gid} -s {size} -n {iters}");
-    let (o, guest_out) = if podnet_serves {
-        let child = vm
-            .host_command(PODNET)
-            .args(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_listen(vm, 18515);
-        let g = vm.run("rc_pingpong client", &format!("{rc} {host}"), Duration::from_secs(120));
-        let o = child.wait_with_output().unwrap();
-        (o, g.map(|g| g.output).unwrap_or_else(|e| format!("{e}")))
-    } else {
-        let script = format!(
-            "{rc} > $OUT/rc.out 2>&1 & rcpid=$!\n\
-             wait_tcp 18515 $rcpid && touch $OUT/rc.ready; wait $rcpid; rc=$?; cat $OUT/rc.out; exit $rc"
-        );
-        let ready = vm.out_dir().join("rc.ready");
-        let _ = std::fs::remove_file(&ready);
-        let job = vm.spawn("rc_pingpong server", &script, Duration::from_secs(120)).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !ready.exists() {
-            assert!(Instant::now() < deadline && !job.is_finished(), "rc_pingpong never listened");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        // ibv_rc_pingpong listens on IPv4 only; the GIDs pick the RoCE family.
-        args.push(GUEST_IP4);
-        let o = vm.host_command(PODNET).args(&args).output().unwrap();
-        let g = job.wait().map(|g| g.output).unwrap_or_else(|e| format!("{e}"));
-        (o, g)
-    };
+    let (o, guest_out) = podnet_vs_guest(vm, &args, &rc, host, podnet_serves);
     let what = format!(
         "{} size {size} {}",
         if v6 { "IPv6" } else { "IPv4" },

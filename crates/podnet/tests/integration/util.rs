@@ -86,3 +86,52 @@ pub(crate) fn in_netns(script: &str) -> Output {
         .output()
         .expect("unshare (util-linux) runs")
 }
+
+/// Runs podnet (host, in the tap's namespace) against a tool in the QEMU guest: with
+/// `podnet_serves`, podnet listens (TCP 18515) and the guest runs `guest_cmd connect_to`;
+/// otherwise the guest tool listens and podnet connects to the guest's IPv4 address. Returns
+/// podnet's output and the guest's (`rc=N` on its first line).
+pub(crate) fn podnet_vs_guest(
+    vm: &rxevm::Vm,
+    podnet_args: &[&str],
+    guest_cmd: &str,
+    connect_to: &str,
+    podnet_serves: bool,
+) -> (Output, String) {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let name = guest_cmd.split_whitespace().next().unwrap_or("guest tool");
+    if podnet_serves {
+        let child = vm
+            .host_command(env!("CARGO_BIN_EXE_podnet"))
+            .args(podnet_args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        crate::pingpong::wait_listen(vm, 18515);
+        let g = vm.run(name, &format!("{guest_cmd} {connect_to}"), Duration::from_secs(120));
+        let o = child.wait_with_output().unwrap();
+        (o, g.map(|g| format!("rc={}\n{}", g.rc, g.output)).unwrap_or_else(|e| format!("{e}")))
+    } else {
+        let script = format!(
+            "{guest_cmd} > $OUT/peer.out 2>&1 & pid=$!\n\
+             wait_tcp 18515 $pid && touch $OUT/peer.ready; wait $pid; rc=$?\n\
+             echo rc=$rc; cat $OUT/peer.out; exit $rc"
+        );
+        let ready = vm.out_dir().join("peer.ready");
+        let _ = std::fs::remove_file(&ready);
+        let job = vm.spawn(name, &script, Duration::from_secs(120)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ready.exists() {
+            assert!(Instant::now() < deadline && !job.is_finished(), "{name} never listened");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // The guest tools listen on IPv4; the GIDs pick the RoCE family.
+        let mut args = podnet_args.to_vec();
+        args.push(rxevm::GUEST_IP4);
+        let o = vm.host_command(env!("CARGO_BIN_EXE_podnet")).args(&args).output().unwrap();
+        let g = job.wait().map(|g| g.output).unwrap_or_else(|e| format!("{e}"));
+        (o, g)
+    }
+}
