@@ -750,6 +750,9 @@ fn lat_iters(stop: Stop) -> (u64, Option<Instant>) {
     }
 }
 
+/// Receives a SEND-latency side keeps posted (see [`send_lat`]).
+pub const SEND_LAT_DEPTH: usize = 64;
+
 /// SEND latency, one side of a ping-pong: the initiator sends first; each side sends after
 /// the peer's message arrives. The figures come from this side's post times (one way: half
 /// of each round trip). In duration mode each side stops at its own deadline.
@@ -761,12 +764,10 @@ pub fn send_lat(
     let (iters, deadline) = lat_iters(plan.stop);
     let qp = &s.qps[0];
     let rc = qp.qp_type() == verbs::QpType::Rc;
-    let depth = 64;
-    let mut recvs_posted = 0u64;
-    while recvs_posted < iters.min(depth) {
-        qp.post_recv(recv_wr(s, 0, recvs_posted as usize)?)?;
-        recvs_posted += 1;
-    }
+    // The receives are posted before the run (`post_receives(s, SEND_LAT_DEPTH)`, ahead of
+    // the barrier that starts it: on UC and UD a message that finds none is lost, and the
+    // ping-pong with it) and each is reposted as it completes, so the next size of a sweep
+    // finds them too.
     let mut rec = LatencyRecorder::new(plan.size as u64, 2.0, deadline.is_some());
     let mut v = Validation::default();
     let (mut sent, mut received) = (0u64, 0u64);
@@ -801,10 +802,7 @@ pub fn send_lat(
                 v.record(l, || e);
             }
             received += 1;
-            if recvs_posted < iters {
-                qp.post_recv(recv_wr(s, 0, slot)?)?;
-                recvs_posted += 1;
-            }
+            qp.post_recv(recv_wr(s, 0, slot)?)?;
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 break 'run;
             }

@@ -598,6 +598,9 @@ pub fn run(
     if sink {
         engine::post_receives(&side, rx_depth)?;
     }
+    if o.test == PerfTest::SendLat {
+        engine::post_receives(&side, engine::SEND_LAT_DEPTH)?;
+    }
     for _ in 0..script.barriers_before {
         talk.ch.swap_keys(&local)?;
     }

@@ -122,6 +122,9 @@ fn send_lat_figures_are_ordered() {
     netns();
     let (a, b) = pair(4096);
     let iters = 2000;
+    for e in [&a, &b] {
+        engine::post_receives(&e.side(), engine::SEND_LAT_DEPTH).unwrap();
+    }
     let lat = move |e: &End, peer: Peer, initiator: bool| {
         let p = LatPlan { size: 2, stop: Stop::Iters(iters), initiator, peer, seeds: None };
         engine::send_lat(&e.side(), &p, &mut |_, _| ()).unwrap().latency
