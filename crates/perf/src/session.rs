@@ -594,7 +594,8 @@ pub fn run(
     {
         engine::fill_remote(&side, sd.mine)?;
     }
-    let rx_depth = o.rx_depth.min(res.layout.slots.max(if o.validate { 1 } else { o.rx_depth }));
+    // With validation each receive has a slot of its own.
+    let rx_depth = if o.validate { o.rx_depth.min(res.layout.slots) } else { o.rx_depth };
     if sink {
         engine::post_receives(&side, rx_depth)?;
     }
@@ -622,10 +623,10 @@ pub fn run(
                 // podnet's SEND sweep: both sides start each size together.
                 talk.ch.swap_keys(&local)?;
             }
-            // SEND keeps one layout through a sweep (its receives stay posted); the others
+            // SENDs keep one layout through a sweep (their receives stay posted); the others
             // cut their areas for each size.
             let mut side = side;
-            if o.test != PerfTest::SendBw {
+            if op != BwOp::Send {
                 side.layout = res.layout.for_message(size, o.connection == QpType::Ud);
             }
             let side = side;

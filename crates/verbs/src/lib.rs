@@ -709,13 +709,14 @@ impl QueuePair {
 
     /// Brings a QP in the INIT state to RTS towards `c.remote` (`ibv_modify_qp` to RTR, then
     /// to RTS, with the attributes each transition needs for the QP's type). A UD QP takes
-    /// only `sq_psn` from `c`.
+    /// only `sq_psn` from `c`, and `path_mtu` as the largest message it sends.
     pub fn connect(&self, c: &Connect) -> Result<()> {
         let ud = self.qp_type == QpType::Ud;
         let rc = self.qp_type == QpType::Rc;
         let rtr = ModifyQp {
             state: Some(QpState::Rtr),
-            path_mtu: (!ud).then_some(c.path_mtu),
+            // UD: the largest message (a UD message is one packet), as a port's MTU is.
+            path_mtu: Some(c.path_mtu),
             dest: (!ud).then_some(c.remote),
             rq_psn: (!ud).then_some(c.rq_psn),
             max_dest_rd_atomic: rc.then_some(c.max_dest_rd_atomic),

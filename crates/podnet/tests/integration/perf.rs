@@ -120,6 +120,19 @@ fn a_size_sweep_runs_every_size_and_checks_them() {
 }
 
 #[test]
+fn a_ud_latency_sweep_stops_at_the_mtu_and_checks_every_message() {
+    // UD carries one packet per message: -a ends at the 4096-byte MTU of two soft devices.
+    let (c, s) = pair("send-lat -c UD -a -n 20 --data-validation");
+    let sizes: Vec<u64> = rows(&c).iter().map(|r| r["MsgSize"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, (1..13).map(|i| 1u64 << i).collect::<Vec<_>>(), "{c:?}");
+    for side in [&c, &s] {
+        // Both directions of every ping-pong, every size.
+        assert_eq!(validation(side)["messages"], 2 * 12 * 20, "{side:?}");
+        assert_eq!(validation(side)["ok"], true);
+    }
+}
+
+#[test]
 fn four_qps_and_both_directions() {
     // -q 4: every QP's messages count, and each is checked.
     let (c, _) = pair("read-bw -q 4 -n 300 -s 16384 --data-validation");
