@@ -168,6 +168,10 @@ pub(crate) struct PerfArgs {
     #[arg(long)]
     pub(crate) json: bool,
 
+    /// The IP traffic class (DSCP << 2 | ECN) of the QPs' packets.
+    #[arg(long = "tclass", value_name = "TCLASS")]
+    pub(crate) tclass: Option<u8>,
+
     /// Soft devices on IPv6: one datagram per send instead of UDP segmentation offload
     /// (GSO/GRO), to measure what offload gains.
     #[arg(long = "no-udp-offload")]

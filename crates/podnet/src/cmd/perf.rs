@@ -80,6 +80,7 @@ fn options(a: &PerfArgs) -> anyhow::Result<(Options, bool)> {
         },
     };
     o.gid_index = a.gid_index;
+    o.traffic_class = a.tclass;
     o.validate = a.data_validation;
     o.atomic = if a.atomic_type == "CMP_AND_SWAP" { BwOp::CompareSwap } else { BwOp::FetchAdd };
     let stall = match a.timeout {
