@@ -68,6 +68,38 @@ pub(crate) enum Command {
         podnet perf write-lat -D 10 --json localhost | jq .t_typical"
     )]
     Perf(PerfArgs),
+
+    /// RDMA devices and their ports: what `ibv_devinfo` and `ibdev2netdev` tell, in one table.
+    ///
+    /// Lists the kernel's RDMA devices (from sysfs: mlx5, rxe, …) and the soft devices this
+    /// host could open (one per local address, `soft:<IP>`): provider, port, state, physical
+    /// state, active MTU, speed and width, link layer, netdev, firmware, node GUID. On RoCE
+    /// the active MTU is derived from the netdev's as the kernel does (1500 gives 1024).
+    /// `--gids` adds each port's GID table with the GID type and netdev of every entry.
+    #[command(after_help = "Examples:\n  podnet devices\n  podnet devices --gids\n  \
+        podnet devices --json | jq '.[] | select(.provider != \"soft\") | .name'")]
+    Devices(DevicesArgs),
+}
+
+/// `podnet devices` flags.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct DevicesArgs {
+    /// Also print each port's GID table.
+    #[arg(long)]
+    pub(crate) gids: bool,
+
+    /// One JSON array of devices (with ports and GIDs) instead of the table.
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Read sysfs from DIR instead of /sys (DIR/class/infiniband, DIR/class/net): a recorded
+    /// host's tree.
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub(crate) sysfs_root: PathBuf,
+
+    /// Leave out the soft devices.
+    #[arg(long)]
+    pub(crate) no_soft: bool,
 }
 
 /// `podnet perf` flags, named as perftest's.

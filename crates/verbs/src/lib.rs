@@ -23,6 +23,7 @@
 mod device;
 mod provider;
 pub mod soft;
+pub mod sysfs;
 
 use std::fmt;
 use std::sync::Arc;

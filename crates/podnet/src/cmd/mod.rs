@@ -1,6 +1,7 @@
 //! Subcommands.
 
 mod capture;
+mod devices;
 mod perf;
 mod pingpong;
 
@@ -14,5 +15,6 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Capture(CaptureCommand::Decode(args)) => capture::decode(&args),
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Perf(args) => perf::run(&args),
+        Command::Devices(args) => devices::run(&args),
     }
 }

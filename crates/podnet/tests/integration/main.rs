@@ -1,6 +1,7 @@
 //! One integration test binary that runs the real `podnet` executable (ripgrep's layout).
 
 mod decode;
+mod devices;
 mod extra;
 mod perf;
 mod perf_rxe;

@@ -5,7 +5,7 @@
 //! server prints the client's report (WRITE, READ, atomics), both sides print the same
 //! figures — the report crossed the side channel intact, both ways.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rxevm::{Config, HOST_IP4, Vm};
 use serde_json::Value;
@@ -52,6 +52,41 @@ fn perf_interoperates_with_perftest() {
     let vm = Vm::boot(&Config::default()).unwrap_or_else(|e| panic!("{e}"));
     let rxe = vm.setup_rxe().unwrap_or_else(|e| panic!("{e}"));
     let gid = rxe.eth.gid4;
+    // `podnet devices` in the guest reads rxe's sysfs as ibv_devinfo and ibdev2netdev do.
+    let d = vm
+        .run(
+            "devices",
+            &format!("{} devices --json --no-soft", env!("CARGO_BIN_EXE_podnet")),
+            Duration::from_secs(60),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let devs: Value =
+        serde_json::from_str(d.output.trim()).unwrap_or_else(|e| panic!("{e}: {}", d.output));
+    let eth =
+        devs.as_array().unwrap().iter().find(|x| x["name"] == "rxe_eth").expect("rxe_eth listed");
+    let p = &eth["ports"][0];
+    assert_eq!(
+        (eth["provider"].as_str(), p["netdev"].as_str()),
+        (Some("rxe"), Some("eth0")),
+        "{eth}"
+    );
+    assert_eq!(
+        (p["state"].as_str(), p["active_mtu"].as_u64()),
+        (Some("ACTIVE"), Some(1024)),
+        "{eth}"
+    );
+    let want = format!("::ffff:{}", rxevm::GUEST_IP4);
+    let g = p["gids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["gid"] == want.as_str())
+        .expect("the IPv4 GID");
+    assert_eq!(
+        (g["index"].as_u64(), g["type"].as_str()),
+        (Some(u64::from(gid)), Some("RoCE v2")),
+        "{eth}"
+    );
     // Warm-up, not checked: TCG translates rxe's code paths the first time they run.
     for tool in ["ib_write_bw", "ib_send_lat"] {
         let _ = std::panic::catch_unwind(|| run_one(&vm, gid, tool, true, 5));

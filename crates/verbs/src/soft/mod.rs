@@ -156,6 +156,9 @@ thread_local! {
 /// The parts of a device its progress thread shares.
 struct Shared {
     name: String,
+    /// The port's active MTU: derived from its interface's MTU as the kernel does for RoCE
+    /// (4096 on loopback, 1024 on a 1500-byte Ethernet).
+    active_mtu: Mtu,
     progress: Progress,
     io: io::Sockets,
     state: Mutex<State>,
@@ -242,8 +245,18 @@ impl SoftDevice {
             return Err(Error::Open { device: name, source });
         }
         let (rx, batch) = (io::RxBuffers::for_sockets(&io), Vec::with_capacity(io.batch_len()));
+        let active_mtu = crate::sysfs::local_addrs(&crate::sysfs::default_root())
+            .ok()
+            // 127.0.0.2 and the rest of 127/8 answer on lo without being listed.
+            .and_then(|v| {
+                v.into_iter().find(|a| a.ip == io.ip || io.ip.is_loopback() && a.ip.is_loopback())
+            })
+            .and_then(|a| a.mtu)
+            .and_then(crate::sysfs::active_mtu_for)
+            .unwrap_or(Mtu::Mtu1024);
         let sh = Arc::new(Shared {
             name,
+            active_mtu,
             progress: opts.progress,
             io,
             state: Mutex::new(State {
@@ -555,7 +568,7 @@ impl Provider for SoftDevice {
         PortAttr {
             state: if up { PortState::Active } else { PortState::Down },
             max_mtu: Mtu::Mtu4096,
-            active_mtu: Mtu::Mtu4096,
+            active_mtu: self.sh.active_mtu,
             lid: 0,
             link_layer: "Ethernet",
         }

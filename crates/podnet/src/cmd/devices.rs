@@ -1,0 +1,123 @@
+//! `podnet devices`: the host's RDMA devices and soft devices in one table.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use serde_json::json;
+use verbs::sysfs::{self, DeviceInfo};
+
+use crate::cli::DevicesArgs;
+
+/// Runs `podnet devices`.
+pub(crate) fn run(args: &DevicesArgs) -> anyhow::Result<ExitCode> {
+    let mut devs = sysfs::rdma_devices(&args.sysfs_root);
+    if !args.no_soft {
+        devs.extend(sysfs::soft_devices(&args.sysfs_root)?);
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&to_json(&devs))?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let dash = |s: Option<String>| s.unwrap_or_else(|| "-".into());
+    let mut rows = vec![
+        [
+            "device",
+            "provider",
+            "port",
+            "state",
+            "physical",
+            "mtu",
+            "speed",
+            "width",
+            "link",
+            "netdev",
+            "firmware",
+            "node guid",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for d in &devs {
+        for p in &d.ports {
+            rows.push(vec![
+                d.name.clone(),
+                d.provider.clone(),
+                p.port.to_string(),
+                p.state.clone(),
+                p.phys_state.clone(),
+                dash(p.active_mtu.map(|m| m.to_string())),
+                dash(p.speed_gbps.map(|s| format!("{s} Gb/s"))),
+                dash(p.width.clone()),
+                p.link_layer.clone(),
+                dash(p.netdev.clone()),
+                dash(d.fw_ver.clone()),
+                dash(d.node_guid.clone()),
+            ]);
+        }
+    }
+    print_table(&mut out, &rows)?;
+    if args.gids {
+        let mut g =
+            vec![["device", "port", "index", "gid", "type", "netdev"].map(String::from).to_vec()];
+        for d in &devs {
+            for p in &d.ports {
+                for e in &p.gids {
+                    g.push(vec![
+                        d.name.clone(),
+                        p.port.to_string(),
+                        e.index.to_string(),
+                        e.gid.to_string(),
+                        e.gid_type.clone(),
+                        dash(e.netdev.clone()),
+                    ]);
+                }
+            }
+        }
+        writeln!(out)?;
+        print_table(&mut out, &g)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_table(out: &mut impl Write, rows: &[Vec<String>]) -> std::io::Result<()> {
+    let cols = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> =
+        (0..cols).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    for r in rows {
+        let line: Vec<String> =
+            r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        writeln!(out, "{}", line.join("  ").trim_end())?;
+    }
+    Ok(())
+}
+
+fn to_json(devs: &[DeviceInfo]) -> serde_json::Value {
+    json!(
+        devs.iter()
+            .map(|d| json!({
+                "name": d.name,
+                "provider": d.provider,
+                "node_guid": d.node_guid,
+                "fw_ver": d.fw_ver,
+                "ports": d.ports.iter().map(|p| json!({
+                    "port": p.port,
+                    "state": p.state,
+                    "phys_state": p.phys_state,
+                    "active_mtu": p.active_mtu,
+                    "rate": p.rate,
+                    "speed_gbps": p.speed_gbps,
+                    "width": p.width,
+                    "link_layer": p.link_layer,
+                    "netdev": p.netdev,
+                    "gids": p.gids.iter().map(|g| json!({
+                        "index": g.index,
+                        "gid": g.gid.to_string(),
+                        "type": g.gid_type,
+                        "netdev": g.netdev,
+                    })).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+            }))
+            .collect::<Vec<_>>()
+    )
+}

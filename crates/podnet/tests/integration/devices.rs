@@ -1,0 +1,144 @@
+//! `podnet devices`: a recorded sysfs tree (an mlx5-like port and Linux rxe's, as the QEMU
+//! guest shows them), and the soft devices of a network namespace with a 1500-byte interface.
+
+use std::fs;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::util::{in_netns, podnet, stderr, stdout};
+
+fn put(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, format!("{text}\n")).unwrap();
+}
+
+/// An mlx5-like device on a 9000-byte netdev and rxe as the guest shows it (values recorded
+/// there: `podnet devices` read the same files in the QEMU guest, see perf_rxe.rs).
+fn tree(root: &Path) {
+    let m = "class/infiniband/mlx5_0";
+    put(root, &format!("{m}/node_guid"), "b8ce:f603:00a1:b2c3");
+    put(root, &format!("{m}/fw_ver"), "22.39.1002");
+    put(root, &format!("{m}/ports/1/state"), "4: ACTIVE");
+    put(root, &format!("{m}/ports/1/phys_state"), "5: LinkUp");
+    put(root, &format!("{m}/ports/1/rate"), "200 Gb/sec (4X HDR)");
+    put(root, &format!("{m}/ports/1/link_layer"), "Ethernet");
+    put(root, &format!("{m}/ports/1/gids/0"), "fe80:0000:0000:0000:bace:f6ff:fea1:b2c3");
+    put(root, &format!("{m}/ports/1/gid_attrs/types/0"), "IB/RoCE v1");
+    put(root, &format!("{m}/ports/1/gid_attrs/ndevs/0"), "ens1f0np0");
+    put(root, &format!("{m}/ports/1/gids/3"), "0000:0000:0000:0000:0000:ffff:0a00:0001");
+    put(root, &format!("{m}/ports/1/gid_attrs/types/3"), "RoCE v2");
+    put(root, &format!("{m}/ports/1/gid_attrs/ndevs/3"), "ens1f0np0");
+    put(root, &format!("{m}/ports/1/gids/4"), "0000:0000:0000:0000:0000:0000:0000:0000");
+    fs::create_dir_all(root.join("drivers/mlx5_core")).unwrap();
+    fs::create_dir_all(root.join(format!("{m}/device"))).unwrap();
+    std::os::unix::fs::symlink(
+        root.join("drivers/mlx5_core"),
+        root.join(format!("{m}/device/driver")),
+    )
+    .unwrap();
+    put(root, "class/net/ens1f0np0/mtu", "9000");
+    let r = "class/infiniband/rxe_eth";
+    put(root, &format!("{r}/node_guid"), "5054:00ff:fe12:3456");
+    put(root, &format!("{r}/fw_ver"), "0.0.0");
+    put(root, &format!("{r}/parent"), "eth0");
+    put(root, &format!("{r}/ports/1/state"), "4: ACTIVE");
+    put(root, &format!("{r}/ports/1/phys_state"), "5: LinkUp");
+    put(root, &format!("{r}/ports/1/rate"), "2.5 Gb/sec (1X SDR)");
+    put(root, &format!("{r}/ports/1/link_layer"), "Ethernet");
+    put(root, &format!("{r}/ports/1/gids/1"), "0000:0000:0000:0000:0000:ffff:a9fe:4d02");
+    put(root, &format!("{r}/ports/1/gid_attrs/types/1"), "RoCE v2");
+    put(root, &format!("{r}/ports/1/gid_attrs/ndevs/1"), "eth0");
+    put(root, "class/net/eth0/mtu", "1500");
+}
+
+#[test]
+fn a_recorded_sysfs_tree_reads_as_ibv_devinfo_and_ibdev2netdev_tell() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    let root = dir.path().to_str().unwrap();
+    let o = podnet(&["devices", "--json", "--no-soft", "--sysfs-root", root]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    let devs = v.as_array().unwrap();
+    assert_eq!(devs.len(), 2, "{v}");
+    let (m, r) = (&devs[0], &devs[1]);
+    assert_eq!((m["name"].as_str(), m["provider"].as_str()), (Some("mlx5_0"), Some("mlx5_core")));
+    assert_eq!(m["fw_ver"], "22.39.1002");
+    let p = &m["ports"][0];
+    assert_eq!((p["state"].as_str(), p["phys_state"].as_str()), (Some("ACTIVE"), Some("LinkUp")));
+    assert_eq!((p["speed_gbps"].as_f64(), p["width"].as_str()), (Some(200.0), Some("4X")));
+    assert_eq!((p["netdev"].as_str(), p["active_mtu"].as_u64()), (Some("ens1f0np0"), Some(4096)));
+    let gids = p["gids"].as_array().unwrap();
+    assert_eq!(gids.len(), 2, "the zero GID is left out: {p}");
+    assert_eq!((gids[0]["index"].as_u64(), gids[0]["type"].as_str()), (Some(0), Some("RoCE v1")));
+    assert_eq!(
+        (gids[1]["gid"].as_str(), gids[1]["type"].as_str()),
+        (Some("::ffff:10.0.0.1"), Some("RoCE v2"))
+    );
+    assert_eq!(
+        (r["provider"].as_str(), r["ports"][0]["netdev"].as_str()),
+        (Some("rxe"), Some("eth0"))
+    );
+    assert_eq!(r["ports"][0]["active_mtu"], 1024, "1500-byte netdev: {r}");
+    // The table.
+    let o = podnet(&["devices", "--gids", "--no-soft", "--sysfs-root", root]);
+    let t = stdout(&o);
+    let row = t.lines().find(|l| l.starts_with("mlx5_0")).expect("a row per port");
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cols,
+        [
+            "mlx5_0",
+            "mlx5_core",
+            "1",
+            "ACTIVE",
+            "LinkUp",
+            "4096",
+            "200",
+            "Gb/s",
+            "4X",
+            "Ethernet",
+            "ens1f0np0",
+            "22.39.1002",
+            "b8ce:f603:00a1:b2c3"
+        ]
+    );
+    let gid_rows: Vec<Vec<&str>> = t
+        .lines()
+        .skip_while(|l| !l.starts_with("device   port"))
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(gid_rows.len(), 3, "{t}");
+    assert_eq!(gid_rows[2], ["rxe_eth", "1", "1", "::ffff:169.254.77.2", "RoCE", "v2", "eth0"]);
+}
+
+#[test]
+fn soft_devices_follow_the_interfaces_and_their_mtus() {
+    let o = in_netns(
+        "ip link add pn0 type veth peer name pn1 && ip link set pn1 up && ip link set pn0 mtu 1500 up && \
+         ip addr add 10.9.8.7/24 dev pn0 && $PODNET devices --json",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    let find = |name: &str| v.as_array().unwrap().iter().find(|d| d["name"] == name).cloned();
+    let lo = find("soft:127.0.0.1").expect("loopback");
+    assert_eq!(
+        (lo["ports"][0]["active_mtu"].as_u64(), lo["ports"][0]["netdev"].as_str()),
+        (Some(4096), Some("lo"))
+    );
+    let d = find("soft:10.9.8.7").unwrap_or_else(|| panic!("the dummy's address: {v}"));
+    assert_eq!(d["ports"][0]["active_mtu"], 1024);
+    assert_eq!(d["ports"][0]["state"], "ACTIVE");
+    assert_eq!(d["ports"][0]["gids"][0]["gid"], "::ffff:10.9.8.7");
+    // A soft device opened there uses that MTU too.
+    let o = in_netns(
+        "ip link add pn0 type veth peer name pn1 && ip link set pn1 up && ip link set pn0 mtu 1500 up && \
+         ip addr add 10.9.8.7/24 dev pn0 && ip addr add 10.9.8.8/24 dev pn0 && \
+         $PODNET perf send-lat -n 5 -d soft:10.9.8.7 --timeout 10 > /dev/null & sleep 0.3; \
+         $PODNET perf send-lat -n 5 -d soft:10.9.8.8 --timeout 10 10.9.8.7",
+    );
+    assert!(stdout(&o).contains(" Mtu             : 1024[B]"), "{}{}", stdout(&o), stderr(&o));
+}

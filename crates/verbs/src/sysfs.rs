@@ -1,0 +1,331 @@
+//! What a host has for RDMA, read the way `ibv_devinfo` and `ibdev2netdev` show it, without
+//! libibverbs: the kernel's RDMA devices from sysfs (`/sys/class/infiniband`), and the soft
+//! devices this host could open (one per local IP address, from `getifaddrs`).
+//!
+//! sysfs holds every port attribute `ibv_devinfo` prints but the MTUs. On RoCE the kernel
+//! derives the active MTU from the netdev's (`iboe_get_mtu`: the netdev MTU less the RoCEv2
+//! headers a packet can carry — IPv6 40, UDP 8, BTH 12, XRC 4, atomic 28, ICRC 4 — rounded
+//! down to an IB MTU), so [`active_mtu_for`] does the same: 1500 gives 1024, 9000 gives 4096.
+
+use std::fs;
+use std::net::{IpAddr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+
+use crate::Mtu;
+
+/// One port of an RDMA device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PortInfo {
+    /// Port number (from 1).
+    pub port: u8,
+    /// Logical state, as `ibv_devinfo` names it without `PORT_`: `ACTIVE`, `DOWN`, `INIT`, ….
+    pub state: String,
+    /// Physical state: `LinkUp`, `Disabled`, `Polling`, ….
+    pub phys_state: String,
+    /// The rate line as sysfs gives it, e.g. `100 Gb/sec (4X EDR)`.
+    pub rate: String,
+    /// Link speed in Gb/s, from the rate line.
+    pub speed_gbps: Option<f64>,
+    /// Link width (`1X`, `4X`, …), from the rate line.
+    pub width: Option<String>,
+    /// `Ethernet` (RoCE) or `InfiniBand`.
+    pub link_layer: String,
+    /// The netdev under a RoCE port.
+    pub netdev: Option<String>,
+    /// The active MTU: derived from the netdev's on RoCE (see the module docs).
+    pub active_mtu: Option<u32>,
+    /// The GID table (non-zero entries).
+    pub gids: Vec<GidInfo>,
+}
+
+/// One GID table entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GidInfo {
+    /// Its index.
+    pub index: u32,
+    /// The GID.
+    pub gid: Ipv6Addr,
+    /// `RoCE v2`, `RoCE v1` (sysfs says `IB/RoCE v1`) or `IB`.
+    pub gid_type: String,
+    /// The netdev it belongs to.
+    pub netdev: Option<String>,
+}
+
+/// An RDMA device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceInfo {
+    /// Its name (`mlx5_0`, `rxe0`, `soft:10.0.0.1`).
+    pub name: String,
+    /// The provider: the kernel driver (`mlx5_core`, …), `rxe`, `siw`, or `soft`.
+    pub provider: String,
+    /// Node GUID, as sysfs prints it.
+    pub node_guid: Option<String>,
+    /// Firmware version.
+    pub fw_ver: Option<String>,
+    /// Its ports.
+    pub ports: Vec<PortInfo>,
+}
+
+fn read(p: &Path) -> Option<String> {
+    fs::read_to_string(p).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// `4: ACTIVE` → `ACTIVE`.
+fn after_colon(s: &str) -> String {
+    s.split_once(':').map_or(s, |(_, b)| b).trim().to_string()
+}
+
+/// `100 Gb/sec (4X EDR)` → (100.0, `4X`).
+fn parse_rate(rate: &str) -> (Option<f64>, Option<String>) {
+    let speed = rate.split_whitespace().next().and_then(|x| x.parse().ok());
+    let width = rate
+        .split_once('(')
+        .and_then(|(_, r)| r.split_whitespace().next())
+        .map(|w| w.trim_end_matches(')').to_string());
+    (speed, width)
+}
+
+/// The active RoCE MTU the kernel derives from a netdev MTU.
+pub fn active_mtu_for(netdev_mtu: u32) -> Option<Mtu> {
+    let room = netdev_mtu.checked_sub(40 + 8 + 12 + 4 + 28 + 4)?;
+    [4096, 2048, 1024, 512, 256].into_iter().find(|m| *m <= room).and_then(Mtu::from_bytes)
+}
+
+fn netdev_mtu(sys: &Path, netdev: &str) -> Option<u32> {
+    read(&sys.join("class/net").join(netdev).join("mtu"))?.parse().ok()
+}
+
+/// The kernel's RDMA devices under `sys` (normally `/sys`), sorted by name. A host without
+/// any (or without sysfs) has none.
+pub fn rdma_devices(sys: &Path) -> Vec<DeviceInfo> {
+    let class = sys.join("class/infiniband");
+    let mut names: Vec<String> = fs::read_dir(&class)
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names.into_iter().map(|n| device(sys, &class.join(&n), n)).collect()
+}
+
+fn device(sys: &Path, dir: &Path, name: String) -> DeviceInfo {
+    let parent = read(&dir.join("parent"));
+    let driver = fs::read_link(dir.join("device/driver"))
+        .ok()
+        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()));
+    let provider = match (&driver, &parent) {
+        (Some(d), _) => d.clone(),
+        (None, Some(_)) if name.starts_with("siw") => "siw".into(),
+        (None, Some(_)) => "rxe".into(),
+        (None, None) => "unknown".into(),
+    };
+    let mut ports: Vec<u8> = fs::read_dir(dir.join("ports"))
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect::<Vec<u8>>())
+        .unwrap_or_default();
+    ports.sort_unstable();
+    let ports = ports.into_iter().map(|p| port(sys, dir, p, parent.as_deref())).collect();
+    DeviceInfo {
+        name,
+        provider,
+        node_guid: read(&dir.join("node_guid")),
+        fw_ver: read(&dir.join("fw_ver")),
+        ports,
+    }
+}
+
+fn port(sys: &Path, dir: &Path, n: u8, parent: Option<&str>) -> PortInfo {
+    let p = dir.join("ports").join(n.to_string());
+    let rate = read(&p.join("rate")).unwrap_or_default();
+    let (speed_gbps, width) = parse_rate(&rate);
+    let mut idx: Vec<u32> = fs::read_dir(p.join("gids"))
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    idx.sort_unstable();
+    let gids: Vec<GidInfo> = idx
+        .into_iter()
+        .filter_map(|i| {
+            let gid: Ipv6Addr = read(&p.join("gids").join(i.to_string()))?.parse().ok()?;
+            if gid.is_unspecified() {
+                return None;
+            }
+            let t = read(&p.join("gid_attrs/types").join(i.to_string())).unwrap_or_default();
+            let gid_type = if t.contains("v2") {
+                "RoCE v2".to_string()
+            } else if t.contains("v1") {
+                "RoCE v1".to_string()
+            } else if t.is_empty() {
+                "IB".to_string()
+            } else {
+                t
+            };
+            let netdev = read(&p.join("gid_attrs/ndevs").join(i.to_string()));
+            Some(GidInfo { index: i, gid, gid_type, netdev })
+        })
+        .collect();
+    let link_layer = read(&p.join("link_layer")).unwrap_or_else(|| "InfiniBand".into());
+    let netdev = parent
+        .map(str::to_string)
+        .or_else(|| gids.iter().find_map(|g| g.netdev.clone()))
+        .or_else(|| {
+            fs::read_dir(dir.join("device/net"))
+                .ok()?
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .next()
+        });
+    let active_mtu = (link_layer == "Ethernet")
+        .then(|| netdev.as_deref().and_then(|d| netdev_mtu(sys, d)))
+        .flatten()
+        .and_then(active_mtu_for)
+        .map(Mtu::bytes);
+    PortInfo {
+        port: n,
+        state: after_colon(&read(&p.join("state")).unwrap_or_default()),
+        phys_state: after_colon(&read(&p.join("phys_state")).unwrap_or_default()),
+        rate,
+        speed_gbps,
+        width,
+        link_layer,
+        netdev,
+        active_mtu,
+        gids,
+    }
+}
+
+/// A local IP address: the interface it is on, whether that is up, and its MTU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalAddr {
+    /// The address.
+    pub ip: IpAddr,
+    /// The interface.
+    pub netdev: String,
+    /// Whether the interface is up and running.
+    pub up: bool,
+    /// The interface's MTU, from `sys` (`class/net/<netdev>/mtu`).
+    pub mtu: Option<u32>,
+}
+
+/// This host's IP addresses (`getifaddrs`), IPv6 link-local ones left out (a soft device
+/// needs a routable address), MTUs from `sys`.
+pub fn local_addrs(sys: &Path) -> std::io::Result<Vec<LocalAddr>> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head into `head`; the result is checked.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed; its name is
+        // a NUL-terminated string and its address, when non-null, a sockaddr of the family
+        // its `sa_family` says, for the length of that family's struct.
+        let (name, ip, flags, next) = unsafe {
+            let ifa = &*cur;
+            let name = std::ffi::CStr::from_ptr(ifa.ifa_name).to_string_lossy().into_owned();
+            let ip = if ifa.ifa_addr.is_null() {
+                None
+            } else {
+                match i32::from((*ifa.ifa_addr).sa_family) {
+                    libc::AF_INET => {
+                        let a = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
+                        Some(IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes()))
+                    }
+                    libc::AF_INET6 => {
+                        let a = &*ifa.ifa_addr.cast::<libc::sockaddr_in6>();
+                        Some(IpAddr::from(a.sin6_addr.s6_addr))
+                    }
+                    _ => None,
+                }
+            };
+            (name, ip, ifa.ifa_flags, ifa.ifa_next)
+        };
+        if let Some(ip) = ip {
+            let link_local = matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80);
+            if !link_local {
+                let up =
+                    flags & (libc::IFF_UP as u32) != 0 && flags & (libc::IFF_RUNNING as u32) != 0;
+                // The kernel's answer for this network namespace (sysfs shows the one it
+                // was mounted in); sysfs when asking fails.
+                let mtu = if_mtu(&name).or_else(|| netdev_mtu(sys, &name));
+                out.push(LocalAddr { ip, netdev: name, up, mtu });
+            }
+        }
+        cur = next;
+    }
+    // SAFETY: frees the list getifaddrs allocated, once, after the last use of its nodes.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+/// An interface's MTU (`SIOCGIFMTU`).
+fn if_mtu(name: &str) -> Option<u32> {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).ok()?;
+    // SAFETY: all-zero is a valid `ifreq`.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    let bytes = name.as_bytes();
+    if bytes.len() >= req.ifr_name.len() {
+        return None;
+    }
+    for (d, s) in req.ifr_name.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    use std::os::fd::AsRawFd;
+    // SAFETY: SIOCGIFMTU reads the NUL-terminated name from `req` and writes the MTU into its
+    // union; `req` outlives the call.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: after a successful SIOCGIFMTU the union holds `ifru_mtu`.
+    Some(unsafe { req.ifr_ifru.ifru_mtu } as u32)
+}
+
+/// The soft devices this host could open: one per local address (`soft:<ip>`), a port that
+/// is active when the interface is up, the MTU derived as for RoCE, one RoCE v2 GID.
+pub fn soft_devices(sys: &Path) -> std::io::Result<Vec<DeviceInfo>> {
+    Ok(local_addrs(sys)?
+        .into_iter()
+        .map(|a| DeviceInfo {
+            name: format!("soft:{}", a.ip),
+            provider: "soft".into(),
+            node_guid: None,
+            fw_ver: None,
+            ports: vec![PortInfo {
+                port: 1,
+                state: if a.up { "ACTIVE" } else { "DOWN" }.into(),
+                phys_state: if a.up { "LinkUp" } else { "Disabled" }.into(),
+                rate: String::new(),
+                speed_gbps: None,
+                width: None,
+                link_layer: "Ethernet".into(),
+                active_mtu: a.mtu.and_then(active_mtu_for).map(Mtu::bytes),
+                gids: vec![GidInfo {
+                    index: 0,
+                    gid: crate::Gid::from_ip(a.ip).0.into(),
+                    gid_type: "RoCE v2".into(),
+                    netdev: Some(a.netdev.clone()),
+                }],
+                netdev: Some(a.netdev),
+            }],
+        })
+        .collect())
+}
+
+/// `/sys`, or the folder a test names.
+pub fn default_root() -> PathBuf {
+    PathBuf::from("/sys")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_and_mtus_parse_as_the_kernel_prints_and_derives_them() {
+        assert_eq!(parse_rate("100 Gb/sec (4X EDR)"), (Some(100.0), Some("4X".into())));
+        assert_eq!(parse_rate("2.5 Gb/sec (1X SDR)"), (Some(2.5), Some("1X".into())));
+        assert_eq!(parse_rate(""), (None, None));
+        let m = |x| active_mtu_for(x).map(Mtu::bytes);
+        assert_eq!(
+            (m(1500), m(9000), m(65536), m(1100), m(300)),
+            (Some(1024), Some(4096), Some(4096), Some(512), None)
+        );
+    }
+}
