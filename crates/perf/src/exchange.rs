@@ -256,6 +256,43 @@ impl<S: Read + Write> Channel<S> {
         Ok(theirs)
     }
 
+    /// The opening steps and then the key swaps of `swaps` (perftest's order for a test:
+    /// [`Test::key_swaps`]). Returns the peer's setup with every one of its keys (from the
+    /// first swap of all of them); a peer of another version is an error.
+    pub fn handshake_swaps(&mut self, mine: &Setup, swaps: &[KeySwap]) -> Result<Setup, Error> {
+        let mut peer = self.opening(mine)?;
+        for s in swaps {
+            let got = self.barrier(&mine.keys, *s)?;
+            if peer.keys.len() < got.len() {
+                peer.keys = got;
+            }
+        }
+        Ok(peer)
+    }
+
+    /// One key swap as a barrier: every QP's key, or QP 0's alone.
+    pub fn barrier(&mut self, keys: &[Key], which: KeySwap) -> Result<Vec<Key>, Error> {
+        match which {
+            KeySwap::All => self.swap_keys(keys),
+            KeySwap::First => self.swap_keys(&keys[..keys.len().min(1)]),
+        }
+    }
+
+    /// Version, page size, cache line and MTU; the returned setup has no keys yet.
+    fn opening(&mut self, mine: &Setup) -> Result<Setup, Error> {
+        let v = parse_version(&self.swap(&version_message(), VERSION_LEN)?)?;
+        if v != VERSION {
+            return Err(Error::Version { peer: v });
+        }
+        let int = |b: Vec<u8>| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        let page_size = int(self.swap(&mine.page_size.to_be_bytes(), 4)?);
+        let cache_line = int(self.swap(&mine.cache_line.to_be_bytes(), 4)?);
+        let my_mtu = mtu_message(mine.mtu)
+            .ok_or_else(|| malformed("an MTU", format!("{} is not an IB MTU", mine.mtu)))?;
+        let mtu = parse_mtu(&self.swap(&my_mtu, 2)?)?;
+        Ok(Setup { page_size, cache_line, mtu, keys: Vec::new() })
+    }
+
     /// The opening steps: version, page size, cache line, MTU, then the keys. Returns the
     /// peer's setup; a peer of another version is an error.
     pub fn handshake(&mut self, mine: &Setup) -> Result<Setup, Error> {
@@ -305,6 +342,17 @@ impl<S: Read + Write> Channel<S> {
         }
         Ok(())
     }
+}
+
+/// Which keys a side-channel swap carries. perftest swaps every QP's key at some steps and
+/// QP 0's alone at others (`ctx_hand_shake` in a loop over the QPs, or once); with one QP
+/// they are the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySwap {
+    /// One key per QP.
+    All,
+    /// QP 0's key.
+    First,
 }
 
 /// The perftest tests whose side-channel conversation is recorded (`testdata/rxe`).
@@ -359,6 +407,18 @@ impl Test {
             Test::WriteLat => {
                 Script { barriers_before: 3, reports: false, barrier_after: false, done: false }
             }
+        }
+    }
+
+    /// The key swaps before the measurement, the handshake's included, as perftest's
+    /// `*_bw.c` / `*_lat.c` make them (upstream 00b55b6; with one QP, the recorded sessions'
+    /// 3 or 4 swaps). After the measurement every swap is QP 0's.
+    pub const fn key_swaps(self) -> &'static [KeySwap] {
+        use KeySwap::{All, First};
+        match self {
+            Test::WriteBw | Test::ReadBw | Test::AtomicBw => &[All, All, First],
+            Test::SendBw | Test::SendLat => &[All, First, All, First],
+            Test::WriteLat | Test::ReadLat | Test::AtomicLat => &[First, All, All, First],
         }
     }
 

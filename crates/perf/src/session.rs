@@ -23,7 +23,7 @@ use verbs::{
 };
 
 use crate::engine::{self, BwOp, BwPlan, LatPlan, Layout, Peer, RemoteBuffer, Seeds, Side, Stop};
-use crate::exchange::{self, BwReport, Channel, Key, Role, Setup, Test};
+use crate::exchange::{self, BwReport, Channel, Key, KeySwap, Role, Setup, Test};
 use crate::stats::{Bandwidth, Latency};
 
 /// perftest's Q_Key for UD (`DEF_QKEY`).
@@ -542,7 +542,17 @@ pub fn run(
         mtu: my_mtu.bytes(),
         keys: local.clone(),
     };
-    let peer = talk.ch.handshake(&setup)?;
+    // The swaps up to the first with every key, then (after connecting and posting what the
+    // measurement needs) the rest: the last starts the measurement.
+    let swaps = o.test.exchange().key_swaps();
+    let first_all = swaps.iter().position(|s| *s == KeySwap::All).map_or(swaps.len(), |i| i + 1);
+    let peer = talk.ch.handshake_swaps(&setup, &swaps[..first_all])?;
+    if peer.keys.len() != local.len() {
+        return Err(Error::Mismatch {
+            peer: format!("{} QPs", peer.keys.len()),
+            mine: format!("{} (-q)", local.len()),
+        });
+    }
     let peer_is_podnet = peer.keys.first().is_some_and(|k| k.srqn & 0xffff_0000 == TAG);
     if let Some(k) = peer.keys.first()
         && peer_is_podnet
@@ -602,8 +612,9 @@ pub fn run(
     if o.test == PerfTest::SendLat {
         engine::post_receives(&side, engine::SEND_LAT_DEPTH)?;
     }
-    for _ in 0..script.barriers_before {
-        talk.ch.swap_keys(&local)?;
+    debug_assert_eq!(swaps.len(), script.barriers_before + 1);
+    for s in &swaps[first_all..] {
+        talk.ch.barrier(&local, *s)?;
     }
     let mut out = Outcome { remote: peer.keys.clone(), ..Default::default() };
     let mut validation = engine::Validation::default();
@@ -650,8 +661,8 @@ pub fn run(
                     completed.clone_from(&r.completed);
                     let mut fig = if initiates { r.sent } else { r.received };
                     if let (Some(f), Stop::Iters(n)) = (fig.as_mut(), stop) {
-                        // perftest's #iterations is per QP; the bandwidth is all of them.
-                        f.iters = n;
+                        // perftest's #iterations: -n times the QPs (what they all moved).
+                        f.iters = n * o.qps as u64;
                     }
                     if let Some(f) = fig {
                         last_report = BwReport {
@@ -699,14 +710,14 @@ pub fn run(
     if script.barrier_after {
         if measures { talk.active() } else { talk.passive_wait(busy_cq) }
             .map_err(exchange::Error::Io)?;
-        talk.ch.swap_keys(&local)?;
+        talk.ch.barrier(&local, KeySwap::First)?;
         talk.active().map_err(exchange::Error::Io)?;
     }
     let peer_report_needed = script.reports || (o.bidirectional && o.test == PerfTest::SendBw);
     if peer_report_needed {
         let theirs = talk.ch.swap_reports(&last_report)?;
         if script.reports {
-            talk.ch.swap_keys(&local)?;
+            talk.ch.barrier(&local, KeySwap::First)?;
         }
         let peer_row = Bandwidth {
             size: theirs.size,

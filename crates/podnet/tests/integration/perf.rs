@@ -136,7 +136,8 @@ fn a_ud_latency_sweep_stops_at_the_mtu_and_checks_every_message() {
 fn four_qps_and_both_directions() {
     // -q 4: every QP's messages count, and each is checked.
     let (c, _) = pair("read-bw -q 4 -n 300 -s 16384 --data-validation");
-    assert_eq!(rows(&c)[0]["n_iterations"], 300);
+    // perftest counts -n on every QP: 4 × 300.
+    assert_eq!(rows(&c)[0]["n_iterations"], 1200);
     assert_eq!(rows(&c)[0]["qps"], 4);
     assert_eq!(validation(&c)["messages"], 4 * 300);
     let (c, s) = pair("write-bw -q 4 -n 300 --data-validation");

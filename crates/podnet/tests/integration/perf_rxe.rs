@@ -26,16 +26,22 @@ struct Run {
     what: String,
 }
 
-fn run_one(vm: &Vm, gid: u32, tool: &str, podnet_serves: bool, iters: u32) -> Run {
+fn run_one(vm: &Vm, gid: u32, tool: &str, podnet_serves: bool, iters: u32, qps: u32) -> Run {
     let test = tool.trim_start_matches("ib_").replace('_', "-");
-    let n = iters.to_string();
+    let (n, q) = (iters.to_string(), qps.to_string());
     let dev = format!("soft:{HOST_IP4}");
     // Event mode: a busy-polling podnet would take a core from the emulated guest.
     let mut args = vec!["perf", &test, "-d", &dev, "-x", "0", "-n", &n, "-e", "-F"];
+    // perftest refuses -q on its latency tests, even -q 1.
+    if qps > 1 {
+        args.extend(["-q", &q]);
+    }
     args.extend(["--json", "--timeout", "60"]);
-    let pt = format!("{tool} -d rxe_eth -x {gid} -n {iters} -F");
+    let q_flag = if qps > 1 { format!(" -q {qps}") } else { String::new() };
+    let pt = format!("{tool} -d rxe_eth -x {gid} -n {iters}{q_flag} -F");
     let (o, guest) = podnet_vs_guest(vm, &args, &pt, HOST_IP4, podnet_serves);
-    let what = format!("{tool}, {} serves", if podnet_serves { "podnet" } else { "perftest" });
+    let what =
+        format!("{tool} -q {qps}, {} serves", if podnet_serves { "podnet" } else { "perftest" });
     assert!(o.status.success(), "{what}: podnet: {}{}\nguest:\n{guest}", stdout(&o), stderr(&o));
     assert!(guest.contains("rc=0"), "{what}: perftest failed\n{guest}\npodnet: {}", stdout(&o));
     let podnet = stdout(&o)
@@ -89,16 +95,19 @@ fn perf_interoperates_with_perftest() {
     );
     // Warm-up, not checked: TCG translates rxe's code paths the first time they run.
     for tool in ["ib_write_bw", "ib_send_lat"] {
-        let _ = std::panic::catch_unwind(|| run_one(&vm, gid, tool, true, 5));
+        let _ = std::panic::catch_unwind(|| run_one(&vm, gid, tool, true, 5, 1));
     }
     eprintln!("warm-up done after {:.1} s", t0.elapsed().as_secs_f64());
     let iters = 20;
-    let tools =
+    let one_qp =
         ["ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_atomic_bw", "ib_send_lat", "ib_write_lat"];
-    for tool in tools {
+    // Two QPs: perftest swaps some keys per QP and some for QP 0 alone, per test.
+    let two_qps = ["ib_send_bw", "ib_write_bw", "ib_read_bw"];
+    let runs = one_qp.iter().map(|t| (*t, 1)).chain(two_qps.iter().map(|t| (*t, 2)));
+    for (tool, qps) in runs {
         for podnet_serves in [true, false] {
             let t = Instant::now();
-            let r = run_one(&vm, gid, tool, podnet_serves, iters);
+            let r = run_one(&vm, gid, tool, podnet_serves, iters, qps);
             let (p, what) = (&r.podnet, &r.what);
             let row = perftest_row(&r.guest)
                 .unwrap_or_else(|| panic!("{what}: no perftest result row\n{}", r.guest));
@@ -111,13 +120,10 @@ fn perf_interoperates_with_perftest() {
             };
             // The same message size and count on both sides.
             assert_eq!(p["MsgSize"], size, "{what}: {p}");
-            assert_eq!(p["n_iterations"], iters, "{what}: {p}");
-            assert_eq!(
-                (row[0], row[1]),
-                (f64::from(size), f64::from(iters)),
-                "{what}: {}",
-                r.guest
-            );
+            // perftest counts -n on every QP.
+            let n = iters * qps;
+            assert_eq!(p["n_iterations"], n, "{what}: {p}");
+            assert_eq!((row[0], row[1]), (f64::from(size), f64::from(n)), "{what}: {}", r.guest);
             if tool.ends_with("_bw") {
                 let (peak, avg) =
                     (p["BW_peak"].as_f64().unwrap(), p["BW_average"].as_f64().unwrap());
