@@ -296,18 +296,7 @@ impl<S: Read + Write> Channel<S> {
     /// The opening steps: version, page size, cache line, MTU, then the keys. Returns the
     /// peer's setup; a peer of another version is an error.
     pub fn handshake(&mut self, mine: &Setup) -> Result<Setup, Error> {
-        let v = parse_version(&self.swap(&version_message(), VERSION_LEN)?)?;
-        if v != VERSION {
-            return Err(Error::Version { peer: v });
-        }
-        let int = |b: Vec<u8>| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-        let page_size = int(self.swap(&mine.page_size.to_be_bytes(), 4)?);
-        let cache_line = int(self.swap(&mine.cache_line.to_be_bytes(), 4)?);
-        let my_mtu = mtu_message(mine.mtu)
-            .ok_or_else(|| malformed("an MTU", format!("{} is not an IB MTU", mine.mtu)))?;
-        let mtu = parse_mtu(&self.swap(&my_mtu, 2)?)?;
-        let keys = self.swap_keys(&mine.keys)?;
-        Ok(Setup { page_size, cache_line, mtu, keys })
+        self.handshake_swaps(mine, &[KeySwap::All])
     }
 
     /// Swaps the key strings, one per QP (also perftest's barrier).
