@@ -7,11 +7,14 @@
 #                                boot the Linux Soft-RoCE guest (crates/rxevm)
 #   rdma-core, ibverbs-utils, ibverbs-providers, rdmacm-utils, perftest
 #                                the reference peer's tools, run inside the guest
+#   cmake, libclang-dev         build the rdma-core provider (sideway's rdma-mummy-sys: a
+#                                CMake-built shim and bindgen; libibverbs is loaded at run time)
 #   iproute2, tcpdump, nftables, python3, util-linux
 #                                the guest's network, captures, loss rules, and helpers
 set -euo pipefail
 # command  package
 want="
+cmake cmake
 tshark tshark
 qemu-system-x86_64 qemu-system-x86
 busybox busybox-static
@@ -33,8 +36,9 @@ while read -r cmd pkg; do
   [ -n "$cmd" ] || continue
   PATH="$PATH:/usr/sbin:/sbin" command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done <<< "$want"
-# Providers (the rxe plugin) and rdma-core's udev/config files have no command to look for.
-for pkg in ibverbs-providers rdma-core; do
+# Providers (the rxe plugin), rdma-core's udev/config files and libclang have no command to
+# look for.
+for pkg in ibverbs-providers rdma-core libclang-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
 done
 [ ${#need[@]} -eq 0 ] && exit 0

@@ -14,6 +14,15 @@ macro_rules! counters {
             pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
                 [$((stringify!($name), self.$name)),*].into_iter()
             }
+
+            /// Sets the counter called `name`; false if there is none.
+            pub fn set(&mut self, name: &str, value: u64) -> bool {
+                match name {
+                    $(stringify!($name) => self.$name = value,)*
+                    _ => return false,
+                }
+                true
+            }
         }
     };
 }

@@ -182,6 +182,15 @@ pub enum WcStatus {
     RetryExcErr,
     /// IBV_WC_RNR_RETRY_EXC_ERR: the responder had no receive posted, `rnr_retry` times.
     RnrRetryExcErr,
+    /// IBV_WC_LOC_ACCESS_ERR: a local access violation (a device reports it; the soft
+    /// provider's local checks give LOC_PROT_ERR).
+    LocAccessErr,
+    /// IBV_WC_FATAL_ERR: the device failed.
+    FatalErr,
+    /// IBV_WC_GENERAL_ERR: a device error of no other kind.
+    GeneralErr,
+    /// Another `ibv_wc_status` value, as the device reported it.
+    Other(u32),
 }
 
 /// The opcode of a work completion (`ibv_wc_opcode`).

@@ -22,6 +22,8 @@
 
 mod device;
 mod provider;
+#[cfg(feature = "rdma-core")]
+pub mod rdmacore;
 pub mod soft;
 pub mod sysfs;
 
@@ -91,6 +93,39 @@ pub enum Error {
         /// What it lacks.
         what: &'static str,
     },
+    /// podnet was built without the rdma-core provider.
+    #[error(
+        "this podnet was built without the rdma-core provider; rebuild with `--features rdma-core` \
+         (needs cmake and libclang-dev) to use RDMA devices"
+    )]
+    NotBuilt,
+    /// libibverbs could not be loaded.
+    #[error(
+        "libibverbs.so.1 (rdma-core) could not be loaded, so no RDMA device can be opened; \
+         install libibverbs1 and the device's provider (ibverbs-providers)"
+    )]
+    NoLibibverbs,
+    /// No RDMA device (of that name) was found.
+    #[error("{}", no_device_message(wanted.as_deref(), found, why))]
+    NoRdmaDevice {
+        /// The device asked for (`None`: any).
+        wanted: Option<String>,
+        /// The devices libibverbs found.
+        found: Vec<String>,
+        /// What libibverbs said, if it failed.
+        why: String,
+    },
+    /// A libibverbs call failed.
+    #[error("{device}: {verb} failed: {source}")]
+    Call {
+        /// The device.
+        device: String,
+        /// The verb (`ibv_create_qp`, …).
+        verb: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// An I/O error of the provider.
     #[error("{device}: {source}")]
     Io {
@@ -100,6 +135,24 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+fn no_device_message(wanted: Option<&str>, found: &[String], why: &str) -> String {
+    let mut m = match wanted {
+        Some(w) => format!("no RDMA device named {w:?}"),
+        None => "no RDMA device found".to_string(),
+    };
+    if found.is_empty() {
+        m.push_str(" (libibverbs lists none");
+        if !why.is_empty() {
+            m.push_str(": ");
+            m.push_str(why);
+        }
+        m.push_str("; `podnet devices` shows what this host has)");
+    } else {
+        m.push_str(&format!(" (libibverbs lists {})", found.join(", ")));
+    }
+    m
 }
 
 /// A `Result` with [`Error`].
@@ -227,6 +280,9 @@ pub struct ContextOptions {
     /// Whether a soft device on an IPv6 address uses UDP segmentation offload (ignored
     /// elsewhere).
     pub udp_offload: UdpOffload,
+    /// rdma-core devices: the GID whose address is the device's ([`Context::ip`]) and the
+    /// source GID of its packets (`-x`); `None`: the first RoCE v2 GID, IPv4 first.
+    pub gid_index: Option<usize>,
 }
 
 /// UDP segmentation offload for a soft device: one `sendmsg` carries a run of equal-sized
@@ -270,14 +326,43 @@ impl fmt::Debug for Context {
 }
 
 impl Context {
-    /// Opens a device by name: `soft:<IP>[:<udp-port>]` (see [`DeviceName`]).
+    /// Opens a device by name: `soft`, `soft:<IP>[:<udp-port>]` (see [`DeviceName`]), or
+    /// the name of an RDMA device (`mlx5_0`, `rxe0`) through the rdma-core provider.
     pub fn open(name: &str, opts: &ContextOptions) -> Result<Context> {
+        if !name.starts_with("soft") {
+            return Context::rdma_core(Some(name), opts);
+        }
         match DeviceName::parse(name)? {
             DeviceName::Soft { ip, port } => Context::soft(ip, port, opts),
             DeviceName::SoftDefault => {
                 let dev = soft::SoftDevice::open_default_loopback(opts)?;
                 Ok(Context { dev: Arc::new(dev) })
             }
+        }
+    }
+
+    /// Opens an RDMA device through rdma-core (the first one when `name` is `None`).
+    pub fn rdma_core(name: Option<&str>, opts: &ContextOptions) -> Result<Context> {
+        #[cfg(feature = "rdma-core")]
+        {
+            Ok(Context { dev: Arc::new(rdmacore::RdmaCoreDevice::open(name, opts)?) })
+        }
+        #[cfg(not(feature = "rdma-core"))]
+        {
+            let _ = (name, opts);
+            Err(Error::NotBuilt)
+        }
+    }
+
+    /// The RDMA devices rdma-core's libibverbs lists.
+    pub fn rdma_core_devices() -> Result<Vec<String>> {
+        #[cfg(feature = "rdma-core")]
+        {
+            rdmacore::device_names()
+        }
+        #[cfg(not(feature = "rdma-core"))]
+        {
+            Err(Error::NotBuilt)
         }
     }
 
@@ -319,7 +404,7 @@ impl Context {
     /// The GID at `index` (`ibv_query_gid`).
     pub fn query_gid(&self, index: usize) -> Result<GidEntry> {
         let t = self.gid_table();
-        t.get(index).copied().ok_or(Error::NoGid {
+        t.iter().find(|g| g.index == index).copied().ok_or(Error::NoGid {
             device: self.device_name(),
             index,
             len: t.len(),
@@ -380,6 +465,24 @@ impl ProtectionDomain {
     /// local key and, with any remote right, a random remote key.
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
         let info = self.dev.reg_mr(self.id, len, access)?;
+        Ok(MemoryRegion { dev: self.dev.clone(), info })
+    }
+
+    /// Registers `len` bytes at `offset` of the dma-buf `fd` (GPU memory, exported by its
+    /// driver), seen by the device at `iova` (`ibv_reg_dmabuf_mr`). The region has no host
+    /// mapping: [`MemoryRegion::read`] and [`MemoryRegion::write`] fail with
+    /// [`Error::Unsupported`]. A device that cannot register dma-bufs (the soft provider, rxe)
+    /// answers [`Error::Unsupported`] naming itself.
+    pub fn reg_dmabuf_mr(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<MemoryRegion> {
+        use std::os::fd::AsRawFd;
+        let info = self.dev.reg_dmabuf_mr(self.id, fd.as_raw_fd(), offset, len, iova, access)?;
         Ok(MemoryRegion { dev: self.dev.clone(), info })
     }
 

@@ -27,6 +27,23 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn alloc_pd(&self) -> Result<PdId>;
     /// Allocates `len` zeroed bytes and registers them.
     fn reg_mr(&self, pd: PdId, len: usize, access: Access) -> Result<MrInfo>;
+    /// Registers a dma-buf (`ibv_reg_dmabuf_mr`); devices that cannot answer
+    /// [`crate::Error::Unsupported`].
+    fn reg_dmabuf_mr(
+        &self,
+        pd: PdId,
+        fd: std::os::fd::RawFd,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<MrInfo> {
+        let _ = (pd, fd, offset, len, iova, access);
+        Err(crate::Error::Unsupported {
+            device: self.device_name(),
+            what: "dma-buf memory registration (ibv_reg_dmabuf_mr)",
+        })
+    }
     /// Deregisters a region and frees its memory.
     fn dereg_mr(&self, lkey: u32);
     /// Copies bytes out of a region (bounds already checked).
