@@ -137,9 +137,10 @@ pub(crate) struct PerfArgs {
     #[arg(short = 'q', long = "qp", default_value_t = 1)]
     pub(crate) qps: usize,
 
-    /// The local GID index (the soft device has one, 0).
-    #[arg(short = 'x', long = "gid-index", default_value_t = 0)]
-    pub(crate) gid_index: usize,
+    /// The local GID index [default: the soft device's one GID, 0; on an RDMA device its
+    /// first RoCE v2 GID, IPv4 before IPv6].
+    #[arg(short = 'x', long = "gid-index")]
+    pub(crate) gid_index: Option<usize>,
 
     /// Operations in flight per QP [default: 128 for bandwidth, 1 for latency].
     #[arg(short = 't', long = "tx-depth")]
@@ -222,6 +223,15 @@ pub(crate) struct PerfArgs {
     pub(crate) timeout: Option<f64>,
 }
 
+/// A verbs provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ProviderKind {
+    /// podnet's userspace RoCEv2 on UDP sockets.
+    Soft,
+    /// Real RDMA devices through rdma-core's libibverbs.
+    RdmaCore,
+}
+
 /// Where a two-sided tool runs and meets its peer: the flags ibv_rc_pingpong and perftest
 /// share.
 #[derive(Debug, Clone, Args)]
@@ -230,9 +240,16 @@ pub(crate) struct DeviceArgs {
     #[arg(short = 'p', long, default_value_t = 18515)]
     pub(crate) port: u16,
 
-    /// The RDMA device: `soft` (first free loopback address) or `soft:<IP>[:<udp-port>]`.
-    #[arg(short = 'd', long = "ib-dev", value_name = "DEVICE", default_value = "soft")]
-    pub(crate) ib_dev: String,
+    /// The RDMA device: `soft` (first free loopback address), `soft:<IP>[:<udp-port>]`, or
+    /// an RDMA device's name (`mlx5_0`, `rxe0`; `podnet devices` lists them) [default: soft,
+    /// or with --provider rdma-core the first RDMA device].
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEVICE")]
+    pub(crate) ib_dev: Option<String>,
+
+    /// Which provider drives the device: `soft` (podnet's userspace RoCEv2) or `rdma-core`
+    /// (real RDMA devices through libibverbs) [default: from the device's name].
+    #[arg(long, value_enum, value_name = "PROVIDER")]
+    pub(crate) provider: Option<ProviderKind>,
 
     /// The device port (RoCE devices here have one: 1).
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
@@ -273,8 +290,8 @@ pub(crate) struct PingpongArgs {
     #[arg(short = 'e', long)]
     pub(crate) events: bool,
 
-    /// Local GID index (the soft device has one GID, index 0). Without it the GID is still
-    /// sent, and a peer's zero GID means "the address it connected from".
+    /// Local GID index (the soft device has one GID, index 0; an RDMA device's default is its
+    /// first RoCE v2 GID). A peer's zero GID means "the address it connected from".
     #[arg(short = 'g', long = "gid-idx", value_name = "INDEX")]
     pub(crate) gid_idx: Option<usize>,
 

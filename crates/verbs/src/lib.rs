@@ -396,6 +396,12 @@ impl Context {
         self.dev.port_attr()
     }
 
+    /// The index of the GID the device's address ([`Context::ip`]) comes from: the one its
+    /// packets are sent from.
+    pub fn gid_index(&self) -> usize {
+        self.dev.gid_index()
+    }
+
     /// The port's GID table.
     pub fn gid_table(&self) -> Vec<GidEntry> {
         self.dev.gid_table()

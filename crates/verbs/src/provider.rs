@@ -21,6 +21,10 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn ip(&self) -> std::net::IpAddr;
     /// Port 1's attributes.
     fn port_attr(&self) -> PortAttr;
+    /// The index of the GID [`Provider::ip`] comes from.
+    fn gid_index(&self) -> usize {
+        0
+    }
     /// Port 1's GID table.
     fn gid_table(&self) -> Vec<GidEntry>;
     /// Allocates a protection domain.

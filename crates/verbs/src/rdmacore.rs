@@ -45,20 +45,26 @@ const PORT: u8 = 1;
 
 /// The RDMA devices libibverbs sees, by name.
 pub fn device_names() -> Result<Vec<String>> {
-    let list = device_list()?;
+    let list = device_list(None)?;
     Ok(list.iter().map(|d| d.name()).collect())
 }
 
-fn device_list() -> Result<DeviceList> {
+fn device_list(wanted: Option<&str>) -> Result<DeviceList> {
     DeviceList::new().map_err(|e| {
+        let wanted = wanted.map(str::to_string);
         let sideway::ibverbs::device::GetDeviceListErrorKind::Ibverbs(io) = e.0 else {
-            return Error::NoRdmaDevice { wanted: None, found: Vec::new(), why: e.to_string() };
+            return Error::NoRdmaDevice { wanted, found: Vec::new(), why: e.to_string() };
         };
-        // The shim answers EOPNOTSUPP when it could not dlopen libibverbs.so.1.
-        if io.raw_os_error() == Some(libc::EOPNOTSUPP) {
-            Error::NoLibibverbs
-        } else {
-            Error::NoRdmaDevice { wanted: None, found: Vec::new(), why: io.to_string() }
+        match io.raw_os_error() {
+            // The shim answers EOPNOTSUPP when it could not dlopen libibverbs.so.1.
+            Some(libc::EOPNOTSUPP) => Error::NoLibibverbs,
+            // libibverbs answers ENOSYS when the kernel has no RDMA support at all.
+            Some(libc::ENOSYS) => Error::NoRdmaDevice {
+                wanted,
+                found: Vec::new(),
+                why: "this kernel has no RDMA support loaded (ENOSYS)".into(),
+            },
+            _ => Error::NoRdmaDevice { wanted, found: Vec::new(), why: io.to_string() },
         }
     })
 }
@@ -300,7 +306,7 @@ impl RdmaCoreDevice {
     /// Opens `name` (the first device when `None`). The device's address is the RoCE v2 GID
     /// at `opts.gid_index`, or the first RoCE v2 GID (IPv4 before IPv6).
     pub fn open(name: Option<&str>, opts: &ContextOptions) -> Result<RdmaCoreDevice> {
-        let list = device_list()?;
+        let list = device_list(name)?;
         let found: Vec<String> = list.iter().map(|d| d.name()).collect();
         let dev = list.iter().find(|d| name.is_none_or(|n| d.name() == n)).ok_or_else(|| {
             Error::NoRdmaDevice {
@@ -560,6 +566,10 @@ impl Provider for RdmaCoreDevice {
                 "Ethernet"
             },
         }
+    }
+
+    fn gid_index(&self) -> usize {
+        self.gid.index
     }
 
     fn gid_table(&self) -> Vec<GidEntry> {

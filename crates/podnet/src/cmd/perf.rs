@@ -79,7 +79,7 @@ fn options(a: &PerfArgs) -> anyhow::Result<(Options, bool)> {
             None => bail!("-m must be 256, 512, 1024, 2048 or 4096, not {m}"),
         },
     };
-    o.gid_index = a.gid_index;
+    o.gid_index = a.gid_index.unwrap_or(0);
     o.traffic_class = a.tclass;
     o.validate = a.data_validation;
     o.atomic = if a.atomic_type == "CMP_AND_SWAP" { BwOp::CompareSwap } else { BwOp::FetchAdd };
@@ -348,13 +348,14 @@ impl Observer for Printer<'_> {
 
 /// Runs `podnet perf`.
 pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
-    let (opts, events) = options(args)?;
+    let (mut opts, events) = options(args)?;
     let progress = if events { Progress::Event } else { Progress::Busy };
     let udp_offload = if args.no_udp_offload { UdpOffload::Off } else { UdpOffload::Auto };
-    let ctx = Context::open(
-        &args.dev.ib_dev,
-        &ContextOptions { progress, udp_offload, ..Default::default() },
+    let ctx = super::open_device(
+        &args.dev,
+        &ContextOptions { progress, udp_offload, gid_index: args.gid_index, ..Default::default() },
     )?;
+    opts.gid_index = ctx.gid_index();
     let role = if args.server.is_some() { Role::Client } else { Role::Server };
     let (sock, peer) = match &args.server {
         Some(host) => connect(host, args.dev.port, opts.stall)?,

@@ -132,7 +132,8 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let progress = if args.events { Progress::Event } else { Progress::Busy };
-    let ctx = Context::open(&args.dev.ib_dev, &ContextOptions { progress, ..Default::default() })?;
+    let opts = ContextOptions { progress, gid_index: args.gid_idx, ..Default::default() };
+    let ctx = super::open_device(&args.dev, &opts)?;
     let size = args.size as usize;
     let pd = ctx.alloc_pd()?;
     // [0, size): the receive (and echo) buffer; [size, 2 size): the client's --verify pattern.
@@ -145,7 +146,7 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
     let qp = pd.create_qp(&init)?;
     let m = ModifyQp { state: Some(QpState::Init), access: Some(Access(0)), ..Default::default() };
     qp.modify(&m)?;
-    let gid = ctx.query_gid(args.gid_idx.unwrap_or(0))?.gid;
+    let gid = ctx.query_gid(ctx.gid_index())?.gid;
     let mut s = Session { args: args.clone(), ctx, mr, cq, channel, qp, size, timeout };
     let posted = s.post_recvs(args.rx_depth)?;
     let local = Dest { lid: 0, qpn: s.qp.qpn().get(), psn: random_psn(), gid };

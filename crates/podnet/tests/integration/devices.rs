@@ -142,3 +142,50 @@ fn soft_devices_follow_the_interfaces_and_their_mtus() {
     );
     assert!(stdout(&o).contains(" Mtu             : 1024[B]"), "{}{}", stdout(&o), stderr(&o));
 }
+
+/// This host has no RDMA device (and, in a mount namespace, no libibverbs): `--provider
+/// rdma-core` says which, in one line, and exits 2 — while the soft devices still work.
+#[test]
+fn rdma_core_on_a_host_without_rdma_says_so_plainly() {
+    let one_line = |o: &std::process::Output, want: &str| {
+        let e = stderr(o);
+        assert_eq!(o.status.code(), Some(2), "{e}");
+        assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+        assert!(e.contains(want), "{want:?} not in {e:?}");
+        assert!(!e.contains("panicked"), "{e}");
+    };
+    if !cfg!(feature = "rdma-core") {
+        let o = podnet(&["perf", "write-bw", "--provider", "rdma-core"]);
+        one_line(&o, "built without the rdma-core provider");
+        return;
+    }
+    let o = podnet(&["perf", "write-bw", "--provider", "rdma-core", "--timeout", "2"]);
+    one_line(&o, "no RDMA device found");
+    let o = podnet(&["pingpong", "-d", "mlx5_0"]);
+    one_line(&o, "no RDMA device named \"mlx5_0\"");
+    let o = podnet(&["perf", "send-lat", "--provider", "soft", "-d", "rxe0"]);
+    one_line(&o, "--provider soft drives soft devices");
+    let o = podnet(&["perf", "send-lat", "--provider", "rdma-core", "-d", "soft:127.0.0.1"]);
+    one_line(&o, "is a soft device");
+    // Without libibverbs: a bind mount of /dev/null over it, in a private mount namespace.
+    let lib = ["/usr/lib/x86_64-linux-gnu/libibverbs.so.1", "/usr/lib64/libibverbs.so.1"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("libibverbs.so.1 (scripts/deps.sh installs rdma-core's libibverbs1)");
+    let o = std::process::Command::new("unshare")
+        .args([
+            "--mount",
+            "sh",
+            "-c",
+            &format!("mount --bind /dev/null {lib} && exec \"$PODNET\" perf write-bw -d mlx5_0"),
+        ])
+        .env("PODNET", env!("CARGO_BIN_EXE_podnet"))
+        .output()
+        .expect("unshare runs");
+    one_line(&o, "libibverbs.so.1 (rdma-core) could not be loaded");
+    // The soft devices are still listed.
+    let o = podnet(&["devices", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(v.as_array().unwrap().iter().any(|d| d["provider"] == "soft"), "{v}");
+}
