@@ -513,8 +513,10 @@ pub fn run(
     o.validate_options()?;
     let res = create(ctx, o, events)?;
     let side = res.side(o.stall);
-    // Busy-polled devices are driven by polling, also while this side waits.
-    let busy_cq = (!events).then_some(&res.cq);
+    // Busy-polled soft devices are driven by polling, also while this side waits; a real
+    // device is not, and a passive side that spun would only take a core from it (perftest's
+    // passive side sleeps in its side channel's read).
+    let busy_cq = (!events && ctx.driven_by_polling()).then_some(&res.cq);
     let gid = ctx.query_gid(o.gid_index)?.gid;
     let tag = o.tag();
     let local: Vec<Key> = res

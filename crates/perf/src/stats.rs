@@ -134,6 +134,46 @@ impl Latency {
     }
 }
 
+/// A cheap clock for per-message timestamps: the CPU's time-stamp counter on x86-64 (what
+/// perftest's `get_cycles` reads), elsewhere nanoseconds of the OS clock. Reading the OS clock
+/// is a system call where the kernel's clocksource is not the TSC (HPET in VMs, and in the
+/// QEMU guest, where one read costs ~3 µs); a tick is one instruction. Ticks become
+/// nanoseconds with a rate measured against the OS clock over the recording itself.
+#[derive(Debug, Clone, Copy)]
+pub struct TickClock {
+    t0: std::time::Instant,
+    c0: u64,
+}
+
+impl TickClock {
+    /// Starts the calibration interval now.
+    pub fn start() -> TickClock {
+        TickClock { t0: std::time::Instant::now(), c0: ticks() }
+    }
+
+    /// Nanoseconds per tick over the interval so far (1 when too short to tell).
+    pub fn ns_per_tick(&self) -> f64 {
+        let ns = self.t0.elapsed().as_nanos() as f64;
+        let dc = ticks().saturating_sub(self.c0);
+        if dc == 0 || ns == 0.0 { 1.0 } else { ns / dc as f64 }
+    }
+}
+
+/// The tick counter now.
+#[inline]
+pub fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC has no preconditions; every x86-64 CPU has it.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        EPOCH.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+    }
+}
+
 /// Collects a latency test's post times: every one (perftest's exact figures) for a run of
 /// iterations, or the intervals in an HDR histogram (3 significant digits) for a run of a
 /// duration, which may be any length — so `-D` runs get percentiles too.
@@ -141,7 +181,7 @@ impl Latency {
 pub struct LatencyRecorder {
     size: u64,
     rtt_factor: f64,
-    epoch: std::time::Instant,
+    clock: TickClock,
     posts: Vec<u64>,
     hist: Option<hdrhistogram::Histogram<u64>>,
     last: Option<u64>,
@@ -154,11 +194,11 @@ impl LatencyRecorder {
         LatencyRecorder {
             size,
             rtt_factor,
-            epoch: std::time::Instant::now(),
+            clock: TickClock::start(),
             posts: Vec::new(),
             hist: histogram.then(|| {
-                // 1 ns to 10 minutes at 3 significant digits.
-                hdrhistogram::Histogram::new_with_bounds(1, 600_000_000_000, 3)
+                // 1 tick to 10 minutes at 6 GHz, at 3 significant digits.
+                hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
                     .unwrap_or_else(|_| unreachable!("valid bounds"))
             }),
             last: None,
@@ -167,8 +207,9 @@ impl LatencyRecorder {
     }
 
     /// Notes a post now.
+    #[inline]
     pub fn post(&mut self) {
-        let t = self.epoch.elapsed().as_nanos() as u64;
+        let t = ticks();
         self.count += 1;
         match &mut self.hist {
             None => self.posts.push(t),
@@ -184,13 +225,17 @@ impl LatencyRecorder {
 
     /// The figures; `None` with fewer than two posts.
     pub fn finish(&self) -> Option<Latency> {
+        let k = self.clock.ns_per_tick();
         let Some(h) = &self.hist else {
-            return Latency::from_post_times(self.size, &self.posts, self.rtt_factor);
+            let first = self.posts.first().copied().unwrap_or(0);
+            let ns: Vec<u64> =
+                self.posts.iter().map(|t| (t.saturating_sub(first) as f64 * k) as u64).collect();
+            return Latency::from_post_times(self.size, &ns, self.rtt_factor);
         };
         if h.is_empty() {
             return None;
         }
-        let us = |ns: f64| ns / 1e3 / self.rtt_factor;
+        let us = |ticks: f64| ticks * k / 1e3 / self.rtt_factor;
         Some(Latency {
             size: self.size,
             iters: self.count,

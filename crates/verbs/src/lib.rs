@@ -386,6 +386,12 @@ impl Context {
         self.dev.provider_name()
     }
 
+    /// Whether polling a CQ is what moves the device's packets (a busy-polled soft device):
+    /// then a side that waits for its peer should keep polling. Real devices work alone.
+    pub fn driven_by_polling(&self) -> bool {
+        self.dev.driven_by_polling()
+    }
+
     /// The device's IP address (RoCE).
     pub fn ip(&self) -> std::net::IpAddr {
         self.dev.ip()

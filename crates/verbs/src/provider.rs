@@ -17,6 +17,11 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn device_name(&self) -> String;
     /// The provider's name (`soft`, `rdma-core`).
     fn provider_name(&self) -> &'static str;
+    /// Whether polling a CQ is what moves this device's packets (a busy-polled soft device);
+    /// a NIC, or rxe, works without it.
+    fn driven_by_polling(&self) -> bool {
+        false
+    }
     /// The device's IP address.
     fn ip(&self) -> std::net::IpAddr;
     /// Port 1's attributes.

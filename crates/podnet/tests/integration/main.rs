@@ -6,6 +6,8 @@ mod extra;
 mod perf;
 mod perf_rxe;
 mod pingpong;
+#[cfg(feature = "rdma-core")]
+mod rdma_core_rxe;
 mod rxe;
 mod tshark;
 mod util;

@@ -294,7 +294,7 @@ fn bad_flags_fail_with_a_message() {
         (&["perf", "write-bw", "-D", "0"][..], "-D must be a positive"),
         (&["perf", "write-lat", "-b"][..], "-b is for the bandwidth tests"),
         (&["perf", "write-bw", "--run_infinitely"][..], "needs a bandwidth test and -D"),
-        (&["perf", "write-bw", "-d", "mlx5_0"][..], "bad device name"),
+        (&["perf", "write-bw", "-d", "soft:10.0.0"][..], "bad device name"),
     ] {
         let o = podnet(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));

@@ -559,6 +559,10 @@ impl Provider for SoftDevice {
         "soft"
     }
 
+    fn driven_by_polling(&self) -> bool {
+        self.sh.progress == Progress::Busy
+    }
+
     fn ip(&self) -> IpAddr {
         self.sh.io.ip
     }
