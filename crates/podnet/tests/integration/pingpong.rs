@@ -58,7 +58,7 @@ fn verify_and_json_over_ipv6_in_event_mode() {
 fn bad_input_and_an_absent_peer_fail_cleanly() {
     for (args, msg) in [
         (&["pingpong", "-m", "1500"][..], "--mtu must be 256"),
-        (&["pingpong", "-d", "mlx5_0"][..], "bad device name"),
+        (&["pingpong", "-d", "soft:1.2.3"][..], "bad device name"),
         (&["pingpong", "-i", "2"][..], "one port"),
         (&["pingpong", "-g", "3", "--timeout", "1"][..], "GID index 3"),
     ] {
