@@ -7,6 +7,8 @@
 #                                boot the Linux Soft-RoCE guest (crates/rxevm)
 #   rdma-core, ibverbs-utils, ibverbs-providers, rdmacm-utils, perftest
 #                                the reference peer's tools, run inside the guest
+#   prometheus (promtool), prometheus-node-exporter
+#                                check the agent's exposition; the node_exporter comparison
 #   cmake, libclang-dev         build the rdma-core provider (sideway's rdma-mummy-sys: a
 #                                CMake-built shim and bindgen; libibverbs is loaded at run time)
 #   iproute2, tcpdump, nftables, python3, util-linux
@@ -14,6 +16,8 @@
 set -euo pipefail
 # command  package
 want="
+promtool prometheus
+prometheus-node-exporter prometheus-node-exporter
 cmake cmake
 tshark tshark
 qemu-system-x86_64 qemu-system-x86

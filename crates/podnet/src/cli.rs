@@ -79,6 +79,67 @@ pub(crate) enum Command {
     #[command(after_help = "Examples:\n  podnet devices\n  podnet devices --gids\n  \
         podnet devices --json | jq '.[] | select(.provider != \"soft\") | .name'")]
     Devices(DevicesArgs),
+
+    /// RDMA health and performance telemetry, served to Prometheus.
+    ///
+    /// Reads every RDMA port's attributes and counters (sysfs `counters/` and `hw_counters/`),
+    /// the statistics of the netdevs under them, ethtool statistics and DCB PFC per priority,
+    /// and exports them at http://LISTEN/metrics: normalized series that mean the same on
+    /// every driver (`podnet_rdma_out_of_sequence_total{device,port,netdev}`, …), every raw
+    /// counter (`podnet_rdma_hw_counter_total{device,port,counter}`), and each port's health —
+    /// `down` from its state, `degraded` when a counter's rate over the window passes its
+    /// threshold (`--thresholds`). A source that cannot be read is reported by
+    /// `podnet_agent_source_error{source,device,port,path}` and the rest is served. Metrics are
+    /// defined in docs/metrics.md.
+    ///
+    /// `--once` prints each port's health instead of serving (two samples `--interval` apart
+    /// give the rates); exit status 0 when every port is ok, 1 when one is degraded or down,
+    /// 2 on bad input.
+    #[command(
+        after_help = "Examples:\n  podnet agent                       # http://127.0.0.1:9464/metrics\n  \
+        podnet agent --listen 10.0.0.5:9464 --thresholds /etc/podnet/health.toml\n  \
+        podnet agent --once\n  podnet agent --once --json --sysfs-root recorded-host/sys"
+    )]
+    Agent(AgentArgs),
+}
+
+/// `podnet agent` flags.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct AgentArgs {
+    /// Where to serve /metrics (loopback unless you name another address).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
+    pub(crate) listen: std::net::SocketAddr,
+
+    /// Read sysfs from DIR instead of /sys (DIR/class/infiniband, DIR/class/net, and the
+    /// fixtures DIR/podnet/ethtool/<netdev>, DIR/podnet/dcb/<netdev>): a recorded host.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) sysfs_root: Option<PathBuf>,
+
+    /// Read procfs from DIR instead of /proc (DIR/net/dev, for netdevs whose sysfs
+    /// statistics are missing).
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    pub(crate) procfs_root: PathBuf,
+
+    /// Health thresholds (TOML; see docs/metrics.md for the keys and defaults).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) thresholds: Option<PathBuf>,
+
+    /// Seconds between samples for the rates [default: 5; with --once or --print: 2].
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) interval: Option<f64>,
+
+    /// Print each port's health once (a table) and exit.
+    #[arg(long)]
+    pub(crate) once: bool,
+
+    /// With --once: one JSON object instead of the table.
+    #[arg(long, requires = "once")]
+    pub(crate) json: bool,
+
+    /// Print what a scrape of /metrics returns (Prometheus text; two samples --interval
+    /// apart, so rates and health are there) and exit.
+    #[arg(long, conflicts_with = "once")]
+    pub(crate) print: bool,
 }
 
 /// `podnet devices` flags.

@@ -1,5 +1,6 @@
 //! Subcommands.
 
+mod agent;
 mod capture;
 mod devices;
 mod perf;
@@ -43,5 +44,6 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Perf(args) => perf::run(&args),
         Command::Devices(args) => devices::run(&args),
+        Command::Agent(args) => agent::run(&args),
     }
 }

@@ -1,5 +1,6 @@
 //! One integration test binary that runs the real `podnet` executable (ripgrep's layout).
 
+mod agent;
 mod decode;
 mod devices;
 mod extra;

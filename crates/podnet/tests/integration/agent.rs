@@ -1,0 +1,411 @@
+//! `podnet agent` against the recorded hosts in `testdata/telemetry` (an mlx5 port with every
+//! PMA and RoCE counter, a bnxt_re-like device without `counters/`, rxe recorded in the QEMU
+//! guest, and a tree of broken files): the exposition, `promtool check metrics`, the error
+//! series, rates across changes, resets and saturation, health, the thresholds file.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::{podnet, require_tool, stderr, stdout, testdata};
+
+fn fixture(name: &str) -> PathBuf {
+    testdata(&format!("telemetry/{name}/sys"))
+}
+
+/// `podnet agent --print` of a tree: the text exposition.
+fn print(root: &Path) -> String {
+    let o =
+        podnet(&["agent", "--print", "--interval", "0.05", "--sysfs-root", root.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    stdout(&o)
+}
+
+/// The value of the sample `name{labels…}` whose labels include every one of `want`.
+fn value(text: &str, name: &str, want: &[(&str, &str)]) -> Option<f64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(name)?;
+        let (labels, v) = match rest.strip_prefix('{') {
+            Some(r) => r.split_once("} ")?,
+            None => ("", rest.strip_prefix(' ')?),
+        };
+        want.iter()
+            .all(|(k, val)| labels.contains(&format!("{k}=\"{val}\"")))
+            .then(|| v.trim().parse().ok())?
+    })
+}
+
+fn promtool(text: &str) {
+    require_tool("promtool");
+    let mut c = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert!(o.status.success(), "promtool check metrics: {}{}", stdout(&o), stderr(&o));
+}
+
+#[test]
+fn an_mlx5_port_every_counter_normalized_and_raw() {
+    let root = fixture("mlx5");
+    let t = print(&root);
+    promtool(&t);
+    let port = [("device", "mlx5_0"), ("port", "1")];
+    let file = |f: &str| -> f64 {
+        let p = root.join("class/infiniband/mlx5_0/ports/1").join(f);
+        std::fs::read_to_string(&p).unwrap().trim().parse().unwrap()
+    };
+    // Every raw counter, both folders (lifespan is a setting, not a counter).
+    let hw = std::fs::read_dir(root.join("class/infiniband/mlx5_0/ports/1/hw_counters")).unwrap();
+    let mut n = 0;
+    for e in hw {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        if name == "lifespan" {
+            continue;
+        }
+        let got =
+            value(&t, "podnet_rdma_hw_counters_total", &[port[0], port[1], ("counter", &name)]);
+        assert_eq!(got, Some(file(&format!("hw_counters/{name}"))), "{name}");
+        n += 1;
+    }
+    assert_eq!(n, 29, "the 29 RoCE hw_counters of the field notes");
+    assert_eq!(
+        value(
+            &t,
+            "podnet_rdma_port_counters_total",
+            &[port[0], port[1], ("counter", "VL15_dropped")]
+        ),
+        Some(file("counters/VL15_dropped"))
+    );
+    // Normalized: unscaled but for the data counters (x4).
+    for (metric, f, scale) in [
+        ("podnet_rdma_out_of_sequence_total", "hw_counters/out_of_sequence", 1.0),
+        ("podnet_rdma_packet_seq_errors_total", "hw_counters/packet_seq_err", 1.0),
+        ("podnet_rdma_local_ack_timeouts_total", "hw_counters/local_ack_timeout_err", 1.0),
+        ("podnet_rdma_cnp_sent_total", "hw_counters/np_cnp_sent", 1.0),
+        ("podnet_rdma_cnp_handled_total", "hw_counters/rp_cnp_handled", 1.0),
+        ("podnet_rdma_ecn_marked_packets_total", "hw_counters/np_ecn_marked_roce_packets", 1.0),
+        ("podnet_rdma_symbol_errors_total", "counters/symbol_error", 1.0),
+        ("podnet_rdma_port_rcv_data_bytes_total", "counters/port_rcv_data", 4.0),
+        ("podnet_rdma_port_xmit_data_bytes_total", "counters/port_xmit_data", 4.0),
+    ] {
+        let want = file(f) * scale;
+        assert_eq!(
+            value(&t, metric, &[port[0], port[1], ("netdev", "ens1f0np0")]),
+            Some(want),
+            "{metric}"
+        );
+    }
+    // Port attributes, health, PFC (ethtool for counts and time, DCB for the enabled set).
+    assert_eq!(value(&t, "podnet_rdma_port_state_id", &port), Some(4.0));
+    assert_eq!(value(&t, "podnet_rdma_port_rate_bytes_per_second", &port), Some(25e9));
+    assert_eq!(value(&t, "podnet_rdma_port_active_mtu_bytes", &port), Some(4096.0));
+    assert_eq!(
+        value(&t, "podnet_rdma_port_health", &[port[0], port[1], ("state", "ok")]),
+        Some(1.0)
+    );
+    let p3 = [("netdev", "ens1f0np0"), ("priority", "3")];
+    assert_eq!(value(&t, "podnet_pfc_rx_pause_frames_total", &p3), Some(21.0));
+    assert_eq!(value(&t, "podnet_pfc_tx_pause_frames_total", &p3), Some(12.0));
+    assert_eq!(value(&t, "podnet_pfc_rx_pause_duration_seconds_total", &p3), Some(0.0021));
+    assert_eq!(value(&t, "podnet_pfc_enabled", &p3), Some(1.0));
+    assert_eq!(
+        value(&t, "podnet_pfc_enabled", &[("netdev", "ens1f0np0"), ("priority", "0")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(
+            &t,
+            "podnet_netdev_statistic_total",
+            &[("netdev", "ens1f0np0"), ("statistic", "rx_crc_errors")]
+        ),
+        Some(
+            std::fs::read_to_string(root.join("class/net/ens1f0np0/statistics/rx_crc_errors"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        )
+    );
+    assert_eq!(value(&t, "podnet_agent_source_errors", &[]), Some(0.0));
+}
+
+#[test]
+fn bnxt_re_and_rxe_map_their_own_names() {
+    let t = print(&fixture("bnxt_re"));
+    promtool(&t);
+    let port = [("device", "bnxt_re0"), ("port", "1")];
+    // No counters/ folder: one error naming it, and the rest served.
+    assert_eq!(
+        value(
+            &t,
+            "podnet_agent_source_error",
+            &[("source", "counters"), ("path", "class/infiniband/bnxt_re0/ports/1/counters")]
+        ),
+        Some(1.0)
+    );
+    let f = |n: &str| -> f64 {
+        std::fs::read_to_string(
+            fixture("bnxt_re").join("class/infiniband/bnxt_re0/ports/1/hw_counters").join(n),
+        )
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+    };
+    assert_eq!(
+        value(&t, "podnet_rdma_packet_seq_errors_total", &port),
+        Some(f("seq_err_naks_rcvd"))
+    );
+    assert_eq!(value(&t, "podnet_rdma_local_ack_timeouts_total", &port), Some(f("to_retransmits")));
+    assert_eq!(value(&t, "podnet_rdma_duplicate_requests_total", &port), Some(f("dup_req")));
+    assert_eq!(
+        value(&t, "podnet_rdma_port_rcv_discards_total", &port),
+        Some(f("rx_roce_discards"))
+    );
+    assert_eq!(
+        value(&t, "podnet_rdma_port_health", &[port[0], port[1], ("state", "ok")]),
+        Some(1.0)
+    );
+
+    // rxe, as recorded in the QEMU guest after 50 ping-pongs between rxeA and rxeB.
+    let t = print(&fixture("rxe"));
+    promtool(&t);
+    let a = [("device", "rxeA"), ("port", "1")];
+    assert_eq!(value(&t, "podnet_rdma_port_xmit_packets_total", &a), Some(250.0));
+    assert_eq!(value(&t, "podnet_rdma_port_rcv_packets_total", &a), Some(250.0));
+    assert_eq!(value(&t, "podnet_rdma_out_of_sequence_total", &a), Some(0.0));
+    assert_eq!(
+        value(&t, "podnet_rdma_port_info", &[a[0], ("driver", "rxe"), ("netdev", "vA")]),
+        Some(1.0)
+    );
+    assert_eq!(value(&t, "podnet_rdma_port_active_mtu_bytes", &a), Some(1024.0));
+    // rxe has no counters/ folder either.
+    assert!(value(&t, "podnet_agent_source_errors", &[]).unwrap() >= 1.0, "{t}");
+}
+
+#[test]
+fn broken_files_are_named_and_the_rest_is_served() {
+    let root = fixture("broken");
+    let t = print(&root);
+    promtool(&t);
+    let d = "class/infiniband/mlx5_1/ports";
+    for path in [
+        format!("{d}/1/counters/port_xmit_wait"),     // N/A (no PMA)
+        format!("{d}/1/counters/symbol_error"),       // a dangling link: unreadable even for root
+        format!("{d}/1/hw_counters/out_of_sequence"), // "lots"
+        format!("{d}/2/state"),                       // missing
+    ] {
+        assert_eq!(
+            value(&t, "podnet_agent_source_error", &[("path", &path)]),
+            Some(1.0),
+            "{path}\n{t}"
+        );
+    }
+    assert_eq!(value(&t, "podnet_agent_source_errors", &[]), Some(4.0));
+    // The healthy device is all there; the port without a state is down.
+    assert_eq!(
+        value(&t, "podnet_rdma_port_health", &[("device", "mlx5_0"), ("state", "ok")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &t,
+            "podnet_rdma_port_health",
+            &[("device", "mlx5_1"), ("port", "2"), ("state", "down")]
+        ),
+        Some(1.0)
+    );
+    // irdma-style names (spaces, capitals) as raw labels, and normalized.
+    let p1 = [("device", "mlx5_1"), ("port", "1")];
+    assert_eq!(
+        value(&t, "podnet_rdma_hw_counters_total", &[p1[0], p1[1], ("counter", "RNR sent")]),
+        Some(5.0)
+    );
+    assert_eq!(value(&t, "podnet_rdma_rnr_naks_sent_total", &p1), Some(5.0));
+    // Saturated PMA counters are flagged and get no rate.
+    let p2 = [("device", "mlx5_1"), ("port", "2")];
+    for c in ["symbol_error", "port_xmit_data"] {
+        assert_eq!(
+            value(&t, "podnet_rdma_pma_saturated", &[p2[0], p2[1], ("counter", c)]),
+            Some(1.0),
+            "{c}"
+        );
+    }
+    assert_eq!(
+        value(&t, "podnet_rdma_rate_per_second", &[p2[0], p2[1], ("counter", "symbol_errors")]),
+        None
+    );
+    assert!(
+        value(&t, "podnet_rdma_rate_per_second", &[p2[0], p2[1], ("counter", "link_downed")])
+            .is_some()
+    );
+    // --once names them too, and exits 1 for the down port.
+    let o =
+        podnet(&["agent", "--once", "--interval", "0.05", "--sysfs-root", root.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("mlx5_1  2     ens1f1np1   down      port state unknown"), "{out}");
+    assert!(out.contains("symbol_errors saturated: rate unknown"), "{out}");
+    assert!(out.contains("source error: class/infiniband/mlx5_1/ports/1/counters/port_xmit_wait: not available: \"N/A (no PMA)\""), "{out}");
+}
+
+/// Copies a fixture tree (files and links) into `dst`.
+fn copy_tree(src: &Path, dst: &Path) {
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let (s, d) = (e.path(), dst.join(e.file_name()));
+        let ty = e.file_type().unwrap();
+        if ty.is_dir() {
+            std::fs::create_dir_all(&d).unwrap();
+            copy_tree(&s, &d);
+        } else if ty.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&s).unwrap(), &d).unwrap();
+        } else {
+            std::fs::copy(&s, &d).unwrap();
+        }
+    }
+}
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(root: &Path, thresholds: &Path, port: u16) -> Server {
+        let child = Command::new(env!("CARGO_BIN_EXE_podnet"))
+            .args(["agent", "--listen", &format!("127.0.0.1:{port}"), "--interval", "0.2"])
+            .args([
+                "--sysfs-root",
+                root.to_str().unwrap(),
+                "--thresholds",
+                thresholds.to_str().unwrap(),
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let s = Server { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the agent never listened");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s
+    }
+
+    fn get(&self, path: &str, accept: &str) -> (String, String) {
+        let mut c = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        write!(c, "GET {path} HTTP/1.0\r\nHost: x\r\nAccept: {accept}\r\n\r\n").unwrap();
+        let mut r = String::new();
+        c.read_to_string(&mut r).unwrap();
+        let (head, body) = r.split_once("\r\n\r\n").unwrap();
+        (head.to_string(), body.to_string())
+    }
+
+    fn metrics(&self) -> String {
+        self.get("/metrics", "*/*").1
+    }
+}
+
+#[test]
+fn rates_survive_resets_and_turn_a_port_degraded_then_down() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("mlx5"), dir.path());
+    let th = dir.path().join("health.toml");
+    std::fs::write(&th, "window_seconds = 2\n[degraded]\nout_of_sequence = 50\n").unwrap();
+    let s = Server::start(dir.path(), &th, 19464 + (std::process::id() % 500) as u16);
+    let hw = dir.path().join("class/infiniband/mlx5_0/ports/1/hw_counters");
+    let set = |f: &str, v: u64| std::fs::write(hw.join(f), format!("{v}\n")).unwrap();
+    let port = [("device", "mlx5_0"), ("port", "1")];
+    let health =
+        |t: &str, st: &str| value(t, "podnet_rdma_port_health", &[port[0], port[1], ("state", st)]);
+    std::thread::sleep(Duration::from_millis(600));
+    let t = s.metrics();
+    promtool(&t);
+    assert_eq!(health(&t, "ok"), Some(1.0), "{t}");
+    // 1,000 out-of-sequence packets a second for two seconds: over the threshold.
+    let base: u64 = std::fs::read_to_string(hw.join("out_of_sequence")).unwrap().trim().parse().unwrap();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) {
+        set("out_of_sequence", base + (t0.elapsed().as_millis() as u64));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let t = s.metrics();
+    let r = value(
+        &t,
+        "podnet_rdma_rate_per_second",
+        &[port[0], port[1], ("counter", "out_of_sequence")],
+    )
+    .unwrap();
+    assert!((300.0..3000.0).contains(&r), "rate {r}\n{t}");
+    assert_eq!(health(&t, "degraded"), Some(1.0), "{t}");
+    // A reset (the counter cleared, then counting slowly): never a negative rate.
+    set("out_of_sequence", 3);
+    std::thread::sleep(Duration::from_millis(2500));
+    let t = s.metrics();
+    let r = value(
+        &t,
+        "podnet_rdma_rate_per_second",
+        &[port[0], port[1], ("counter", "out_of_sequence")],
+    )
+    .unwrap();
+    assert!((0.0..50.0).contains(&r), "after a reset: {r}");
+    assert_eq!(health(&t, "ok"), Some(1.0), "{t}");
+    // OpenMetrics when asked for, with its EOF.
+    let (head, body) = s.get("/metrics", "application/openmetrics-text; version=1.0.0");
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    assert!(body.ends_with("# EOF\n"), "{}", &body[body.len().saturating_sub(100)..]);
+    // The netdev goes down: the port is down.
+    std::fs::write(dir.path().join("class/net/ens1f0np0/operstate"), "down\n").unwrap();
+    let t = s.metrics();
+    assert_eq!(health(&t, "down"), Some(1.0), "{t}");
+    let (_, h) = s.get("/health", "*/*");
+    assert!(h.contains("\"state\":\"down\"") && h.contains("netdev ens1f0np0 is down"), "{h}");
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let th = dir.path().join("t.toml");
+    std::fs::write(&th, "window_seconds = 30\n[degraded]\nout_of_seqence = 5\n").unwrap();
+    let root = fixture("mlx5");
+    let r = root.to_str().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = taken.local_addr().unwrap().to_string();
+    for (args, msg) in [
+        (
+            vec!["agent", "--once", "--sysfs-root", r, "--thresholds", th.to_str().unwrap()],
+            "t.toml:3: unknown key `degraded.out_of_seqence`",
+        ),
+        (vec!["agent", "--once", "--sysfs-root", "/nonexistent"], "no class/ folder there"),
+        (vec!["agent", "--once", "--interval", "0"], "--interval must be"),
+        (vec!["agent", "--listen", &busy], "cannot listen on"),
+    ] {
+        let o = podnet(&args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains(msg), "{args:?}: {e}");
+        assert_eq!(e.trim().lines().count(), 1, "{args:?}: {e}");
+    }
+    // --once --json: every port with its state and the rates looked at.
+    let o = podnet(&["agent", "--once", "--json", "--interval", "0.05", "--sysfs-root", r]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["ports"][0]["state"], "ok", "{v}");
+    assert_eq!(v["ports"][0]["device"], "mlx5_0", "{v}");
+    assert!(v["ports"][0]["rates"]["out_of_sequence"].is_number(), "{v}");
+}

@@ -1,0 +1,16 @@
+//! podnet's RDMA telemetry: what the agent collects, how it names it, how it judges a port.
+//!
+//! - [`sample`]: one scrape of `/sys` (or a recorded tree): RDMA port attributes and
+//!   counters, the netdevs under them, ethtool and DCB PFC data; failures become
+//!   [`sample::SourceError`]s, never an aborted scrape.
+//! - [`names`]: driver-independent series and the mapping from each driver's names.
+//! - [`rates`]: rates over a window that survive counter resets and saturation.
+//! - [`health`]: `ok | degraded | down` per port, with TOML thresholds.
+//! - [`expose`]: the Prometheus exposition.
+
+pub mod ethtool;
+pub mod expose;
+pub mod health;
+pub mod names;
+pub mod rates;
+pub mod sample;

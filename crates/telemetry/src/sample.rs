@@ -1,0 +1,531 @@
+//! One scrape of a host: every RDMA port's attributes and counters, the netdevs under them
+//! (statistics, ethtool statistics, PFC per priority), and every source that failed.
+//!
+//! Sources, under a root that stands for `/sys` (`--sysfs-root`):
+//! - `class/infiniband/<dev>/ports/<n>/{counters,hw_counters}/*` and the port attributes;
+//! - `class/net/<netdev>/{operstate,mtu,statistics/*}`;
+//! - ethtool statistics and DCB PFC data, which sysfs does not hold: on a live host from the
+//!   `SIOCETHTOOL` ioctl and `dcb pfc show`; in a recorded tree from the fixture files
+//!   `podnet/ethtool/<netdev>` (what `ethtool -S <netdev>` prints) and `podnet/dcb/<netdev>`
+//!   (what `dcb pfc show dev <netdev>` prints) — see `docs/metrics.md`.
+//!
+//! A file that cannot be read, holds `N/A (no PMA)` or no number, or a folder that is missing,
+//! becomes a [`SourceError`] naming it; the rest of the scrape goes on.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Where a scrape reads from.
+#[derive(Debug, Clone)]
+pub struct Roots {
+    /// Stands for `/sys`.
+    pub sys: PathBuf,
+    /// Stands for `/proc` (`net/dev`, for netdevs whose sysfs statistics are missing).
+    pub proc: PathBuf,
+    /// Ask the kernel for ethtool statistics and run `dcb` when the fixture files are absent
+    /// (a live host); off for a recorded tree.
+    pub live: bool,
+}
+
+impl Roots {
+    /// The live host.
+    pub fn host() -> Roots {
+        Roots { sys: PathBuf::from("/sys"), proc: PathBuf::from("/proc"), live: true }
+    }
+}
+
+/// A source that failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceError {
+    /// What kind of source: `counters`, `hw_counters`, `port`, `netdev`, `ethtool`, `dcb`.
+    pub source: &'static str,
+    /// The device (RDMA device or netdev).
+    pub device: String,
+    /// The port, for RDMA sources.
+    pub port: Option<u8>,
+    /// The file or folder, relative to the root.
+    pub path: String,
+    /// What went wrong.
+    pub error: String,
+}
+
+/// A port's logical or physical state: the number and the name sysfs gives (`4: ACTIVE`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateValue {
+    /// The number (`ibv_port_state`, or the physical state code).
+    pub id: u8,
+    /// The name (`ACTIVE`, `LinkUp`).
+    pub name: String,
+}
+
+/// One RDMA port.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PortSample {
+    /// The device (`mlx5_0`).
+    pub device: String,
+    /// The port number.
+    pub port: u8,
+    /// The driver (`mlx5_core`, `rxe`, `bnxt_en`, …) as sysfs names it.
+    pub driver: String,
+    /// Logical state.
+    pub state: Option<StateValue>,
+    /// Physical state.
+    pub phys_state: Option<StateValue>,
+    /// Link speed in Gb/s (from the rate line).
+    pub rate_gbps: Option<f64>,
+    /// `Ethernet` or `InfiniBand`.
+    pub link_layer: String,
+    /// The netdev under a RoCE port.
+    pub netdev: Option<String>,
+    /// The active MTU (RoCE: derived from the netdev's, as the kernel does).
+    pub active_mtu: Option<u32>,
+    /// RoCE v2 GIDs present.
+    pub roce_v2_gids: usize,
+    /// `counters/*` (the IB PMA port counters).
+    pub counters: BTreeMap<String, u64>,
+    /// `hw_counters/*` (the driver's).
+    pub hw_counters: BTreeMap<String, u64>,
+}
+
+/// PFC of one priority.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pfc {
+    /// PFC enabled for the priority (DCB).
+    pub enabled: Option<bool>,
+    /// Pause frames received.
+    pub rx_pause: Option<u64>,
+    /// Pause frames sent.
+    pub tx_pause: Option<u64>,
+    /// Time paused by the peer, microseconds.
+    pub rx_pause_duration_us: Option<u64>,
+    /// Time this side paused the peer, microseconds.
+    pub tx_pause_duration_us: Option<u64>,
+}
+
+/// A netdev under an RDMA port.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NetdevSample {
+    /// Its name.
+    pub name: String,
+    /// `operstate` is `up`.
+    pub oper_up: Option<bool>,
+    /// MTU.
+    pub mtu: Option<u32>,
+    /// `statistics/*`.
+    pub stats: BTreeMap<String, u64>,
+    /// ethtool statistics.
+    pub ethtool: BTreeMap<String, u64>,
+    /// PFC per priority (0–7).
+    pub pfc: BTreeMap<u8, Pfc>,
+}
+
+/// One scrape.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Every RDMA port, by device and port.
+    pub ports: Vec<PortSample>,
+    /// The netdevs under them, by name.
+    pub netdevs: BTreeMap<String, NetdevSample>,
+    /// What failed.
+    pub errors: Vec<SourceError>,
+}
+
+fn rel(root: &Path, p: &Path) -> String {
+    p.strip_prefix(root).unwrap_or(p).display().to_string()
+}
+
+/// Reads a counter file: a decimal number (some drivers pad it, some end it with a newline).
+fn parse_counter(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    if t.starts_with("N/A") {
+        return Err(format!("not available: {t:?}"));
+    }
+    t.parse::<u64>().map_err(|_| format!("not a counter: {t:?}"))
+}
+
+/// Reads every file of a counter folder.
+fn read_counters(
+    root: &Path,
+    dir: &Path,
+    source: &'static str,
+    device: &str,
+    port: Option<u8>,
+    errors: &mut Vec<SourceError>,
+) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    let err = |path: &Path, error: String| SourceError {
+        source,
+        device: device.to_string(),
+        port,
+        path: rel(root, path),
+        error,
+    };
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            let why = if e.kind() == std::io::ErrorKind::NotFound {
+                "missing".to_string()
+            } else {
+                e.to_string()
+            };
+            errors.push(err(dir, why));
+            return out;
+        }
+    };
+    let mut names: Vec<(String, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().map(|t| !t.is_dir()).unwrap_or(false))
+        .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
+        .collect();
+    names.sort();
+    for (name, path) in names {
+        // hw_counters/lifespan is a setting (the cache lifetime in ms), not a counter.
+        if name == "lifespan" {
+            continue;
+        }
+        match fs::read_to_string(&path) {
+            Ok(text) => match parse_counter(&text) {
+                Ok(v) => {
+                    out.insert(name, v);
+                }
+                Err(e) => errors.push(err(&path, e)),
+            },
+            Err(e) => errors.push(err(&path, e.to_string())),
+        }
+    }
+    out
+}
+
+/// `4: ACTIVE` → (4, `ACTIVE`).
+fn parse_state(text: &str) -> Option<StateValue> {
+    let (n, name) = text.trim().split_once(':')?;
+    Some(StateValue { id: n.trim().parse().ok()?, name: name.trim().to_string() })
+}
+
+/// Takes one scrape under `roots`.
+pub fn collect(roots: &Roots) -> Snapshot {
+    let mut snap = Snapshot::default();
+    let root = &roots.sys;
+    let class = root.join("class/infiniband");
+    let mut devices: Vec<String> = fs::read_dir(&class)
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    devices.sort();
+    let infos = verbs::sysfs::rdma_devices(root);
+    for dev in devices {
+        let ddir = class.join(&dev);
+        let info = infos.iter().find(|i| i.name == dev);
+        let mut ports: Vec<u8> = match fs::read_dir(ddir.join("ports")) {
+            Ok(d) => d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect(),
+            Err(e) => {
+                snap.errors.push(SourceError {
+                    source: "port",
+                    device: dev.clone(),
+                    port: None,
+                    path: rel(root, &ddir.join("ports")),
+                    error: e.to_string(),
+                });
+                continue;
+            }
+        };
+        ports.sort_unstable();
+        for port in ports {
+            let pdir = ddir.join("ports").join(port.to_string());
+            let pinfo = info.and_then(|i| i.ports.iter().find(|p| p.port == port));
+            let mut read_state = |file: &str| -> Option<StateValue> {
+                let path = pdir.join(file);
+                let r = fs::read_to_string(&path).map_err(|e| e.to_string()).and_then(|t| {
+                    parse_state(&t).ok_or_else(|| format!("not a state: {:?}", t.trim()))
+                });
+                r.map_err(|error| {
+                    snap.errors.push(SourceError {
+                        source: "port",
+                        device: dev.clone(),
+                        port: Some(port),
+                        path: rel(root, &path),
+                        error,
+                    })
+                })
+                .ok()
+            };
+            let state = read_state("state");
+            let phys_state = read_state("phys_state");
+            let counters = read_counters(
+                root,
+                &pdir.join("counters"),
+                "counters",
+                &dev,
+                Some(port),
+                &mut snap.errors,
+            );
+            let hw_counters = read_counters(
+                root,
+                &pdir.join("hw_counters"),
+                "hw_counters",
+                &dev,
+                Some(port),
+                &mut snap.errors,
+            );
+            snap.ports.push(PortSample {
+                device: dev.clone(),
+                port,
+                driver: info.map(|i| i.provider.clone()).unwrap_or_default(),
+                state,
+                phys_state,
+                rate_gbps: pinfo.and_then(|p| p.speed_gbps),
+                link_layer: pinfo.map(|p| p.link_layer.clone()).unwrap_or_default(),
+                netdev: pinfo.and_then(|p| p.netdev.clone()),
+                active_mtu: pinfo.and_then(|p| p.active_mtu),
+                roce_v2_gids: pinfo
+                    .map(|p| p.gids.iter().filter(|g| g.gid_type == "RoCE v2").count())
+                    .unwrap_or(0),
+                counters,
+                hw_counters,
+            });
+        }
+    }
+    let netdevs: std::collections::BTreeSet<String> =
+        snap.ports.iter().filter_map(|p| p.netdev.clone()).collect();
+    for nd in netdevs {
+        let s = netdev(roots, &nd, &mut snap.errors);
+        snap.netdevs.insert(nd, s);
+    }
+    snap
+}
+
+fn netdev(roots: &Roots, name: &str, errors: &mut Vec<SourceError>) -> NetdevSample {
+    let root = &roots.sys;
+    let dir = root.join("class/net").join(name);
+    let read = |f: &str| fs::read_to_string(dir.join(f)).ok().map(|s| s.trim().to_string());
+    let mut errs = Vec::new();
+    let mut stats = read_counters(root, &dir.join("statistics"), "netdev", name, None, &mut errs);
+    if stats.is_empty() {
+        // /proc/net/dev has the main ones.
+        if let Some(s) = proc_net_dev(&roots.proc, name) {
+            stats = s;
+            errs.clear();
+        }
+    }
+    errors.extend(errs);
+    let mut s = NetdevSample {
+        name: name.to_string(),
+        oper_up: read("operstate").map(|o| o == "up"),
+        mtu: read("mtu").and_then(|m| m.parse().ok()),
+        stats,
+        ..Default::default()
+    };
+    // ethtool statistics: a recorded tree's fixture, else the kernel.
+    let fixture = root.join("podnet/ethtool").join(name);
+    if fixture.exists() {
+        match fs::read_to_string(&fixture) {
+            Ok(t) => s.ethtool = parse_ethtool(&t),
+            Err(e) => errors.push(SourceError {
+                source: "ethtool",
+                device: name.into(),
+                port: None,
+                path: rel(root, &fixture),
+                error: e.to_string(),
+            }),
+        }
+    } else if roots.live {
+        match crate::ethtool::stats(name) {
+            Ok(v) => s.ethtool = v.into_iter().collect(),
+            // Drivers without statistics (lo) answer EOPNOTSUPP: nothing to report.
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {}
+            Err(e) => errors.push(SourceError {
+                source: "ethtool",
+                device: name.into(),
+                port: None,
+                path: format!("SIOCETHTOOL {name}"),
+                error: e.to_string(),
+            }),
+        }
+    }
+    pfc_from_ethtool(&s.ethtool, &mut s.pfc);
+    // DCB: a fixture, else `dcb pfc show` on a live host (absent or unsupported: no PFC).
+    let dcb = root.join("podnet/dcb").join(name);
+    let text = if dcb.exists() {
+        fs::read_to_string(&dcb)
+            .map_err(|e| {
+                errors.push(SourceError {
+                    source: "dcb",
+                    device: name.into(),
+                    port: None,
+                    path: rel(root, &dcb),
+                    error: e.to_string(),
+                })
+            })
+            .ok()
+    } else if roots.live {
+        std::process::Command::new("dcb")
+            .args(["pfc", "show", "dev", name])
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    } else {
+        None
+    };
+    if let Some(t) = text {
+        pfc_from_dcb(&t, &mut s.pfc);
+    }
+    s
+}
+
+/// The `/proc/net/dev` line of `name`, with the statistics' sysfs names.
+fn proc_net_dev(proc: &Path, name: &str) -> Option<BTreeMap<String, u64>> {
+    const COLS: [&str; 16] = [
+        "rx_bytes",
+        "rx_packets",
+        "rx_errors",
+        "rx_dropped",
+        "rx_fifo_errors",
+        "rx_frame_errors",
+        "rx_compressed",
+        "multicast",
+        "tx_bytes",
+        "tx_packets",
+        "tx_errors",
+        "tx_dropped",
+        "tx_fifo_errors",
+        "collisions",
+        "tx_carrier_errors",
+        "tx_compressed",
+    ];
+    let text = fs::read_to_string(proc.join("net/dev")).ok()?;
+    let line = text.lines().find_map(|l| {
+        let (n, rest) = l.split_once(':')?;
+        (n.trim() == name).then_some(rest)
+    })?;
+    let vals: Vec<u64> = line.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+    (vals.len() == COLS.len()).then(|| COLS.iter().map(|c| c.to_string()).zip(vals).collect())
+}
+
+/// `ethtool -S` output: `NIC statistics:` then `     name: value` lines.
+pub fn parse_ethtool(text: &str) -> BTreeMap<String, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.trim().rsplit_once(':')?;
+            Some((k.trim().to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Which priority and which PFC field an ethtool statistic is, for the drivers that name
+/// them: mlx5 (`rx_prio3_pause`, `rx_prio3_pause_duration`), bnxt (`rx_pfc_ena_frames_pri3`),
+/// ice/i40e (`rx_priority_3_xoff.nic`, `rx_priority_3_xoff`).
+fn pfc_field(name: &str) -> Option<(u8, bool, bool)> {
+    // (priority, rx, duration)
+    let (dir_rx, rest) = if let Some(r) = name.strip_prefix("rx_") {
+        (true, r)
+    } else {
+        (false, name.strip_prefix("tx_")?)
+    };
+    if let Some(r) = rest.strip_prefix("prio") {
+        let (n, tail) = r.split_at(r.find(|c: char| !c.is_ascii_digit())?);
+        let p = n.parse().ok()?;
+        return match tail {
+            "_pause" => Some((p, dir_rx, false)),
+            "_pause_duration" => Some((p, dir_rx, true)),
+            _ => None,
+        };
+    }
+    if let Some(n) = rest.strip_prefix("pfc_ena_frames_pri") {
+        return Some((n.parse().ok()?, dir_rx, false));
+    }
+    if let Some(r) = rest.strip_prefix("priority_") {
+        let (n, tail) = r.split_once('_')?;
+        let tail = tail.strip_suffix(".nic").unwrap_or(tail);
+        return (tail == "xoff").then_some((n.parse().ok()?, dir_rx, false));
+    }
+    None
+}
+
+fn pfc_from_ethtool(stats: &BTreeMap<String, u64>, pfc: &mut BTreeMap<u8, Pfc>) {
+    for (name, v) in stats {
+        let Some((p, rx, duration)) = pfc_field(name) else { continue };
+        if p > 7 {
+            continue;
+        }
+        let e = pfc.entry(p).or_default();
+        let slot = match (rx, duration) {
+            (true, false) => &mut e.rx_pause,
+            (false, false) => &mut e.tx_pause,
+            (true, true) => &mut e.rx_pause_duration_us,
+            (false, true) => &mut e.tx_pause_duration_us,
+        };
+        *slot = Some(*v);
+    }
+}
+
+/// `dcb pfc show dev X`: `prio-pfc 0:off 1:on …`, `requests 0:12 …` (pause frames sent),
+/// `indications 0:3 …` (pause frames received). Counts from ethtool win where both exist.
+pub(crate) fn pfc_from_dcb(text: &str, pfc: &mut BTreeMap<u8, Pfc>) {
+    let mut key = "";
+    for tok in text.split_whitespace() {
+        let Some((p, v)) = tok.split_once(':') else {
+            key = tok;
+            continue;
+        };
+        let Ok(p) = p.parse::<u8>() else { continue };
+        if p > 7 {
+            continue;
+        }
+        let e = pfc.entry(p).or_default();
+        match key {
+            "prio-pfc" => e.enabled = Some(v == "on"),
+            "requests" => {
+                e.tx_pause = e.tx_pause.or(v.parse().ok());
+            }
+            "indications" => {
+                e.rx_pause = e.rx_pause.or(v.parse().ok());
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pfc_names_of_each_driver() {
+        assert_eq!(pfc_field("rx_prio3_pause"), Some((3, true, false)));
+        assert_eq!(pfc_field("tx_prio0_pause_duration"), Some((0, false, true)));
+        assert_eq!(pfc_field("rx_prio3_pause_transition"), None);
+        assert_eq!(pfc_field("rx_pfc_ena_frames_pri5"), Some((5, true, false)));
+        assert_eq!(pfc_field("tx_priority_2_xoff.nic"), Some((2, false, false)));
+        assert_eq!(pfc_field("rx_priority_2_xon.nic"), None);
+        assert_eq!(pfc_field("rx_bytes"), None);
+    }
+
+    #[test]
+    fn dcb_text() {
+        let mut m = BTreeMap::new();
+        pfc_from_dcb(
+            "pfc-cap 8 macsec-bypass off delay 4096\nprio-pfc 0:off 1:off 2:off 3:on 4:off 5:off 6:off 7:off\n\
+             requests 0:0 1:0 2:0 3:12 4:0 5:0 6:0 7:0\nindications 0:0 1:0 2:0 3:7 4:0 5:0 6:0 7:0\n",
+            &mut m,
+        );
+        assert_eq!(
+            m[&3],
+            Pfc {
+                enabled: Some(true),
+                tx_pause: Some(12),
+                rx_pause: Some(7),
+                ..Default::default()
+            }
+        );
+        assert_eq!(m[&0].enabled, Some(false));
+    }
+
+    #[test]
+    fn counter_files() {
+        assert_eq!(parse_counter("42\n"), Ok(42));
+        assert!(parse_counter("N/A (no PMA)\n").unwrap_err().contains("N/A"));
+        assert!(parse_counter("-1").is_err());
+    }
+}
