@@ -423,6 +423,11 @@ fn pfc_field(name: &str) -> Option<(u8, bool, bool)> {
     } else {
         (false, name.strip_prefix("tx_")?)
     };
+    if let Some(r) = rest.strip_prefix("priority_") {
+        let (n, tail) = r.split_once('_')?;
+        let tail = tail.strip_suffix(".nic").unwrap_or(tail);
+        return (tail == "xoff").then_some((n.parse().ok()?, dir_rx, false));
+    }
     if let Some(r) = rest.strip_prefix("prio") {
         let (n, tail) = r.split_at(r.find(|c: char| !c.is_ascii_digit())?);
         let p = n.parse().ok()?;
@@ -434,11 +439,6 @@ fn pfc_field(name: &str) -> Option<(u8, bool, bool)> {
     }
     if let Some(n) = rest.strip_prefix("pfc_ena_frames_pri") {
         return Some((n.parse().ok()?, dir_rx, false));
-    }
-    if let Some(r) = rest.strip_prefix("priority_") {
-        let (n, tail) = r.split_once('_')?;
-        let tail = tail.strip_suffix(".nic").unwrap_or(tail);
-        return (tail == "xoff").then_some((n.parse().ok()?, dir_rx, false));
     }
     None
 }
