@@ -338,7 +338,8 @@ fn rates_survive_resets_and_turn_a_port_degraded_then_down() {
     promtool(&t);
     assert_eq!(health(&t, "ok"), Some(1.0), "{t}");
     // 1,000 out-of-sequence packets a second for two seconds: over the threshold.
-    let base: u64 = std::fs::read_to_string(hw.join("out_of_sequence")).unwrap().trim().parse().unwrap();
+    let base: u64 =
+        std::fs::read_to_string(hw.join("out_of_sequence")).unwrap().trim().parse().unwrap();
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(2) {
         set("out_of_sequence", base + (t0.elapsed().as_millis() as u64));
