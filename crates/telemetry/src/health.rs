@@ -225,11 +225,13 @@ pub fn evaluate(snap: &Snapshot, tracker: &Tracker, th: &Thresholds) -> Vec<Port
             }
             let mut degraded = false;
             for n in crate::names::NORMALIZED {
-                let Some(limit) = th.degraded.get(n.name) else { continue };
+                let limit = th.degraded.get(n.name);
                 match tracker.rate(&port_key(p, n.name)) {
                     Ok(r) => {
                         rates.insert(n.name.to_string(), r.per_second);
-                        if r.per_second > *limit {
+                        if let Some(limit) = limit
+                            && r.per_second > *limit
+                        {
                             degraded = true;
                             reasons.push(format!(
                                 "{} {:.3}/s > {limit}/s over {:.0} s",
@@ -237,13 +239,13 @@ pub fn evaluate(snap: &Snapshot, tracker: &Tracker, th: &Thresholds) -> Vec<Port
                             ));
                         }
                     }
-                    Err(NoRate::Saturated) => {
+                    Err(NoRate::Saturated) if limit.is_some() => {
                         reasons.push(format!(
                             "{} saturated: rate unknown (clear the counter)",
                             n.name
                         ));
                     }
-                    Err(NoRate::TooFewSamples) => {}
+                    Err(_) => {}
                 }
             }
             if let Some(nd) = nd {

@@ -1,6 +1,7 @@
 //! One integration test binary that runs the real `podnet` executable (ripgrep's layout).
 
 mod agent;
+mod agent_rxe;
 mod decode;
 mod devices;
 mod extra;
