@@ -102,6 +102,8 @@ def port(root, dev, n, netdev, gid_v4, rate, counters=True, hw=(), driver_hw=Non
 def device(root, dev, driver, guid, fw):
     put(root, f"class/infiniband/{dev}/node_guid", guid)
     put(root, f"class/infiniband/{dev}/fw_ver", fw)
+    put(root, f"class/infiniband/{dev}/board_id", "MT_0000000222")
+    put(root, f"class/infiniband/{dev}/hca_type", "MT4125")
     os.makedirs(os.path.join(root, f"bus/pci/drivers/{driver}"), exist_ok=True)
     link(root, f"class/infiniband/{dev}/device/driver", f"../../../../bus/pci/drivers/{driver}")
 
@@ -166,8 +168,28 @@ def broken(root):
     put(root, "class/infiniband/mlx5_1/ports/2/counters/port_xmit_data", 4294967295)
 
 
-for name, build in [("mlx5", mlx5), ("bnxt_re", bnxt), ("broken", broken)]:
-    root = os.path.join(HERE, name, "sys")
-    shutil.rmtree(root, ignore_errors=True)
-    build(root)
-    print(f"{name}/sys written")
+def bench(root, devices=8, ports=2, extra=50):
+    """The scrape benchmark's host: `devices` mlx5 devices of `ports` ports, each port with
+    the 21 PMA counters, the 29 RoCE hw_counters and `extra` more hw_counters (~100 files)."""
+    hw = MLX5_HW + [f"extra_counter_{i:02}" for i in range(extra)]
+    for d in range(devices):
+        dev = f"mlx5_{d}"
+        device(root, dev, "mlx5_core", f"b8ce:f603:00a1:b2{d:02x}", "22.39.1002")
+        for p in range(1, ports + 1):
+            nd = f"ens{d}f{p}np{p}"
+            port(root, dev, p, nd, f"0000:0000:0000:0000:0000:ffff:0a00:{d:02x}{p:02x}",
+                 "200 Gb/sec (4X HDR)", hw=hw)
+            netdev(root, nd)
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) == 3 and sys.argv[1] == "--bench":
+        shutil.rmtree(sys.argv[2], ignore_errors=True)
+        bench(sys.argv[2])
+        sys.exit(0)
+    for name, build in [("mlx5", mlx5), ("bnxt_re", bnxt), ("broken", broken)]:
+        root = os.path.join(HERE, name, "sys")
+        shutil.rmtree(root, ignore_errors=True)
+        build(root)
+        print(f"{name}/sys written")

@@ -1,30 +1,30 @@
 //! The Prometheus exposition (OpenMetrics text, `prometheus-client`) of one scrape.
 
+use std::fmt;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 use crate::health::{PortHealth, State};
 use crate::names::{self, Folder, NORMALIZED};
 use crate::sample::Snapshot;
 
-type Labels = Vec<(String, String)>;
-type Counters = Family<Labels, Counter<u64>>;
-type Gauges = Family<Labels, Gauge<i64>>;
-type FGauges = Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>;
-type SCounters = Family<Labels, Counter<f64, std::sync::atomic::AtomicU64>>;
-
-fn l(pairs: &[(&str, &str)]) -> Labels {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// One scrape and its verdicts, as the exposition encodes them.
+#[derive(Debug, Default)]
+pub struct Scrape {
+    /// What was read.
+    pub snap: Snapshot,
+    /// Each port's health.
+    pub health: Vec<PortHealth>,
 }
 
-fn counter(f: &Counters, labels: Labels, v: u64) {
-    f.get_or_create(&labels).inc_by(v);
-}
-
-/// What else the agent exports beside the scrape (its probe's histograms, its own health).
+/// What else the agent exports beside the scrape (its probe's histograms).
 pub trait Extra {
     /// Registers more metrics.
     fn register(&self, registry: &mut Registry);
@@ -90,210 +90,311 @@ pub fn to_text_format(om: &str) -> String {
     out
 }
 
-/// Renders one scrape, its health verdicts and the rates behind them.
-pub fn render(snap: &Snapshot, health: &[PortHealth], extra: Option<&dyn Extra>) -> String {
+/// Renders one scrape, its health verdicts and the rates behind them (OpenMetrics text).
+pub fn render(scrape: Arc<Scrape>, extra: Option<&dyn Extra>) -> String {
     let mut reg = Registry::default();
-    let info = Gauges::default();
-    let state = Gauges::default();
-    let phys = Gauges::default();
-    let rate = FGauges::default();
-    let mtu = Gauges::default();
-    let gids = Gauges::default();
-    let raw_port = Counters::default();
-    let raw_hw = Counters::default();
-    let saturated = Gauges::default();
-    let normalized: Vec<Counters> = NORMALIZED.iter().map(|_| Counters::default()).collect();
-    for p in &snap.ports {
-        let port = p.port.to_string();
-        let nd = p.netdev.clone().unwrap_or_default();
-        let base = l(&[("device", &p.device), ("port", &port)]);
-        info.get_or_create(&l(&[
-            ("device", &p.device),
-            ("port", &port),
-            ("netdev", &nd),
-            ("driver", &p.driver),
-            ("link_layer", &p.link_layer),
-        ]))
-        .set(1);
-        if let Some(s) = &p.state {
-            state.get_or_create(&base).set(i64::from(s.id));
-        }
-        if let Some(s) = &p.phys_state {
-            phys.get_or_create(&base).set(i64::from(s.id));
-        }
-        if let Some(g) = p.rate_gbps {
-            rate.get_or_create(&base).set(g * 1e9 / 8.0);
-        }
-        if let Some(m) = p.active_mtu {
-            mtu.get_or_create(&base).set(i64::from(m));
-        }
-        gids.get_or_create(&base).set(p.roce_v2_gids as i64);
-        for (folder, map, fam) in
-            [(Folder::Counters, &p.counters, &raw_port), (Folder::Hw, &p.hw_counters, &raw_hw)]
-        {
-            for (name, v) in map {
-                let mut lb = base.clone();
-                lb.push(("counter".into(), name.clone()));
-                counter(fam, lb.clone(), *v);
-                if names::saturated(folder, name, *v) {
-                    saturated.get_or_create(&lb).set(1);
-                }
-            }
-        }
-        for (n, fam) in NORMALIZED.iter().zip(&normalized) {
-            if let Some((_, v)) = names::value(p, n) {
-                counter(fam, l(&[("device", &p.device), ("port", &port), ("netdev", &nd)]), v);
-            }
-        }
-    }
-    reg.register(
-        "podnet_rdma_port_info",
-        "An RDMA port: its netdev, driver and link layer (value 1)",
-        info,
-    );
-    reg.register(
-        "podnet_rdma_port_state_id",
-        "Logical port state (ibv_port_state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)",
-        state,
-    );
-    reg.register(
-        "podnet_rdma_port_physical_state_id",
-        "Physical port state (1 Sleep, 2 Polling, 3 Disabled, 4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 PhyTest)",
-        phys,
-    );
-    reg.register(
-        "podnet_rdma_port_rate_bytes_per_second",
-        "Link rate from sysfs, bytes per second",
-        rate,
-    );
-    reg.register("podnet_rdma_port_active_mtu_bytes", "Active RDMA MTU", mtu);
-    reg.register("podnet_rdma_port_roce_v2_gids", "RoCE v2 GIDs in the port's table", gids);
-    for (n, fam) in NORMALIZED.iter().zip(normalized) {
-        reg.register(format!("podnet_rdma_{}", n.name), n.help, fam);
-    }
-    reg.register(
-        "podnet_rdma_port_counters",
-        "Every file of the port's counters/ folder (IB PMA), unscaled, by file name",
-        raw_port,
-    );
-    reg.register(
-        "podnet_rdma_hw_counters",
-        "Every file of the port's hw_counters/ folder (the driver's), unscaled, by file name",
-        raw_hw,
-    );
-    reg.register(
-        "podnet_rdma_pma_saturated",
-        "A PMA counter at its saturation value: it no longer counts and has no rate",
-        saturated,
-    );
-
-    // Netdevs: statistics and PFC.
-    let nd_up = Gauges::default();
-    let nd_stats = Counters::default();
-    let pfc_en = Gauges::default();
-    let (rx_p, tx_p) = (Counters::default(), Counters::default());
-    let (rx_d, tx_d) = (SCounters::default(), SCounters::default());
-    for nd in snap.netdevs.values() {
-        if let Some(up) = nd.oper_up {
-            nd_up.get_or_create(&l(&[("netdev", &nd.name)])).set(i64::from(up));
-        }
-        for (k, v) in &nd.stats {
-            counter(&nd_stats, l(&[("netdev", &nd.name), ("statistic", k)]), *v);
-        }
-        for (prio, p) in &nd.pfc {
-            let lb = l(&[("netdev", &nd.name), ("priority", &prio.to_string())]);
-            if let Some(e) = p.enabled {
-                pfc_en.get_or_create(&lb).set(i64::from(e));
-            }
-            for (fam, v) in [(&rx_p, p.rx_pause), (&tx_p, p.tx_pause)] {
-                if let Some(v) = v {
-                    counter(fam, lb.clone(), v);
-                }
-            }
-            for (fam, v) in [(&rx_d, p.rx_pause_duration_us), (&tx_d, p.tx_pause_duration_us)] {
-                if let Some(v) = v {
-                    fam.get_or_create(&lb).inc_by(v as f64 / 1e6);
-                }
-            }
-        }
-    }
-    reg.register("podnet_netdev_up", "The netdev's operstate is up", nd_up);
-    reg.register(
-        "podnet_netdev_statistic",
-        "The netdev's statistics/ files (class/net/<netdev>/statistics)",
-        nd_stats,
-    );
-    reg.register("podnet_pfc_enabled", "PFC enabled for the priority (DCB)", pfc_en);
-    reg.register("podnet_pfc_rx_pause_frames", "PFC pause frames received, per priority", rx_p);
-    reg.register("podnet_pfc_tx_pause_frames", "PFC pause frames sent, per priority", tx_p);
-    reg.register(
-        "podnet_pfc_rx_pause_duration_seconds",
-        "Time the peer kept this port paused, per priority",
-        rx_d,
-    );
-    reg.register(
-        "podnet_pfc_tx_pause_duration_seconds",
-        "Time this port kept the peer paused, per priority",
-        tx_d,
-    );
-
-    // Health and the rates behind it.
-    let hs = Gauges::default();
-    let rates = FGauges::default();
-    for h in health {
-        let port = h.port.to_string();
-        let nd = h.netdev.clone().unwrap_or_default();
-        for s in [State::Ok, State::Degraded, State::Down] {
-            hs.get_or_create(&l(&[
-                ("device", &h.device),
-                ("port", &port),
-                ("netdev", &nd),
-                ("state", s.as_str()),
-            ]))
-            .set(i64::from(h.state == s));
-        }
-        for (k, v) in &h.rates {
-            rates
-                .get_or_create(&l(&[("device", &h.device), ("port", &port), ("counter", k)]))
-                .set(*v);
-        }
-    }
-    reg.register(
-        "podnet_rdma_port_health",
-        "Port health: 1 for the current state (ok, degraded, down), 0 for the others",
-        hs,
-    );
-    reg.register(
-        "podnet_rdma_rate_per_second",
-        "Rate of a normalized counter over the health window",
-        rates,
-    );
-
-    // Sources that failed.
-    let errs = Gauges::default();
-    for e in &snap.errors {
-        let port = e.port.map(|p| p.to_string()).unwrap_or_default();
-        errs.get_or_create(&l(&[
-            ("source", e.source),
-            ("device", &e.device),
-            ("port", &port),
-            ("path", &e.path),
-        ]))
-        .set(1);
-    }
-    reg.register(
-        "podnet_agent_source_error",
-        "A source the last scrape could not read (1), named by kind, device, port and path",
-        errs,
-    );
-    let n_err = Gauge::<i64>::default();
-    n_err.set(snap.errors.len() as i64);
-    reg.register("podnet_agent_source_errors", "Sources the last scrape could not read", n_err);
+    reg.register_collector(Box::new(ScrapeCollector(scrape)));
     if let Some(x) = extra {
         x.register(&mut reg);
     }
-    let mut out = String::with_capacity(64 * 1024);
+    let mut out = String::with_capacity(256 * 1024);
     // Writing to a String cannot fail.
     let _ = encode(&mut out, &reg);
     out
+}
+
+/// Encodes a scrape as constant metrics, straight from the snapshot: no registry of
+/// families to fill and hash on every scrape.
+#[derive(Debug)]
+struct ScrapeCollector(Arc<Scrape>);
+
+fn counter(m: &mut MetricEncoder<'_>, labels: &[(&str, &str)], v: u64) -> fmt::Result {
+    ConstCounter::new(v).encode(m.encode_family(&labels)?)
+}
+
+fn counter_f(m: &mut MetricEncoder<'_>, labels: &[(&str, &str)], v: f64) -> fmt::Result {
+    ConstCounter::new(v).encode(m.encode_family(&labels)?)
+}
+
+fn gauge(m: &mut MetricEncoder<'_>, labels: &[(&str, &str)], v: i64) -> fmt::Result {
+    ConstGauge::new(v).encode(m.encode_family(&labels)?)
+}
+
+fn gauge_f(m: &mut MetricEncoder<'_>, labels: &[(&str, &str)], v: f64) -> fmt::Result {
+    ConstGauge::new(v).encode(m.encode_family(&labels)?)
+}
+
+const PORT_STATE_HELP: &str =
+    "Logical port state (ibv_port_state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)";
+const PHYS_STATE_HELP: &str = "Physical port state (1 Sleep, 2 Polling, 3 Disabled, \
+    4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 PhyTest)";
+
+impl Collector for ScrapeCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let Scrape { snap, health } = &*self.0;
+        let ports: Vec<(String, &str)> = snap
+            .ports
+            .iter()
+            .map(|p| (p.port.to_string(), p.netdev.as_deref().unwrap_or("")))
+            .collect();
+        let each = |f: &mut dyn FnMut(&crate::sample::PortSample, &str, &str) -> fmt::Result| {
+            snap.ports.iter().zip(&ports).try_for_each(|(p, (port, nd))| f(p, port, nd))
+        };
+        {
+            let mut m = enc.encode_descriptor(
+                "podnet_rdma_port_info",
+                "An RDMA port: its netdev, driver and link layer (value 1)",
+                None,
+                MetricType::Gauge,
+            )?;
+            each(&mut |p, port, nd| {
+                let l = [
+                    ("device", p.device.as_str()),
+                    ("port", port),
+                    ("netdev", nd),
+                    ("driver", p.driver.as_str()),
+                    ("link_layer", p.link_layer.as_str()),
+                ];
+                gauge(&mut m, &l, 1)
+            })?;
+        }
+        for (name, help, pick) in [
+            ("podnet_rdma_port_state_id", PORT_STATE_HELP, 0),
+            ("podnet_rdma_port_physical_state_id", PHYS_STATE_HELP, 1),
+        ] {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            each(&mut |p, port, _| {
+                let s = if pick == 0 { &p.state } else { &p.phys_state };
+                match s {
+                    Some(s) => {
+                        gauge(&mut m, &[("device", &p.device), ("port", port)], i64::from(s.id))
+                    }
+                    None => Ok(()),
+                }
+            })?;
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "podnet_rdma_port_rate_bytes_per_second",
+                "Link rate from sysfs, bytes per second",
+                None,
+                MetricType::Gauge,
+            )?;
+            each(&mut |p, port, _| match p.rate_gbps {
+                Some(g) => gauge_f(&mut m, &[("device", &p.device), ("port", port)], g * 1e9 / 8.0),
+                None => Ok(()),
+            })?;
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "podnet_rdma_port_active_mtu_bytes",
+                "Active RDMA MTU",
+                None,
+                MetricType::Gauge,
+            )?;
+            each(&mut |p, port, _| match p.active_mtu {
+                Some(v) => gauge(&mut m, &[("device", &p.device), ("port", port)], i64::from(v)),
+                None => Ok(()),
+            })?;
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "podnet_rdma_port_roce_v2_gids",
+                "RoCE v2 GIDs in the port's table",
+                None,
+                MetricType::Gauge,
+            )?;
+            each(&mut |p, port, _| {
+                gauge(&mut m, &[("device", &p.device), ("port", port)], p.roce_v2_gids as i64)
+            })?;
+        }
+        for n in NORMALIZED {
+            let name = format!("podnet_rdma_{}", n.name);
+            let mut m = enc.encode_descriptor(&name, n.help, None, MetricType::Counter)?;
+            each(&mut |p, port, nd| match names::value(p, n) {
+                Some((_, v)) => {
+                    counter(&mut m, &[("device", &p.device), ("port", port), ("netdev", nd)], v)
+                }
+                None => Ok(()),
+            })?;
+        }
+        for (name, help, folder) in [
+            (
+                "podnet_rdma_port_counters",
+                "Every file of the port's counters/ folder (IB PMA), unscaled, by file name",
+                Folder::Counters,
+            ),
+            (
+                "podnet_rdma_hw_counters",
+                "Every file of the port's hw_counters/ folder (the driver's), unscaled, by file name",
+                Folder::Hw,
+            ),
+        ] {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            each(&mut |p, port, _| {
+                let map = if folder == Folder::Counters { &p.counters } else { &p.hw_counters };
+                map.iter().try_for_each(|(c, v)| {
+                    counter(&mut m, &[("device", &p.device), ("port", port), ("counter", c)], *v)
+                })
+            })?;
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "podnet_rdma_pma_saturated",
+                "A PMA counter at its saturation value: it no longer counts and has no rate",
+                None,
+                MetricType::Gauge,
+            )?;
+            each(&mut |p, port, _| {
+                p.counters
+                    .iter()
+                    .filter(|(c, v)| names::saturated(Folder::Counters, c, **v))
+                    .try_for_each(|(c, _)| {
+                        gauge(&mut m, &[("device", &p.device), ("port", port), ("counter", c)], 1)
+                    })
+            })?;
+        }
+
+        // Netdevs: statistics and PFC.
+        {
+            let mut m = enc.encode_descriptor(
+                "podnet_netdev_up",
+                "The netdev's operstate is up",
+                None,
+                MetricType::Gauge,
+            )?;
+            for nd in snap.netdevs.values() {
+                if let Some(up) = nd.oper_up {
+                    gauge(&mut m, &[("netdev", &nd.name)], i64::from(up))?;
+                }
+            }
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "podnet_netdev_statistic",
+                "The netdev's statistics/ files (class/net/<netdev>/statistics)",
+                None,
+                MetricType::Counter,
+            )?;
+            for nd in snap.netdevs.values() {
+                for (k, v) in &nd.stats {
+                    counter(&mut m, &[("netdev", &nd.name), ("statistic", k)], *v)?;
+                }
+            }
+        }
+        let prios: Vec<(&str, String, &crate::sample::Pfc)> = snap
+            .netdevs
+            .values()
+            .flat_map(|nd| nd.pfc.iter().map(|(p, pfc)| (nd.name.as_str(), p.to_string(), pfc)))
+            .collect();
+        {
+            let mut m = enc.encode_descriptor(
+                "podnet_pfc_enabled",
+                "PFC enabled for the priority (DCB)",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (nd, prio, p) in &prios {
+                if let Some(e) = p.enabled {
+                    gauge(&mut m, &[("netdev", nd), ("priority", prio)], i64::from(e))?;
+                }
+            }
+        }
+        for (name, help, pick) in [
+            ("podnet_pfc_rx_pause_frames", "PFC pause frames received, per priority", 0),
+            ("podnet_pfc_tx_pause_frames", "PFC pause frames sent, per priority", 1),
+        ] {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (nd, prio, p) in &prios {
+                if let Some(v) = if pick == 0 { p.rx_pause } else { p.tx_pause } {
+                    counter(&mut m, &[("netdev", nd), ("priority", prio)], v)?;
+                }
+            }
+        }
+        for (name, help, pick) in [
+            (
+                "podnet_pfc_rx_pause_duration_seconds",
+                "Time the peer kept this port paused, per priority",
+                0,
+            ),
+            (
+                "podnet_pfc_tx_pause_duration_seconds",
+                "Time this port kept the peer paused, per priority",
+                1,
+            ),
+        ] {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (nd, prio, p) in &prios {
+                let v = if pick == 0 { p.rx_pause_duration_us } else { p.tx_pause_duration_us };
+                if let Some(v) = v {
+                    counter_f(&mut m, &[("netdev", nd), ("priority", prio)], v as f64 / 1e6)?;
+                }
+            }
+        }
+
+        // Health and the rates behind it.
+        let hp: Vec<(String, &str)> = health
+            .iter()
+            .map(|h| (h.port.to_string(), h.netdev.as_deref().unwrap_or("")))
+            .collect();
+        {
+            let mut m = enc.encode_descriptor(
+                "podnet_rdma_port_health",
+                "Port health: 1 for the current state (ok, degraded, down), 0 for the others",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (h, (port, nd)) in health.iter().zip(&hp) {
+                for s in [State::Ok, State::Degraded, State::Down] {
+                    let l = [
+                        ("device", h.device.as_str()),
+                        ("port", port),
+                        ("netdev", nd),
+                        ("state", s.as_str()),
+                    ];
+                    gauge(&mut m, &l, i64::from(h.state == s))?;
+                }
+            }
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "podnet_rdma_rate_per_second",
+                "Rate of a normalized counter over the health window",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (h, (port, _)) in health.iter().zip(&hp) {
+                for (k, v) in &h.rates {
+                    gauge_f(&mut m, &[("device", &h.device), ("port", port), ("counter", k)], *v)?;
+                }
+            }
+        }
+
+        // Sources that failed.
+        {
+            let mut m = enc.encode_descriptor(
+                "podnet_agent_source_error",
+                "A source the last scrape could not read (1), named by kind, device, port and path",
+                None,
+                MetricType::Gauge,
+            )?;
+            for e in &snap.errors {
+                let port = e.port.map(|p| p.to_string()).unwrap_or_default();
+                let l = [
+                    ("source", e.source),
+                    ("device", &e.device),
+                    ("port", &port),
+                    ("path", &e.path),
+                ];
+                gauge(&mut m, &l, 1)?;
+            }
+        }
+        let m = enc.encode_descriptor(
+            "podnet_agent_source_errors",
+            "Sources the last scrape could not read",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(snap.errors.len() as i64).encode(m)
+    }
 }

@@ -173,18 +173,28 @@ fn read_counters(
             return out;
         }
     };
-    let mut names: Vec<(String, PathBuf)> = entries
+    let mut names: Vec<String> = entries
         .filter_map(|e| e.ok())
         .filter(|e| e.file_type().map(|t| !t.is_dir()).unwrap_or(false))
-        .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
+        .filter_map(|e| e.file_name().into_string().ok())
         .collect();
     names.sort();
-    for (name, path) in names {
+    // Each file is opened relative to the folder: a scrape reads thousands of them, and the
+    // path walk of an absolute path is most of an open's cost.
+    let folder = match fs::File::open(dir) {
+        Ok(f) => f,
+        Err(e) => {
+            errors.push(err(dir, e.to_string()));
+            return out;
+        }
+    };
+    for name in names {
         // hw_counters/lifespan is a setting (the cache lifetime in ms), not a counter.
         if name == "lifespan" {
             continue;
         }
-        match fs::read_to_string(&path) {
+        let path = dir.join(&name);
+        match read_small_at(&folder, &name) {
             Ok(text) => match parse_counter(&text) {
                 Ok(v) => {
                     out.insert(name, v);
@@ -197,93 +207,67 @@ fn read_counters(
     out
 }
 
+/// Reads a small file of an open folder: `openat`, one `read` (sysfs hands a whole attribute
+/// to the first read), `close` — where `fs::read_to_string` also stats the file and reads
+/// twice.
+fn read_small_at(folder: &fs::File, name: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let c = std::ffi::CString::new(name).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    // SAFETY: `folder` is an open directory and `c` a NUL-terminated name; the result is
+    // checked, and a valid descriptor is owned by the File below.
+    let fd =
+        unsafe { libc::openat(folder.as_raw_fd(), c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    let mut f = unsafe { fs::File::from_raw_fd(fd) };
+    let mut buf = [0u8; 128];
+    let n = f.read(&mut buf)?;
+    let mut v = buf[..n].to_vec();
+    if n == buf.len() {
+        f.read_to_end(&mut v)?;
+    }
+    String::from_utf8(v)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"))
+}
+
 /// `4: ACTIVE` → (4, `ACTIVE`).
 fn parse_state(text: &str) -> Option<StateValue> {
     let (n, name) = text.trim().split_once(':')?;
     Some(StateValue { id: n.trim().parse().ok()?, name: name.trim().to_string() })
 }
 
-/// Takes one scrape under `roots`.
+/// Takes one scrape under `roots`. Devices are read in parallel (up to 8 threads): a host
+/// with many ports has thousands of counter files.
 pub fn collect(roots: &Roots) -> Snapshot {
     let mut snap = Snapshot::default();
-    let root = &roots.sys;
-    let class = root.join("class/infiniband");
+    let class = roots.sys.join("class/infiniband");
     let mut devices: Vec<String> = fs::read_dir(&class)
         .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
         .unwrap_or_default();
     devices.sort();
-    let infos = verbs::sysfs::rdma_devices(root);
-    for dev in devices {
-        let ddir = class.join(&dev);
-        let info = infos.iter().find(|i| i.name == dev);
-        let mut ports: Vec<u8> = match fs::read_dir(ddir.join("ports")) {
-            Ok(d) => d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect(),
-            Err(e) => {
-                snap.errors.push(SourceError {
-                    source: "port",
-                    device: dev.clone(),
-                    port: None,
-                    path: rel(root, &ddir.join("ports")),
-                    error: e.to_string(),
-                });
-                continue;
-            }
-        };
-        ports.sort_unstable();
-        for port in ports {
-            let pdir = ddir.join("ports").join(port.to_string());
-            let pinfo = info.and_then(|i| i.ports.iter().find(|p| p.port == port));
-            let mut read_state = |file: &str| -> Option<StateValue> {
-                let path = pdir.join(file);
-                let r = fs::read_to_string(&path).map_err(|e| e.to_string()).and_then(|t| {
-                    parse_state(&t).ok_or_else(|| format!("not a state: {:?}", t.trim()))
-                });
-                r.map_err(|error| {
-                    snap.errors.push(SourceError {
-                        source: "port",
-                        device: dev.clone(),
-                        port: Some(port),
-                        path: rel(root, &path),
-                        error,
-                    })
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    let per = devices.len().div_ceil(threads).max(1);
+    let parts: Vec<(Vec<PortSample>, Vec<SourceError>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = devices
+            .chunks(per)
+            .map(|chunk| {
+                s.spawn(move || {
+                    let (mut ports, mut errors) = (Vec::new(), Vec::new());
+                    for dev in chunk {
+                        device(roots, dev, &mut ports, &mut errors);
+                    }
+                    (ports, errors)
                 })
-                .ok()
-            };
-            let state = read_state("state");
-            let phys_state = read_state("phys_state");
-            let counters = read_counters(
-                root,
-                &pdir.join("counters"),
-                "counters",
-                &dev,
-                Some(port),
-                &mut snap.errors,
-            );
-            let hw_counters = read_counters(
-                root,
-                &pdir.join("hw_counters"),
-                "hw_counters",
-                &dev,
-                Some(port),
-                &mut snap.errors,
-            );
-            snap.ports.push(PortSample {
-                device: dev.clone(),
-                port,
-                driver: info.map(|i| i.provider.clone()).unwrap_or_default(),
-                state,
-                phys_state,
-                rate_gbps: pinfo.and_then(|p| p.speed_gbps),
-                link_layer: pinfo.map(|p| p.link_layer.clone()).unwrap_or_default(),
-                netdev: pinfo.and_then(|p| p.netdev.clone()),
-                active_mtu: pinfo.and_then(|p| p.active_mtu),
-                roce_v2_gids: pinfo
-                    .map(|p| p.gids.iter().filter(|g| g.gid_type == "RoCE v2").count())
-                    .unwrap_or(0),
-                counters,
-                hw_counters,
-            });
-        }
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    for (ports, errors) in parts {
+        snap.ports.extend(ports);
+        snap.errors.extend(errors);
     }
     let netdevs: std::collections::BTreeSet<String> =
         snap.ports.iter().filter_map(|p| p.netdev.clone()).collect();
@@ -292,6 +276,68 @@ pub fn collect(roots: &Roots) -> Snapshot {
         snap.netdevs.insert(nd, s);
     }
     snap
+}
+
+fn device(roots: &Roots, dev: &str, out: &mut Vec<PortSample>, errors: &mut Vec<SourceError>) {
+    let root = &roots.sys;
+    let ddir = root.join("class/infiniband").join(dev);
+    let info = verbs::sysfs::rdma_device(root, dev);
+    let mut ports: Vec<u8> = match fs::read_dir(ddir.join("ports")) {
+        Ok(d) => d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect(),
+        Err(e) => {
+            errors.push(SourceError {
+                source: "port",
+                device: dev.to_string(),
+                port: None,
+                path: rel(root, &ddir.join("ports")),
+                error: e.to_string(),
+            });
+            return;
+        }
+    };
+    ports.sort_unstable();
+    for port in ports {
+        let pdir = ddir.join("ports").join(port.to_string());
+        let pinfo = info.as_ref().and_then(|i| i.ports.iter().find(|p| p.port == port));
+        let mut read_state = |file: &str| -> Option<StateValue> {
+            let path = pdir.join(file);
+            let r = fs::read_to_string(&path).map_err(|e| e.to_string()).and_then(|t| {
+                parse_state(&t).ok_or_else(|| format!("not a state: {:?}", t.trim()))
+            });
+            r.map_err(|error| {
+                errors.push(SourceError {
+                    source: "port",
+                    device: dev.to_string(),
+                    port: Some(port),
+                    path: rel(root, &path),
+                    error,
+                })
+            })
+            .ok()
+        };
+        let state = read_state("state");
+        let phys_state = read_state("phys_state");
+        let counters =
+            read_counters(root, &pdir.join("counters"), "counters", dev, Some(port), errors);
+        let hw_counters =
+            read_counters(root, &pdir.join("hw_counters"), "hw_counters", dev, Some(port), errors);
+        out.push(PortSample {
+            device: dev.to_string(),
+            port,
+            driver: info.as_ref().map(|i| i.provider.clone()).unwrap_or_default(),
+            state,
+            phys_state,
+            rate_gbps: pinfo.and_then(|p| p.speed_gbps),
+            link_layer: pinfo.map(|p| p.link_layer.clone()).unwrap_or_default(),
+            netdev: pinfo.and_then(|p| p.netdev.clone()),
+            active_mtu: pinfo.and_then(|p| p.active_mtu),
+            roce_v2_gids: pinfo
+                .map(|p| p.gids.iter().filter(|g| g.gid_type == "RoCE v2").count())
+                .unwrap_or(0),
+            counters,
+            hw_counters,
+        });
+    }
 }
 
 fn netdev(roots: &Roots, name: &str, errors: &mut Vec<SourceError>) -> NetdevSample {

@@ -21,7 +21,10 @@ fn every_metric_and_threshold_is_documented() {
         proc: "/nonexistent".into(),
         live: false,
     });
-    let text = telemetry::expose::render(&snap, &[], None);
+    let text = telemetry::expose::render(
+        std::sync::Arc::new(telemetry::expose::Scrape { snap, health: vec![] }),
+        None,
+    );
     for line in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
         let name = line.split(' ').next().unwrap();
         let total = format!("{name}_total");

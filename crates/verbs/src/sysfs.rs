@@ -106,6 +106,12 @@ pub fn rdma_devices(sys: &Path) -> Vec<DeviceInfo> {
     names.into_iter().map(|n| device(sys, &class.join(&n), n)).collect()
 }
 
+/// The RDMA device `name` under `sys`, if there is one.
+pub fn rdma_device(sys: &Path, name: &str) -> Option<DeviceInfo> {
+    let dir = sys.join("class/infiniband").join(name);
+    dir.is_dir().then(|| device(sys, &dir, name.to_string()))
+}
+
 fn device(sys: &Path, dir: &Path, name: String) -> DeviceInfo {
     let parent = read(&dir.join("parent"));
     let driver = fs::read_link(dir.join("device/driver"))

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use telemetry::expose::Format;
+use telemetry::expose::{Format, Scrape};
 use telemetry::health::{self, PortHealth, State, Thresholds};
 use telemetry::rates::Tracker;
 use telemetry::sample::{self, Roots, Snapshot};
@@ -69,7 +69,7 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
         agent.sample();
         std::thread::sleep(Duration::from_secs_f64(interval));
         let (snap, health) = agent.sample();
-        let om = telemetry::expose::render(&snap, &health, None);
+        let om = telemetry::expose::render(Arc::new(Scrape { snap, health }), None);
         std::io::stdout().lock().write_all(telemetry::expose::to_text_format(&om).as_bytes())?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -161,7 +161,7 @@ fn serve(agent: Arc<Agent>, args: &AgentArgs, interval: f64) -> anyhow::Result<E
                     .map(|h| h.value.as_str().to_string());
                 let format = Format::negotiate(accept.as_deref());
                 let (snap, health) = agent.sample();
-                let om = telemetry::expose::render(&snap, &health, None);
+                let om = telemetry::expose::render(Arc::new(Scrape { snap, health }), None);
                 let body = match format {
                     Format::OpenMetrics => om,
                     Format::Text => telemetry::expose::to_text_format(&om),
