@@ -136,6 +136,12 @@ pub(crate) struct AgentArgs {
     #[arg(long, requires = "once")]
     pub(crate) json: bool,
 
+    /// Also probe podnet's own RoCE stack: two soft devices on loopback addresses, an RC
+    /// ping-pong burst each sample; round trips in `podnet_probe_rtt_seconds`, the devices'
+    /// transport counters as ports (driver `soft`).
+    #[arg(long)]
+    pub(crate) probe: bool,
+
     /// Print what a scrape of /metrics returns (Prometheus text; two samples --interval
     /// apart, so rates and health are there) and exit.
     #[arg(long, conflicts_with = "once")]

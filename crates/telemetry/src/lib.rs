@@ -14,3 +14,6 @@ pub mod health;
 pub mod names;
 pub mod rates;
 pub mod sample;
+
+/// The Prometheus client this crate encodes with, for callers that register more metrics.
+pub use prometheus_client;

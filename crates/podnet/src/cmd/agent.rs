@@ -15,15 +15,24 @@ use crate::cli::AgentArgs;
 
 struct Agent {
     roots: Roots,
+    probe: Option<super::probe::Probe>,
     thresholds: Thresholds,
     epoch: Instant,
     tracker: Mutex<Tracker>,
 }
 
 impl Agent {
+    fn extra(&self) -> Option<&dyn telemetry::expose::Extra> {
+        self.probe.as_ref().map(|p| p as &dyn telemetry::expose::Extra)
+    }
+
     /// Takes a sample, feeds the rates, judges the ports.
     fn sample(&self) -> (Snapshot, Vec<PortHealth>) {
-        let snap = sample::collect(&self.roots);
+        let mut snap = sample::collect(&self.roots);
+        if let Some(p) = &self.probe {
+            p.run_burst();
+            snap.ports.extend(p.ports());
+        }
         let t = self.epoch.elapsed().as_secs_f64();
         let mut tr = self.tracker.lock().unwrap_or_else(PoisonError::into_inner);
         health::observe(&mut tr, &snap, t);
@@ -56,8 +65,14 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
         }
         None => Roots { proc: args.procfs_root.clone(), ..Roots::host() },
     };
+    let probe = if args.probe {
+        Some(super::probe::Probe::start().context("cannot start the probe's soft devices")?)
+    } else {
+        None
+    };
     let agent = Arc::new(Agent {
         roots,
+        probe,
         tracker: Mutex::new(Tracker::new(thresholds.window_seconds)),
         thresholds,
         epoch: Instant::now(),
@@ -69,7 +84,7 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
         agent.sample();
         std::thread::sleep(Duration::from_secs_f64(interval));
         let (snap, health) = agent.sample();
-        let om = telemetry::expose::render(Arc::new(Scrape { snap, health }), None);
+        let om = telemetry::expose::render(Arc::new(Scrape { snap, health }), agent.extra());
         std::io::stdout().lock().write_all(telemetry::expose::to_text_format(&om).as_bytes())?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -161,7 +176,8 @@ fn serve(agent: Arc<Agent>, args: &AgentArgs, interval: f64) -> anyhow::Result<E
                     .map(|h| h.value.as_str().to_string());
                 let format = Format::negotiate(accept.as_deref());
                 let (snap, health) = agent.sample();
-                let om = telemetry::expose::render(Arc::new(Scrape { snap, health }), None);
+                let om =
+                    telemetry::expose::render(Arc::new(Scrape { snap, health }), agent.extra());
                 let body = match format {
                     Format::OpenMetrics => om,
                     Format::Text => telemetry::expose::to_text_format(&om),

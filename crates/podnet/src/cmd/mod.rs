@@ -5,6 +5,7 @@ mod capture;
 mod devices;
 mod perf;
 mod pingpong;
+mod probe;
 
 use std::process::ExitCode;
 

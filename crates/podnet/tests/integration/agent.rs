@@ -410,3 +410,43 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_eq!(v["ports"][0]["device"], "mlx5_0", "{v}");
     assert!(v["ports"][0]["rates"]["out_of_sequence"].is_number(), "{v}");
 }
+
+#[test]
+fn the_probe_measures_podnets_own_stack() {
+    let root = fixture("mlx5");
+    let o = crate::util::in_netns(&format!(
+        "\"$PODNET\" agent --print --probe --interval 0.2 --sysfs-root {}",
+        root.display()
+    ));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = stdout(&o);
+    promtool(&t);
+    let pair = [("device", "soft:127.0.0.1"), ("peer", "soft:127.0.0.2")];
+    // Two samples, a burst of 32 ping-pongs each, every one in the histogram.
+    assert_eq!(value(&t, "podnet_probe_rtt_seconds_count", &pair), Some(64.0), "{t}");
+    let sum = value(&t, "podnet_probe_rtt_seconds_sum", &pair).unwrap();
+    assert!(sum > 0.0 && sum < 64.0, "{sum}");
+    assert_eq!(value(&t, "podnet_probe_failures_total", &[]), Some(0.0));
+    // The soft devices are ports: their transport counters, normalized, and their health.
+    for dev in ["soft:127.0.0.1", "soft:127.0.0.2"] {
+        let p = [("device", dev), ("port", "1")];
+        // 64 ping-pongs: at least 64 SENDs each way.
+        assert!(
+            value(&t, "podnet_rdma_port_xmit_packets_total", &p).unwrap() >= 64.0,
+            "{dev}\n{t}"
+        );
+        assert_eq!(value(&t, "podnet_rdma_out_of_sequence_total", &p), Some(0.0), "{dev}");
+        assert_eq!(
+            value(&t, "podnet_rdma_port_health", &[p[0], p[1], ("state", "ok")]),
+            Some(1.0),
+            "{dev}"
+        );
+        assert_eq!(
+            value(&t, "podnet_rdma_port_info", &[p[0], ("driver", "soft")]),
+            Some(1.0),
+            "{dev}"
+        );
+    }
+    // The recorded host is served beside them.
+    assert_eq!(value(&t, "podnet_rdma_port_state_id", &[("device", "mlx5_0")]), Some(4.0));
+}
