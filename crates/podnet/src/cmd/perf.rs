@@ -355,7 +355,8 @@ pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
         &args.dev,
         &ContextOptions { progress, udp_offload, gid_index: args.gid_index, ..Default::default() },
     )?;
-    opts.gid_index = ctx.gid_index();
+    opts.gid_index = args.gid_index.unwrap_or(ctx.gid_index());
+    ctx.query_gid(opts.gid_index)?; // a -x the device does not have fails before any peer is involved
     let role = if args.server.is_some() { Role::Client } else { Role::Server };
     let (sock, peer) = match &args.server {
         Some(host) => connect(host, args.dev.port, opts.stall)?,

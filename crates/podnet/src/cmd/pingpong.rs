@@ -146,7 +146,7 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
     let qp = pd.create_qp(&init)?;
     let m = ModifyQp { state: Some(QpState::Init), access: Some(Access(0)), ..Default::default() };
     qp.modify(&m)?;
-    let gid = ctx.query_gid(ctx.gid_index())?.gid;
+    let gid = ctx.query_gid(args.gid_idx.unwrap_or(ctx.gid_index()))?.gid;
     let mut s = Session { args: args.clone(), ctx, mr, cq, channel, qp, size, timeout };
     let posted = s.post_recvs(args.rx_depth)?;
     let local = Dest { lid: 0, qpn: s.qp.qpn().get(), psn: random_psn(), gid };

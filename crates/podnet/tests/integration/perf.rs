@@ -295,6 +295,7 @@ fn bad_flags_fail_with_a_message() {
         (&["perf", "write-lat", "-b"][..], "-b is for the bandwidth tests"),
         (&["perf", "write-bw", "--run_infinitely"][..], "needs a bandwidth test and -D"),
         (&["perf", "write-bw", "-d", "soft:10.0.0"][..], "bad device name"),
+        (&["perf", "send-lat", "-x", "3"][..], "GID index 3 is not in the table"),
     ] {
         let o = podnet(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
