@@ -7,6 +7,7 @@
 #                                boot the Linux Soft-RoCE guest (crates/rxevm)
 #   rdma-core, ibverbs-utils, ibverbs-providers, rdmacm-utils, perftest
 #                                the reference peer's tools, run inside the guest
+#   chromium                     renders qualify's report.html headless (its test)
 #   prometheus (promtool), prometheus-node-exporter
 #                                check the agent's exposition; the node_exporter comparison
 #   cmake, libclang-dev         build the rdma-core provider (sideway's rdma-mummy-sys: a
@@ -16,6 +17,7 @@
 set -euo pipefail
 # command  package
 want="
+chromium chromium
 promtool prometheus
 prometheus-node-exporter prometheus-node-exporter
 cmake cmake
@@ -45,11 +47,20 @@ done <<< "$want"
 for pkg in ibverbs-providers rdma-core libclang-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
 done
-[ ${#need[@]} -eq 0 ] && exit 0
-mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
-echo "installing: ${need[*]}" >&2
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+if [ ${#need[@]} -gt 0 ]; then
+  mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
+  echo "installing: ${need[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+# PyPI: junitparser reads qualify's junit.xml as CI systems do.
+if ! python3 -c 'import junitparser' 2>/dev/null; then
+  echo "installing from PyPI: junitparser" >&2
+  $sudo python3 -m pip install -q junitparser 2>/dev/null ||
+    $sudo python3 -m pip install -q --break-system-packages junitparser ||
+    { echo "cannot install junitparser from PyPI" >&2; exit 1; }
+fi

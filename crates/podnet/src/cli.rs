@@ -101,6 +101,49 @@ pub(crate) enum Command {
         podnet agent --once\n  podnet agent --once --json --sysfs-root recorded-host/sys"
     )]
     Agent(AgentArgs),
+
+    /// Qualify hosts, NICs, links and device pairs against a plan, and report.
+    ///
+    /// Runs a plan's checks: host (CPU governor, NUMA locality of each NIC, netdev MTUs),
+    /// device (present, port ACTIVE, speed/width/MTU, a RoCE v2 GID), performance (bandwidth
+    /// per size, median and p99.9 latency, on every pair, with the perf engine; thresholds
+    /// absolute or relative to a calibration measured first in the same run) and an
+    /// integrity run (SEND with every byte checked). Without --plan it runs the built-in plan:
+    /// four soft devices on loopback, every pair, under a minute.
+    ///
+    /// Writes report.json, junit.xml and report.html (SVG charts) to --report-dir, or to a
+    /// new timestamped folder it names. Exit status: 0 every check passed, 1 a check failed,
+    /// 2 the plan could not run.
+    #[command(
+        after_help = "Examples:\n  podnet qualify\n  podnet qualify --plan rack12.toml --report-dir /srv/qual/rack12\n  \
+        podnet qualify --print-plan > my-plan.toml   # the built-in plan, to edit"
+    )]
+    Qualify(QualifyArgs),
+}
+
+/// `podnet qualify` flags.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct QualifyArgs {
+    /// The plan (TOML) [default: the built-in plan].
+    #[arg(long, value_name = "FILE")]
+    pub(crate) plan: Option<PathBuf>,
+
+    /// Write report.json, junit.xml and report.html here [default: a new
+    /// podnet-qualify-<date>-<time> folder in the current one].
+    #[arg(long, value_name = "DIR")]
+    pub(crate) report_dir: Option<PathBuf>,
+
+    /// Print the report as JSON (report.json's content) instead of the summary.
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Read sysfs from DIR instead of /sys (host and device checks).
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub(crate) sysfs_root: PathBuf,
+
+    /// Print the built-in plan and exit.
+    #[arg(long)]
+    pub(crate) print_plan: bool,
 }
 
 /// `podnet agent` flags.

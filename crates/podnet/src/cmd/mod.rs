@@ -6,6 +6,7 @@ mod devices;
 mod perf;
 mod pingpong;
 mod probe;
+mod qualify;
 
 use std::process::ExitCode;
 
@@ -46,5 +47,6 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Perf(args) => perf::run(&args),
         Command::Devices(args) => devices::run(&args),
         Command::Agent(args) => agent::run(&args),
+        Command::Qualify(args) => qualify::run(&args),
     }
 }

@@ -8,6 +8,7 @@ mod extra;
 mod perf;
 mod perf_rxe;
 mod pingpong;
+mod qualify;
 #[cfg(feature = "rdma-core")]
 mod rdma_core_rxe;
 mod rxe;

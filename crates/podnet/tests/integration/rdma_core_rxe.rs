@@ -251,6 +251,60 @@ fn compare(vm: &Vm, a_gid: u32, b_gid: u32) {
     let _ = std::fs::write(path, &report);
 }
 
+/// `podnet qualify` with a plan of rdma-core device checks and a pair check on rxeA/rxeB.
+fn qualify_on_rxe(vm: &Vm) {
+    let plan = vm.out_dir().join("rxe-plan.toml");
+    std::fs::write(
+        &plan,
+        "name = \"rxe in the guest\"\ndevices = [\"rxeA\", \"rxeB\"]\n\
+         [host]\nmin_netdev_mtu = 1500\nnic_numa_node = true\n\
+         [device]\nport_active = true\nroce_v2_gid = true\nmin_active_mtu = 1024\n\
+         [[perf]]\ntest = \"write-bw\"\nsizes = [65536]\niters = 200\nmin_bw_vs_calibration = 0.1\n\
+         [[perf]]\ntest = \"send-lat\"\niters = 200\nmax_median_us_vs_calibration = 10\n\
+         [integrity]\nseconds = 2\n",
+    )
+    .unwrap();
+    let out = vm
+        .spawn(
+            "qualify",
+            &format!(
+                "{} qualify --plan {} --report-dir $OUT/qual; echo rc=$?",
+                env!("CARGO_BIN_EXE_podnet"),
+                plan.display()
+            ),
+            Duration::from_secs(180),
+        )
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(out.output.contains("rc=0"), "qualify on rxe:\n{}", out.output);
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(vm.out_dir().join("qual/report.json")).unwrap(),
+    )
+    .unwrap();
+    let status = |name: &str| -> String {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c["status"].as_str().unwrap().to_string())
+            .unwrap_or_else(|| panic!("no check {name}: {report}"))
+    };
+    for d in ["rxeA", "rxeB"] {
+        assert_eq!(status(&format!("device/{d}/present")), "pass");
+        assert_eq!(status(&format!("device/{d}/port_active")), "pass");
+        assert_eq!(status(&format!("device/{d}/roce_v2_gid")), "pass");
+        assert_eq!(status(&format!("host/{d}/1/netdev_mtu")), "pass");
+        // rxe is virtual: no PCI function, no NUMA node.
+        assert_eq!(status(&format!("host/{d}/numa_node")), "skipped");
+    }
+    assert_eq!(status("perf/write-bw/65536B/rxeA<->rxeB/bandwidth"), "pass");
+    assert_eq!(status("perf/send-lat/2B/rxeA<->rxeB/median"), "pass");
+    assert_eq!(status("integrity/rxeA<->rxeB"), "pass");
+    eprintln!("qualify on rxe: {}", out.output.lines().rev().nth(2).unwrap_or(""));
+}
+
 #[test]
 fn podnet_rdma_core_on_rxe() {
     let t0 = Instant::now();
@@ -269,6 +323,7 @@ fn podnet_rdma_core_on_rxe() {
     interop(&vm, rxe.eth.gid4);
     pingpong(&vm, rxe.eth.gid4);
     eprintln!("interop done after {:.1} s", t0.elapsed().as_secs_f64());
+    qualify_on_rxe(&vm);
     compare(&vm, rxe.a.gid4, rxe.b.gid4);
     eprintln!("rdma-core on rxe: {:.1} s", t0.elapsed().as_secs_f64());
 }

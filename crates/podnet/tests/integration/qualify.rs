@@ -1,0 +1,252 @@
+//! `podnet qualify`: the built-in plan passes; a failing check is named the same way in the
+//! summary, report.json, junit.xml (read by PyPI's junitparser) and report.html; malformed
+//! plans are one-line errors naming file, line and key; report.html renders in headless
+//! Chromium with no console errors and every chart has a size.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::util::{in_netns, podnet, require_tool, stderr, stdout};
+
+/// Runs `podnet qualify ARGS --report-dir out` in a private network namespace and a temporary
+/// folder; returns (exit code, stdout, report.json, junit.xml, report.html).
+fn qualify(plan: Option<&str>, extra: &str) -> (i32, String, Value, String, String) {
+    let plan_arg = match plan {
+        Some(p) => {
+            let esc = p.replace('\'', "'\\''");
+            format!("printf '%s' '{esc}' > plan.toml; P='--plan plan.toml'")
+        }
+        None => "P=".into(),
+    };
+    let o = in_netns(&format!(
+        "{plan_arg}\n\"$PODNET\" qualify $P --report-dir out {extra} > summary.txt 2> err.txt; rc=$?\n\
+         echo \"rc=$rc\"; cat summary.txt; echo '=== json'; cat out/report.json; echo; echo '=== junit';\n\
+         cat out/junit.xml; echo '=== html'; cat out/report.html; echo '=== err'; cat err.txt"
+    ));
+    let all = stdout(&o);
+    let (head, rest) =
+        all.split_once("=== json\n").unwrap_or_else(|| panic!("{all}{}", stderr(&o)));
+    let (json, rest) = rest.split_once("=== junit\n").unwrap();
+    let (junit, rest) = rest.split_once("=== html\n").unwrap();
+    let (html, _err) = rest.split_once("=== err\n").unwrap();
+    let rc = head
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("rc="))
+        .and_then(|c| c.parse().ok())
+        .unwrap();
+    let v: Value = serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("{e}: {all}"));
+    (rc, head.to_string(), v, junit.to_string(), html.to_string())
+}
+
+/// junitparser's view of a junit.xml: (test cases, failures as "name: message").
+fn junitparser(xml: &str) -> (usize, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("junit.xml");
+    std::fs::write(&f, xml).unwrap();
+    let script = "import sys\nfrom junitparser import JUnitXml, Failure\nx = JUnitXml.fromfile(sys.argv[1])\n\
+        n = 0\nfor s in x:\n    for c in s:\n        n += 1\n        for r in c.result:\n            \
+        if isinstance(r, Failure):\n                print('FAIL', c.name + ': ' + (r.message or ''))\nprint('CASES', n)\n";
+    let o = Command::new("python3")
+        .args(["-c", script, f.to_str().unwrap()])
+        .output()
+        .expect("python3");
+    assert!(
+        o.status.success(),
+        "junitparser (scripts/deps.sh installs it from PyPI): {}",
+        stderr(&o)
+    );
+    let out = stdout(&o);
+    let cases = out.lines().find_map(|l| l.strip_prefix("CASES ")).unwrap().parse().unwrap();
+    let fails = out.lines().filter_map(|l| l.strip_prefix("FAIL ")).map(str::to_string).collect();
+    (cases, fails)
+}
+
+fn checks(v: &Value) -> &Vec<Value> {
+    v["checks"].as_array().unwrap()
+}
+
+#[test]
+fn the_built_in_plan_passes_and_reports() {
+    let t = std::time::Instant::now();
+    let (rc, summary, v, junit, html) = qualify(None, "");
+    assert_eq!(rc, 0, "{summary}");
+    let s = &v["summary"];
+    assert_eq!(s["failed"], 0, "{summary}");
+    // 4 devices x 4 checks, 6 pairs x (2 bandwidth + 2 latency + 1 integrity), 4 MTUs.
+    assert_eq!(
+        s["passed"].as_u64().unwrap() + s["skipped"].as_u64().unwrap(),
+        16 + 30 + 4,
+        "{summary}"
+    );
+    assert!(summary.contains("default: 4 soft devices on loopback: "), "{summary}");
+    assert_eq!(v["pairs"].as_array().unwrap().len(), 6);
+    for c in checks(&v) {
+        assert!(c["name"].is_string() && c["unit"].is_string() && c["detail"].is_string(), "{c}");
+        assert!(["pass", "fail", "skipped"].contains(&c["status"].as_str().unwrap()), "{c}");
+    }
+    let integrity: Vec<&Value> = checks(&v)
+        .iter()
+        .filter(|c| c["name"].as_str().unwrap().starts_with("integrity/"))
+        .collect();
+    assert_eq!(integrity.len(), 6);
+    for c in integrity {
+        assert!(c["detail"].as_str().unwrap().contains(" 0 damaged"), "{c}");
+    }
+    let (cases, fails) = junitparser(&junit);
+    assert_eq!((cases, fails.len()), (checks(&v).len(), 0));
+    assert_eq!(html.matches("<svg").count(), 3, "bandwidth, latency, pair matrix");
+    assert!(t.elapsed().as_secs() < 60, "the built-in plan took {:?}", t.elapsed());
+}
+
+#[test]
+fn an_impossible_threshold_fails_and_is_named_everywhere() {
+    let plan = "name = \"impossible\"\ndevices = [\"soft:127.0.2.1\", \"soft:127.0.2.2\"]\n\
+        [[perf]]\ntest = \"write-bw\"\nsizes = [65536]\niters = 500\nmin_bw_mb_per_s = 1e12\n\
+        [[perf]]\ntest = \"send-lat\"\niters = 500\nmax_median_us = 1000000\n";
+    let (rc, summary, v, junit, html) = qualify(Some(plan), "");
+    assert_eq!(rc, 1, "{summary}");
+    let name = "perf/write-bw/65536B/soft:127.0.2.1<->soft:127.0.2.2/bandwidth";
+    // The summary.
+    assert!(
+        summary.lines().any(|l| l.starts_with("fail")
+            && l.contains(name)
+            && l.contains("want >= 1000000000000")),
+        "{summary}"
+    );
+    assert!(summary.contains("1 failed"), "{summary}");
+    // report.json.
+    let failed: Vec<&Value> = checks(&v).iter().filter(|c| c["status"] == "fail").collect();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert_eq!(failed[0]["name"], name);
+    assert_eq!(failed[0]["unit"], "MB/s");
+    assert!(failed[0]["measured"].as_f64().unwrap() > 0.0);
+    assert_eq!(failed[0]["threshold"], ">= 1000000000000");
+    // The latency check with a reachable threshold passed.
+    assert!(
+        checks(&v)
+            .iter()
+            .any(|c| c["status"] == "pass" && c["name"].as_str().unwrap().ends_with("/median"))
+    );
+    // junit.xml, read by junitparser: the same name, the measured value in the message.
+    let (_, fails) = junitparser(&junit);
+    assert_eq!(fails.len(), 1, "{fails:?}");
+    assert!(
+        fails[0].starts_with(&format!("{name}: {name}: "))
+            && fails[0].contains("MB/s, want >= 1000000000000"),
+        "{fails:?}"
+    );
+    // report.html: in the failed table, and the pair's cell red.
+    let failed_table =
+        html.split("<table id=\"failed\">").nth(1).unwrap().split("</table>").next().unwrap();
+    assert!(
+        failed_table.contains(&name.replace('<', "&lt;").replace('>', "&gt;")),
+        "{failed_table}"
+    );
+    assert!(html.contains("fill=\"#c62828\""), "the pair matrix shows the failure");
+    assert!(html.contains("FAILED"));
+}
+
+#[test]
+fn malformed_plans_name_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, want) in [
+        (
+            "name = \"x\"\ndevices = [\"soft:127.0.0.1\"]\n[device]\nport_actve = true\n",
+            "plan.toml:4: unknown field `port_actve`",
+        ),
+        (
+            "name = \"x\"\ndevices = [\"soft:127.0.0.1\", \"soft:127.0.0.2\"]\n[[perf]]\ntest = \"write-bandwidth\"\n",
+            "plan.toml:4: `perf.test` = \"write-bandwidth\"",
+        ),
+        (
+            "name = \"x\"\ndevices = [\"soft:127.0.0.1\"]\n[integrity]\nseconds = -2\n",
+            "plan.toml:4: `integrity.seconds` = -2",
+        ),
+        ("name = \"x\"\ndevices = \"soft:127.0.0.1\"\n", "plan.toml:2:"),
+    ] {
+        let p = dir.path().join("plan.toml");
+        std::fs::write(&p, text).unwrap();
+        let o = podnet(&[
+            "qualify",
+            "--plan",
+            p.to_str().unwrap(),
+            "--report-dir",
+            dir.path().join("r").to_str().unwrap(),
+        ]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{text}: {e}");
+        assert!(e.contains(want), "{want:?} not in {e:?}");
+        assert_eq!(e.trim().lines().count(), 1, "{e}");
+        assert!(!dir.path().join("r").exists(), "no report for a plan that could not run");
+    }
+    let o = podnet(&["qualify", "--plan", "/nonexistent.toml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("/nonexistent.toml"), "{}", stderr(&o));
+}
+
+/// report.html in headless Chromium: no console errors, and every `<svg>` chart has a
+/// non-empty bounding box (a copy of the report with a measuring script appended is loaded;
+/// the report itself has no script). The screenshot is kept in the target folder.
+#[test]
+fn the_html_report_renders_in_chromium() {
+    require_tool("chromium");
+    let (rc, summary, _, _, html) = qualify(
+        Some(
+            "name = \"two\"\ndevices = [\"soft:127.0.3.1\", \"soft:127.0.3.2\"]\n[[perf]]\ntest = \"write-bw\"\nsizes = [4096, 65536]\niters = 300\n[[perf]]\ntest = \"send-lat\"\niters = 300\n",
+        ),
+        "",
+    );
+    assert_eq!(rc, 0, "{summary}");
+    let dir = tempfile::tempdir().unwrap();
+    let probe = html.replace(
+        "</body>",
+        "<script>const b = [...document.querySelectorAll('svg')].map(s => { const r = s.getBoundingClientRect(); return Math.round(r.width) + 'x' + Math.round(r.height); });\n\
+         document.body.setAttribute('data-svg-boxes', b.join(','));</script></body>",
+    );
+    let f = dir.path().join("report.html");
+    std::fs::write(&f, &probe).unwrap();
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("qualify-report.png");
+    let run = |extra: &[&str]| {
+        Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--enable-logging=stderr",
+                "--v=0",
+                "--window-size=1280,2400",
+            ])
+            .arg(format!("--user-data-dir={}", dir.path().join("profile").display()))
+            .args(extra)
+            .arg(format!("file://{}", f.display()))
+            .output()
+            .expect("chromium runs")
+    };
+    let o = run(&["--dump-dom"]);
+    let dom = stdout(&o);
+    let err = stderr(&o);
+    let console: Vec<&str> = err.lines().filter(|l| l.contains("CONSOLE")).collect();
+    assert!(console.is_empty(), "console messages: {console:?}");
+    let boxes = dom
+        .split("data-svg-boxes=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_else(|| panic!("no result in the DOM: {dom}\n{err}"));
+    let boxes: Vec<&str> = boxes.split(',').collect();
+    assert_eq!(boxes.len(), 3, "{boxes:?}");
+    for b in &boxes {
+        let (w, h) = b.split_once('x').unwrap();
+        assert!(w.parse::<u32>().unwrap() > 100 && h.parse::<u32>().unwrap() > 100, "{boxes:?}");
+    }
+    std::fs::write(&f, &html).unwrap();
+    let o = run(&[&format!("--screenshot={}", shot.display())]);
+    assert!(shot.exists(), "no screenshot: {}", stderr(&o));
+    eprintln!(
+        "screenshot: {} ({} bytes); chart boxes {boxes:?}",
+        shot.display(),
+        std::fs::metadata(&shot).unwrap().len()
+    );
+}

@@ -1,0 +1,399 @@
+//! Qualification plans: what to check, on which devices, against which thresholds.
+//!
+//! ```toml
+//! name = "rack 12, RoCE"
+//! devices = ["mlx5_0", "mlx5_1"]        # the configuration matrix: devices, and
+//! pairs = "all"                          # every pair of them (or [["mlx5_0", "mlx5_1"]])
+//!
+//! [host]
+//! cpu_governor = "performance"           # every CPU's cpufreq governor
+//! nic_numa_node = true                   # each RDMA device's PCI function has a NUMA node
+//! min_netdev_mtu = 4200                  # the netdevs under RoCE ports
+//!
+//! [device]
+//! port_active = true
+//! roce_v2_gid = true
+//! min_speed_gbps = 200
+//! min_active_mtu = 4096
+//!
+//! [[perf]]                               # one per test; run on every pair
+//! test = "write-bw"
+//! sizes = [4096, 65536]
+//! iters = 5000
+//! min_bw_mb_per_s = 20000                # absolute, or
+//! min_bw_vs_calibration = 0.8            # relative to the calibration run, same size
+//!
+//! [[perf]]
+//! test = "send-lat"
+//! sizes = [2]
+//! max_median_us_vs_calibration = 1.5
+//! max_p99_9_us = 50
+//!
+//! [integrity]                            # SEND with every byte checked, on every pair
+//! seconds = 10
+//! ```
+//!
+//! The calibration is each perf entry run first on the first pair; relative thresholds
+//! multiply its figure, so a plan can ask "every pair within 20 % of the best-known one"
+//! without knowing the hardware. Unknown keys and bad values are errors naming the file,
+//! line and key.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// A plan that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The plan is not valid.
+    #[error("{path}:{line}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// Its line (1-based; 0 when unknown).
+        line: usize,
+        /// What is wrong, naming the key.
+        message: String,
+    },
+}
+
+/// Which pairs of devices to measure.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum Pairs {
+    /// `"all"`: every unordered pair, in order.
+    All(String),
+    /// The pairs named.
+    List(Vec<[String; 2]>),
+}
+
+/// Host checks.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostChecks {
+    /// Every CPU's cpufreq governor must be this.
+    pub cpu_governor: Option<String>,
+    /// Each RDMA device's PCI function must report a NUMA node.
+    #[serde(default)]
+    pub nic_numa_node: bool,
+    /// The netdevs under RoCE ports must have at least this MTU.
+    pub min_netdev_mtu: Option<u32>,
+}
+
+/// Device checks, on every device of the plan.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceChecks {
+    /// Port 1 is ACTIVE.
+    #[serde(default)]
+    pub port_active: bool,
+    /// Port 1 has a RoCE v2 GID.
+    #[serde(default)]
+    pub roce_v2_gid: bool,
+    /// Link speed at least this (Gb/s).
+    pub min_speed_gbps: Option<f64>,
+    /// Link width exactly this (`4X`).
+    pub width: Option<String>,
+    /// Active MTU at least this.
+    pub min_active_mtu: Option<u32>,
+}
+
+/// A performance check: one perf test on every pair.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PerfCheck {
+    /// The test (`write-bw`, `send-lat`, …).
+    pub test: String,
+    /// Message sizes.
+    #[serde(default)]
+    pub sizes: Vec<usize>,
+    /// Messages per size.
+    pub iters: Option<u64>,
+    /// Bandwidth at least this (MB/s, perftest's 2^20).
+    pub min_bw_mb_per_s: Option<f64>,
+    /// Bandwidth at least this share of the calibration's.
+    pub min_bw_vs_calibration: Option<f64>,
+    /// Median latency at most this (µs).
+    pub max_median_us: Option<f64>,
+    /// Median latency at most this multiple of the calibration's.
+    pub max_median_us_vs_calibration: Option<f64>,
+    /// 99.9th percentile latency at most this (µs).
+    pub max_p99_9_us: Option<f64>,
+    /// 99.9th percentile at most this multiple of the calibration's.
+    pub max_p99_9_us_vs_calibration: Option<f64>,
+}
+
+/// The integrity run.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Integrity {
+    /// Seconds per pair.
+    pub seconds: f64,
+    /// Message size.
+    #[serde(default = "default_integrity_size")]
+    pub size: usize,
+}
+
+fn default_integrity_size() -> usize {
+    65536
+}
+
+/// A qualification plan.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// What it qualifies.
+    pub name: String,
+    /// The devices (`soft:<IP>` or RDMA device names).
+    pub devices: Vec<String>,
+    /// Which pairs to measure.
+    #[serde(default = "all_pairs")]
+    pub pairs: Pairs,
+    /// Host checks.
+    #[serde(default)]
+    pub host: HostChecks,
+    /// Device checks.
+    #[serde(default)]
+    pub device: DeviceChecks,
+    /// Performance checks.
+    #[serde(default)]
+    pub perf: Vec<PerfCheck>,
+    /// The integrity run.
+    pub integrity: Option<Integrity>,
+}
+
+fn all_pairs() -> Pairs {
+    Pairs::All("all".into())
+}
+
+/// The built-in plan: four soft devices on loopback addresses, every pair's WRITE bandwidth
+/// at two sizes and SEND latency, one after another, within generous shares of a calibration
+/// run (so a busy CI machine does not fail it), and a short integrity run on every pair.
+pub const DEFAULT_PLAN: &str = r#"name = "default: 4 soft devices on loopback"
+devices = ["soft:127.0.1.1", "soft:127.0.1.2", "soft:127.0.1.3", "soft:127.0.1.4"]
+pairs = "all"
+
+[host]
+min_netdev_mtu = 1500
+
+[device]
+port_active = true
+roce_v2_gid = true
+min_active_mtu = 1024
+
+[[perf]]
+test = "write-bw"
+sizes = [4096, 65536]
+iters = 2000
+min_bw_vs_calibration = 0.2
+
+[[perf]]
+test = "send-lat"
+sizes = [2]
+iters = 2000
+max_median_us_vs_calibration = 5.0
+max_p99_9_us_vs_calibration = 50.0
+
+[integrity]
+seconds = 1
+size = 65536
+"#;
+
+impl Plan {
+    /// Reads a plan file.
+    pub fn load(path: &Path) -> Result<Plan, PlanError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| PlanError::Read { path: p.clone(), source })?;
+        Plan::parse(&text, &p)
+    }
+
+    /// Parses a plan (`path` names it in errors).
+    pub fn parse(text: &str, path: &str) -> Result<Plan, PlanError> {
+        let line_of = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
+        let invalid = |line, message| PlanError::Invalid { path: path.into(), line, message };
+        let plan: Plan = toml::from_str(text).map_err(|e| {
+            let line = e.span().map_or(0, |s| line_of(s.start));
+            invalid(line, e.message().trim().to_string())
+        })?;
+        let at = |key: &str| find_line(text, key);
+        if plan.devices.is_empty() {
+            return Err(invalid(at("devices"), "`devices` lists no device".into()));
+        }
+        for d in &plan.devices {
+            if d.starts_with("soft") && verbs::DeviceName::parse(d).is_err() {
+                return Err(invalid(
+                    at("devices"),
+                    format!("`devices`: {d:?} is not a soft device name (soft:<IP>)"),
+                ));
+            }
+        }
+        match &plan.pairs {
+            Pairs::All(s) if s != "all" => {
+                return Err(invalid(
+                    at("pairs"),
+                    format!("`pairs` = {s:?}: \"all\" or a list of [a, b]"),
+                ));
+            }
+            Pairs::List(l) => {
+                for [a, b] in l {
+                    for d in [a, b] {
+                        if !plan.devices.contains(d) {
+                            return Err(invalid(
+                                at("pairs"),
+                                format!("`pairs`: {d:?} is not in `devices`"),
+                            ));
+                        }
+                    }
+                    if a == b {
+                        return Err(invalid(
+                            at("pairs"),
+                            format!("`pairs`: [{a:?}, {b:?}] pairs a device with itself"),
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+        for p in &plan.perf {
+            let line = find_value_line(text, "test", &p.test);
+            let Some(t) = perf::session::PerfTest::from_name(&p.test) else {
+                return Err(invalid(
+                    line,
+                    format!("`perf.test` = {:?}: not a perf test (write-bw, send-lat, …)", p.test),
+                ));
+            };
+            let bw_keys = [
+                ("min_bw_mb_per_s", p.min_bw_mb_per_s),
+                ("min_bw_vs_calibration", p.min_bw_vs_calibration),
+            ];
+            let lat_keys = [
+                ("max_median_us", p.max_median_us),
+                ("max_median_us_vs_calibration", p.max_median_us_vs_calibration),
+                ("max_p99_9_us", p.max_p99_9_us),
+                ("max_p99_9_us_vs_calibration", p.max_p99_9_us_vs_calibration),
+            ];
+            let (mine, other) = if t.is_bw() {
+                (&bw_keys[..], &lat_keys[..])
+            } else {
+                (&lat_keys[..], &bw_keys[..])
+            };
+            for (k, v) in other {
+                if v.is_some() {
+                    return Err(invalid(
+                        at(k),
+                        format!(
+                            "`perf.{k}` does not apply to {} (a {} test)",
+                            p.test,
+                            if t.is_bw() { "bandwidth" } else { "latency" }
+                        ),
+                    ));
+                }
+            }
+            for (k, v) in mine {
+                if let Some(v) = v
+                    && !(v.is_finite() && *v > 0.0)
+                {
+                    return Err(invalid(
+                        at(k),
+                        format!("`perf.{k}` = {v}: must be a positive number"),
+                    ));
+                }
+            }
+            if p.sizes.iter().any(|s| *s == 0 || *s > 1 << 30) {
+                return Err(invalid(
+                    at("sizes"),
+                    "`perf.sizes`: each between 1 and 2^30 bytes".into(),
+                ));
+            }
+            if p.iters == Some(0) {
+                return Err(invalid(at("iters"), "`perf.iters` must be at least 1".into()));
+            }
+        }
+        if let Some(i) = &plan.integrity
+            && !(i.seconds.is_finite() && i.seconds > 0.0 && i.seconds <= 86_400.0)
+        {
+            return Err(invalid(
+                at("seconds"),
+                format!("`integrity.seconds` = {}: between 0 and 86400", i.seconds),
+            ));
+        }
+        Ok(plan)
+    }
+
+    /// The pairs to measure, in order.
+    pub fn pairs(&self) -> Vec<(String, String)> {
+        match &self.pairs {
+            Pairs::All(_) => {
+                let d = &self.devices;
+                (0..d.len())
+                    .flat_map(|i| (i + 1..d.len()).map(move |j| (d[i].clone(), d[j].clone())))
+                    .collect()
+            }
+            Pairs::List(l) => l.iter().map(|[a, b]| (a.clone(), b.clone())).collect(),
+        }
+    }
+}
+
+fn find_line(text: &str, key: &str) -> usize {
+    text.lines()
+        .position(|l| {
+            l.trim_start().strip_prefix(key).is_some_and(|r| r.trim_start().starts_with('='))
+        })
+        .map_or(0, |i| i + 1)
+}
+
+fn find_value_line(text: &str, key: &str, value: &str) -> usize {
+    text.lines()
+        .position(|l| {
+            l.trim_start()
+                .strip_prefix(key)
+                .is_some_and(|r| r.trim_start().starts_with('=') && r.contains(value))
+        })
+        .map_or(0, |i| i + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_plan_parses() {
+        let p = Plan::parse(DEFAULT_PLAN, "default").unwrap();
+        assert_eq!(p.devices.len(), 4);
+        assert_eq!(p.pairs().len(), 6);
+        assert_eq!(p.perf.len(), 2);
+    }
+
+    #[test]
+    fn errors_name_file_line_and_key() {
+        let bad = |text: &str| Plan::parse(text, "p.toml").unwrap_err().to_string();
+        let base = "name = \"x\"\ndevices = [\"soft:127.0.0.1\", \"soft:127.0.0.2\"]\n";
+        let e = bad(&format!("{base}[device]\nport_actve = true\n"));
+        assert!(e.starts_with("p.toml:4:") && e.contains("port_actve"), "{e}");
+        let e = bad(&format!("{base}[[perf]]\ntest = \"write-bandwidth\"\n"));
+        assert!(e.starts_with("p.toml:4:") && e.contains("write-bandwidth"), "{e}");
+        let e = bad(&format!("{base}[[perf]]\ntest = \"send-lat\"\nmin_bw_mb_per_s = 5\n"));
+        assert!(e.starts_with("p.toml:5:") && e.contains("min_bw_mb_per_s"), "{e}");
+        let e = bad(&format!("{base}[[perf]]\ntest = \"write-bw\"\nmin_bw_vs_calibration = -1\n"));
+        assert!(e.starts_with("p.toml:5:"), "{e}");
+        let e = bad(&format!("{base}pairs = [[\"soft:127.0.0.1\", \"mlx5_0\"]]\n"));
+        assert!(e.starts_with("p.toml:3:") && e.contains("mlx5_0"), "{e}");
+        let e = bad("name = \"x\"\ndevices = []\n");
+        assert!(e.starts_with("p.toml:2:"), "{e}");
+        let e = bad(&format!("{base}[integrity]\nseconds = \"ten\"\n"));
+        assert!(
+            e.starts_with("p.toml:4:") && e.contains("seconds") || e.contains("invalid type"),
+            "{e}"
+        );
+    }
+}

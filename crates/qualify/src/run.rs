@@ -1,0 +1,593 @@
+//! Runs a plan: host checks, device checks, a calibration, every pair's performance checks,
+//! the integrity run.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use perf::exchange::Role;
+use perf::session::{self, Options, Outcome, PerfTest, Quiet, Row};
+use verbs::{Context, ContextOptions, Progress};
+
+use crate::plan::{PerfCheck, Plan};
+use crate::report::{BwPoint, Check, LatPoint, PairResult, Report, Status};
+
+/// Where a run reports its progress.
+pub trait RunProgress {
+    /// A check is starting.
+    fn starting(&mut self, what: &str);
+    /// A check ended.
+    fn done(&mut self, check: &Check);
+}
+
+/// A progress sink that ignores everything.
+#[derive(Debug, Default)]
+pub struct Silent;
+impl RunProgress for Silent {
+    fn starting(&mut self, _: &str) {}
+    fn done(&mut self, _: &Check) {}
+}
+
+struct Run<'a> {
+    report: Report,
+    progress: &'a mut dyn RunProgress,
+}
+
+impl Run<'_> {
+    fn push(&mut self, c: Check) {
+        self.progress.done(&c);
+        self.report.checks.push(c);
+    }
+}
+
+fn read(p: &Path) -> Option<String> {
+    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
+}
+
+/// Runs `plan` on this host (`sys` stands for `/sys`).
+pub fn run(plan: &Plan, sys: &Path, progress: &mut dyn RunProgress) -> Report {
+    let t0 = Instant::now();
+    let mut r = Run { report: Report::new(&plan.name), progress };
+    host_checks(plan, sys, &mut r);
+    let mut contexts: Vec<Option<Context>> = Vec::new();
+    for d in &plan.devices {
+        contexts.push(device_checks(plan, sys, d, &mut r));
+    }
+    let ctx_of = |name: &str| -> Option<&Context> {
+        let i = plan.devices.iter().position(|d| d == name)?;
+        contexts[i].as_ref()
+    };
+    let pairs = plan.pairs();
+    // Calibration: each perf entry on the first pair, before the matrix.
+    let mut calibration: Vec<Vec<Row>> = Vec::new();
+    for pc in &plan.perf {
+        let rows = match pairs.first().and_then(|(a, b)| Some((ctx_of(a)?, ctx_of(b)?))) {
+            Some((a, b)) => {
+                r.progress.starting(&format!("calibration {}", pc.test));
+                run_pair(a, b, &options(pc)).map(|(o, _)| o.rows).unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
+        calibration.push(rows);
+    }
+    for (a, b) in &pairs {
+        let pair = format!("{a}<->{b}");
+        let mut pair_status = Status::Pass;
+        for (k, pc) in plan.perf.iter().enumerate() {
+            let started = Instant::now();
+            let base = format!("perf/{}/{pair}", pc.test);
+            let (Some(ca), Some(cb)) = (ctx_of(a), ctx_of(b)) else {
+                r.push(Check::skipped(&base, "a device of the pair could not be opened"));
+                pair_status = pair_status.max(Status::Skipped);
+                continue;
+            };
+            r.progress.starting(&base);
+            match run_pair(ca, cb, &options(pc)) {
+                Ok((out, _)) => {
+                    for row in &out.rows {
+                        for c in judge(pc, &pair, row, &calibration[k], started.elapsed()) {
+                            pair_status = pair_status.max(c.status);
+                            r.push(c);
+                        }
+                        match row {
+                            Row::Bw(b) => r.report.bandwidth.push(BwPoint {
+                                pair: pair.clone(),
+                                test: pc.test.clone(),
+                                size: b.size,
+                                mb_per_s: b.bw_avg,
+                            }),
+                            Row::Lat(l) => r.report.latency.push(LatPoint {
+                                pair: pair.clone(),
+                                test: pc.test.clone(),
+                                size: l.size,
+                                min: l.t_min,
+                                median: l.t_typical,
+                                p99: l.p99,
+                                p99_9: l.p99_9,
+                            }),
+                        }
+                    }
+                }
+                Err(e) => {
+                    pair_status = Status::Fail;
+                    r.push(Check::fail(&base, None, None, "", &e, started.elapsed()));
+                }
+            }
+        }
+        if let Some(i) = &plan.integrity {
+            let name = format!("integrity/{pair}");
+            let started = Instant::now();
+            if let (Some(ca), Some(cb)) = (ctx_of(a), ctx_of(b)) {
+                r.progress.starting(&name);
+                let mut o = Options::new(PerfTest::SendBw);
+                o.sizes = vec![i.size];
+                o.duration = Some(Duration::from_secs_f64(i.seconds));
+                o.validate = true;
+                let c = match run_pair(ca, cb, &o) {
+                    Ok((cli, srv)) => {
+                        let mut v = cli.validation.unwrap_or_default();
+                        v.merge(&srv.validation.unwrap_or_default());
+                        let detail = format!(
+                            "{} messages, {} bytes checked, {} damaged{}",
+                            v.messages,
+                            v.bytes,
+                            v.errors,
+                            v.first_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+                        );
+                        if v.errors == 0 && v.messages > 0 {
+                            Check::pass(
+                                &name,
+                                Some(0.0),
+                                Some("= 0".into()),
+                                "damaged messages",
+                                &detail,
+                                started.elapsed(),
+                            )
+                        } else {
+                            Check::fail(
+                                &name,
+                                Some(v.errors as f64),
+                                Some("= 0".into()),
+                                "damaged messages",
+                                &detail,
+                                started.elapsed(),
+                            )
+                        }
+                    }
+                    Err(e) => Check::fail(&name, None, None, "", &e, started.elapsed()),
+                };
+                pair_status = pair_status.max(c.status);
+                r.push(c);
+            } else {
+                r.push(Check::skipped(&name, "a device of the pair could not be opened"));
+            }
+        }
+        r.report.pairs.push(PairResult { a: a.clone(), b: b.clone(), status: pair_status });
+    }
+    r.report.devices = plan.devices.clone();
+    r.report.seconds = t0.elapsed().as_secs_f64();
+    r.report
+}
+
+fn options(pc: &PerfCheck) -> Options {
+    let t = PerfTest::from_name(&pc.test).unwrap_or(PerfTest::WriteBw);
+    let mut o = Options::new(t);
+    if !pc.sizes.is_empty() {
+        o.sizes = pc.sizes.clone();
+    }
+    if let Some(n) = pc.iters {
+        o.iters = n;
+    }
+    o.stall = Duration::from_secs(10);
+    o.wait = Some(Duration::from_secs(60));
+    o
+}
+
+/// Runs one test between `a` (server) and `b` (client) in two threads: (client's outcome,
+/// server's).
+fn run_pair(a: &Context, b: &Context, o: &Options) -> Result<(Outcome, Outcome), String> {
+    let listener =
+        TcpListener::bind((a.ip(), 0)).map_err(|e| format!("cannot listen on {}: {e}", a.ip()))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    std::thread::scope(|s| {
+        let srv = s.spawn(|| -> Result<Outcome, String> {
+            let (sock, peer) = listener.accept().map_err(|e| e.to_string())?;
+            session::run(a, o, Role::Server, &sock, peer.ip(), false, &mut Quiet)
+                .map_err(|e| e.to_string())
+        });
+        let cli = TcpStream::connect(addr).map_err(|e| e.to_string()).and_then(|sock| {
+            session::run(b, o, Role::Client, &sock, a.ip(), false, &mut Quiet)
+                .map_err(|e| e.to_string())
+        });
+        let srv = srv.join().map_err(|_| "the server side panicked".to_string())?;
+        Ok((cli?, srv?))
+    })
+}
+
+fn calibration_for(rows: &[Row], size: u64) -> Option<&Row> {
+    rows.iter().find(|r| match r {
+        Row::Bw(b) => b.size == size,
+        Row::Lat(l) => l.size == size,
+    })
+}
+
+fn judge(pc: &PerfCheck, pair: &str, row: &Row, cal: &[Row], took: Duration) -> Vec<Check> {
+    let mut out = Vec::new();
+    let mut limit = |name: String,
+                     measured: f64,
+                     unit: &str,
+                     abs: Option<f64>,
+                     rel: Option<(f64, Option<f64>)>,
+                     higher: bool| {
+        let mut bound: Option<(f64, String)> = None;
+        if let Some(a) = abs {
+            bound = Some((a, format!("{} {a}", if higher { ">=" } else { "<=" })));
+        }
+        if let Some((factor, Some(c))) = rel {
+            let v = factor * c;
+            let tighter = match &bound {
+                None => true,
+                Some((b, _)) => {
+                    if higher {
+                        v > *b
+                    } else {
+                        v < *b
+                    }
+                }
+            };
+            if tighter {
+                bound = Some((
+                    v,
+                    format!(
+                        "{} {v:.2} ({factor} x calibration {c:.2})",
+                        if higher { ">=" } else { "<=" }
+                    ),
+                ));
+            }
+        }
+        let detail = format!("{} {pair}", pc.test);
+        let c = match bound {
+            None if rel.is_some() => Check::fail(
+                &name,
+                Some(measured),
+                None,
+                unit,
+                "the calibration run produced no figure to compare with",
+                took,
+            ),
+            None => Check::pass(
+                &name,
+                Some(measured),
+                None,
+                unit,
+                &format!("{detail}: measured, no threshold"),
+                took,
+            ),
+            Some((b, text)) => {
+                let ok = if higher { measured >= b } else { measured <= b };
+                if ok {
+                    Check::pass(&name, Some(measured), Some(text), unit, &detail, took)
+                } else {
+                    Check::fail(&name, Some(measured), Some(text), unit, &detail, took)
+                }
+            }
+        };
+        out.push(c);
+    };
+    match row {
+        Row::Bw(b) => {
+            let cal = calibration_for(cal, b.size)
+                .and_then(|r| if let Row::Bw(c) = r { Some(c.bw_avg) } else { None });
+            limit(
+                format!("perf/{}/{}B/{pair}/bandwidth", pc.test, b.size),
+                b.bw_avg,
+                "MB/s",
+                pc.min_bw_mb_per_s,
+                pc.min_bw_vs_calibration.map(|f| (f, cal)),
+                true,
+            );
+        }
+        Row::Lat(l) => {
+            let cal = calibration_for(cal, l.size)
+                .and_then(|r| if let Row::Lat(c) = r { Some(c) } else { None });
+            limit(
+                format!("perf/{}/{}B/{pair}/median", pc.test, l.size),
+                l.t_typical,
+                "us",
+                pc.max_median_us,
+                pc.max_median_us_vs_calibration.map(|f| (f, cal.map(|c| c.t_typical))),
+                false,
+            );
+            limit(
+                format!("perf/{}/{}B/{pair}/p99.9", pc.test, l.size),
+                l.p99_9,
+                "us",
+                pc.max_p99_9_us,
+                pc.max_p99_9_us_vs_calibration.map(|f| (f, cal.map(|c| c.p99_9))),
+                false,
+            );
+        }
+    }
+    out
+}
+
+fn host_checks(plan: &Plan, sys: &Path, r: &mut Run<'_>) {
+    let h = &plan.host;
+    if let Some(want) = &h.cpu_governor {
+        let name = "host/cpu_governor";
+        let cpus = sys.join("devices/system/cpu");
+        let mut govs: Vec<(String, String)> = std::fs::read_dir(&cpus)
+            .map(|d| {
+                d.filter_map(|e| {
+                    let n = e.ok()?.file_name().into_string().ok()?;
+                    n.strip_prefix("cpu")?.parse::<u32>().ok()?;
+                    Some((n.clone(), read(&cpus.join(&n).join("cpufreq/scaling_governor"))?))
+                })
+                .collect()
+            })
+            .unwrap_or_default();
+        govs.sort();
+        let c = if govs.is_empty() {
+            Check::skipped(
+                name,
+                "no cpufreq here (no scaling_governor under devices/system/cpu): a VM or a container",
+            )
+        } else {
+            let bad: Vec<String> =
+                govs.iter().filter(|(_, g)| g != want).map(|(c, g)| format!("{c}={g}")).collect();
+            let measured = (govs.len() - bad.len()) as f64;
+            let th = Some(format!("= {} CPUs", govs.len()));
+            if bad.is_empty() {
+                Check::pass(
+                    name,
+                    Some(measured),
+                    th,
+                    "CPUs",
+                    &format!("every CPU's governor is {want}"),
+                    Duration::ZERO,
+                )
+            } else {
+                Check::fail(
+                    name,
+                    Some(measured),
+                    th,
+                    "CPUs",
+                    &format!("want {want}: {}", bad.join(", ")),
+                    Duration::ZERO,
+                )
+            }
+        };
+        r.push(c);
+    }
+    let rdma = verbs::sysfs::rdma_devices(sys);
+    for d in &plan.devices {
+        let Some(info) = rdma.iter().find(|i| &i.name == d) else {
+            if h.nic_numa_node || h.min_netdev_mtu.is_some() {
+                let what = if d.starts_with("soft") {
+                    "a soft device has no PCI function"
+                } else {
+                    "not an RDMA device of this host"
+                };
+                if h.nic_numa_node {
+                    r.push(Check::skipped(&format!("host/{d}/numa_node"), what));
+                }
+            }
+            if let Some(min) = h.min_netdev_mtu
+                && d.starts_with("soft")
+            {
+                // A soft device's netdev is the interface of its address.
+                let name = format!("host/{d}/netdev_mtu");
+                let ip = match verbs::DeviceName::parse(d) {
+                    Ok(verbs::DeviceName::Soft { ip, .. }) => Some(ip),
+                    _ => None,
+                };
+                let addr = ip.and_then(|ip| {
+                    verbs::sysfs::local_addrs(sys).ok()?.into_iter().find(|a| a.ip == ip)
+                });
+                // 127.0.0.0/8 is all on lo, though getifaddrs lists only 127.0.0.1.
+                let lo = ip.filter(|ip| ip.is_loopback()).and_then(|_| {
+                    Some(("lo".to_string(), read(&sys.join("class/net/lo/mtu"))?.parse().ok()?))
+                });
+                r.push(match addr.and_then(|a| Some((a.netdev.clone(), a.mtu?))).or(lo) {
+                    Some((nd, mtu)) => mtu_check(&name, &nd, mtu, min),
+                    None => Check::skipped(
+                        &name,
+                        "its address is on no interface here, or the interface has no MTU",
+                    ),
+                });
+            }
+            continue;
+        };
+        if h.nic_numa_node {
+            let name = format!("host/{d}/numa_node");
+            let node = read(&sys.join("class/infiniband").join(d).join("device/numa_node"));
+            r.push(match node.as_deref().and_then(|n| n.parse::<i64>().ok()) {
+                Some(n) if n >= 0 => Check::pass(
+                    &name,
+                    Some(n as f64),
+                    Some(">= 0".into()),
+                    "node",
+                    &format!("{d} is on NUMA node {n}: pin its traffic there"),
+                    Duration::ZERO,
+                ),
+                Some(n) => Check::fail(
+                    &name,
+                    Some(n as f64),
+                    Some(">= 0".into()),
+                    "node",
+                    "the PCI function reports no NUMA node (-1): firmware/BIOS lost the locality",
+                    Duration::ZERO,
+                ),
+                None => Check::skipped(&name, "no device/numa_node (a virtual device)"),
+            });
+        }
+        if let Some(min) = h.min_netdev_mtu {
+            for p in &info.ports {
+                let name = format!("host/{d}/{}/netdev_mtu", p.port);
+                let mtu = p
+                    .netdev
+                    .as_ref()
+                    .and_then(|n| read(&sys.join("class/net").join(n).join("mtu"))?.parse().ok());
+                r.push(match (&p.netdev, mtu) {
+                    (Some(nd), Some(m)) => mtu_check(&name, nd, m, min),
+                    _ => Check::skipped(&name, "no netdev under the port (InfiniBand)"),
+                });
+            }
+        }
+    }
+}
+
+fn mtu_check(name: &str, nd: &str, mtu: u32, min: u32) -> Check {
+    let th = Some(format!(">= {min}"));
+    if mtu >= min {
+        Check::pass(
+            name,
+            Some(f64::from(mtu)),
+            th,
+            "bytes",
+            &format!("netdev {nd}"),
+            Duration::ZERO,
+        )
+    } else {
+        Check::fail(
+            name,
+            Some(f64::from(mtu)),
+            th,
+            "bytes",
+            &format!("netdev {nd}"),
+            Duration::ZERO,
+        )
+    }
+}
+
+fn device_checks(plan: &Plan, sys: &Path, d: &str, r: &mut Run<'_>) -> Option<Context> {
+    let t = Instant::now();
+    r.progress.starting(&format!("device/{d}"));
+    let opts = ContextOptions { progress: Progress::Busy, ..Default::default() };
+    let ctx = match Context::open(d, &opts) {
+        Ok(c) => {
+            r.push(Check::pass(
+                &format!("device/{d}/present"),
+                None,
+                None,
+                "",
+                &format!("opened ({} provider)", c.provider_name()),
+                t.elapsed(),
+            ));
+            c
+        }
+        Err(e) => {
+            r.push(Check::fail(
+                &format!("device/{d}/present"),
+                None,
+                None,
+                "",
+                &e.to_string(),
+                t.elapsed(),
+            ));
+            return None;
+        }
+    };
+    let dc = &plan.device;
+    let port = ctx.query_port();
+    if dc.port_active {
+        let ok = port.state == verbs::PortState::Active;
+        let detail = format!("port 1 is {:?}", port.state);
+        r.push(if ok {
+            Check::pass(
+                &format!("device/{d}/port_active"),
+                None,
+                Some("ACTIVE".into()),
+                "",
+                &detail,
+                Duration::ZERO,
+            )
+        } else {
+            Check::fail(
+                &format!("device/{d}/port_active"),
+                None,
+                Some("ACTIVE".into()),
+                "",
+                &detail,
+                Duration::ZERO,
+            )
+        });
+    }
+    if dc.roce_v2_gid {
+        let n = ctx.gid_table().iter().filter(|g| g.gid_type == verbs::GidType::RoceV2).count();
+        let name = format!("device/{d}/roce_v2_gid");
+        r.push(if n > 0 {
+            Check::pass(
+                &name,
+                Some(n as f64),
+                Some(">= 1".into()),
+                "GIDs",
+                "RoCE v2 GIDs on port 1",
+                Duration::ZERO,
+            )
+        } else {
+            Check::fail(
+                &name,
+                Some(0.0),
+                Some(">= 1".into()),
+                "GIDs",
+                "no RoCE v2 GID: the netdev has no IP address?",
+                Duration::ZERO,
+            )
+        });
+    }
+    if let Some(min) = dc.min_active_mtu {
+        let m = port.active_mtu.bytes();
+        let name = format!("device/{d}/active_mtu");
+        let th = Some(format!(">= {min}"));
+        r.push(if m >= min {
+            Check::pass(&name, Some(f64::from(m)), th, "bytes", "", Duration::ZERO)
+        } else {
+            Check::fail(&name, Some(f64::from(m)), th, "bytes", "", Duration::ZERO)
+        });
+    }
+    if dc.min_speed_gbps.is_some() || dc.width.is_some() {
+        let info = verbs::sysfs::rdma_devices(sys).into_iter().find(|i| i.name == d);
+        let p = info.as_ref().and_then(|i| i.ports.iter().find(|p| p.port == 1));
+        if let Some(min) = dc.min_speed_gbps {
+            let name = format!("device/{d}/speed");
+            r.push(match p.and_then(|p| p.speed_gbps) {
+                Some(s) if s >= min => Check::pass(
+                    &name,
+                    Some(s),
+                    Some(format!(">= {min}")),
+                    "Gb/s",
+                    "",
+                    Duration::ZERO,
+                ),
+                Some(s) => Check::fail(
+                    &name,
+                    Some(s),
+                    Some(format!(">= {min}")),
+                    "Gb/s",
+                    "the link came up slower than planned",
+                    Duration::ZERO,
+                ),
+                None => Check::skipped(&name, "no link rate (a soft device has none)"),
+            });
+        }
+        if let Some(w) = &dc.width {
+            let name = format!("device/{d}/width");
+            r.push(match p.and_then(|p| p.width.clone()) {
+                Some(x) if &x == w => {
+                    Check::pass(&name, None, Some(w.clone()), "", &x, Duration::ZERO)
+                }
+                Some(x) => Check::fail(
+                    &name,
+                    None,
+                    Some(w.clone()),
+                    "",
+                    &format!("width {x}"),
+                    Duration::ZERO,
+                ),
+                None => Check::skipped(&name, "no link width (a soft device has none)"),
+            });
+        }
+    }
+    Some(ctx)
+}
