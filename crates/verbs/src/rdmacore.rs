@@ -145,15 +145,19 @@ struct QpEntry {
     ahs: Mutex<HashMap<IpAddr, Raw<sys::ibv_ah>>>,
 }
 
+/// The maps posting and polling look into: a fast hash (the keys are ours or the device's,
+/// not an attacker's), not SipHash.
+type Map<V> = HashMap<u32, V, foldhash::fast::FixedState>;
+
 #[derive(Debug, Default)]
 struct Tables {
     next_id: u32,
-    pds: HashMap<u32, Arc<SwPd>>,
-    mrs: HashMap<u32, Region>,
-    channels: HashMap<u32, Raw<sys::ibv_comp_channel>>,
-    cqs: HashMap<u32, Raw<sys::ibv_cq>>,
-    srqs: HashMap<u32, Raw<sys::ibv_srq>>,
-    qps: HashMap<u32, QpEntry>,
+    pds: Map<Arc<SwPd>>,
+    mrs: Map<Region>,
+    channels: Map<Raw<sys::ibv_comp_channel>>,
+    cqs: Map<Raw<sys::ibv_cq>>,
+    srqs: Map<Raw<sys::ibv_srq>>,
+    qps: Map<QpEntry>,
 }
 
 impl Tables {
@@ -722,7 +726,8 @@ impl Provider for RdmaCoreDevice {
             // SAFETY: ibv_poll_cq initialized the first `n` entries.
             let wc = unsafe { r.assume_init() };
             let with_imm = wc.wc_flags & sys::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0;
-            let ud = t.qps.get(&wc.qp_num).is_some_and(|q| q.qp_type == QpType::Ud);
+            // Only UD receives carry a GRH (RoCE always has one), and only they a source QP.
+            let grh = wc.wc_flags & sys::ibv_wc_flags::IBV_WC_GRH.0 != 0;
             let recv = wc.opcode & sys::ibv_wc_opcode::IBV_WC_RECV != 0;
             *o = WorkCompletion {
                 wr_id: wc.wr_id,
@@ -733,8 +738,8 @@ impl Provider for RdmaCoreDevice {
                 imm: with_imm
                     .then(|| u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data })),
                 qp_num: Qpn::new(wc.qp_num),
-                src_qp: (ud && recv).then(|| Qpn::new(wc.src_qp)),
-                grh: wc.wc_flags & sys::ibv_wc_flags::IBV_WC_GRH.0 != 0,
+                src_qp: (grh && recv).then(|| Qpn::new(wc.src_qp)),
+                grh,
             };
         }
         n
