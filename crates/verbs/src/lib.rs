@@ -280,9 +280,20 @@ pub struct ContextOptions {
     /// Whether a soft device on an IPv6 address uses UDP segmentation offload (ignored
     /// elsewhere).
     pub udp_offload: UdpOffload,
+    /// Soft devices: a fault to inject, for tests of what must catch it.
+    pub fault: FaultInjection,
     /// rdma-core devices: the GID whose address is the device's ([`Context::ip`]) and the
     /// source GID of its packets (`-x`); `None`: the first RoCE v2 GID, IPv4 first.
     pub gid_index: Option<usize>,
+}
+
+/// A fault a soft device injects, for tests: the burn-in's integrity checks must catch it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FaultInjection {
+    /// Flip one byte of every `n`-th payload the transport places into memory — after its
+    /// ICRC was verified, so no transport check can see it and the application gets damaged
+    /// data (what a flaky PCIe link or a memory fault past the NIC does). `None`: never.
+    pub corrupt_every: Option<u64>,
 }
 
 /// UDP segmentation offload for a soft device: one `sendmsg` carries a run of equal-sized

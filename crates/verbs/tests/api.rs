@@ -357,3 +357,44 @@ fn the_wire_carries_the_qp_traffic_class_df_and_id_0() {
     assert_eq!(b.ctx.counters().rcvd_pkts, 3);
     assert_eq!(b.ctx.counters().icrc_errors, 0);
 }
+
+#[test]
+fn the_fault_hook_damages_payloads_past_the_icrc() {
+    private_netns(0);
+    let clean = ContextOptions { progress: Progress::Event, ..Default::default() };
+    let faulty =
+        ContextOptions { fault: verbs::FaultInjection { corrupt_every: Some(3) }, ..clean.clone() };
+    let a = Local::with_options(ip("127.0.0.1"), &clean, QpType::Rc, 1 << 16);
+    let b = Local::with_options(ip("127.0.0.2"), &faulty, QpType::Rc, 1 << 16);
+    let c = Conn::default();
+    a.connect(b.ctx.ip(), b.qp.qpn(), &c);
+    b.connect(a.ctx.ip(), a.qp.qpn(), &c.reversed());
+    let mut damaged = Vec::new();
+    for i in 0..9u64 {
+        let msg = common::pattern_bytes(i, 1000);
+        a.mr.write(0, &msg).unwrap();
+        b.qp.post_recv(RecvWr {
+            sgl: vec![b.mr.sge(4096, 1000).unwrap()].into(),
+            ..RecvWr::new(i)
+        })
+        .unwrap();
+        a.qp.post_send(SendWr {
+            sgl: vec![a.mr.sge(0, 1000).unwrap()].into(),
+            ..SendWr::new(i, SendOp::Send)
+        })
+        .unwrap();
+        assert_eq!(a.next_wc(Duration::from_secs(2)).unwrap().status, WcStatus::Success);
+        assert_eq!(b.next_wc(Duration::from_secs(2)).unwrap().status, WcStatus::Success);
+        let got = b.mr.to_vec(4096, 1000).unwrap();
+        let diff: Vec<usize> = (0..1000).filter(|k| got[*k] != msg[*k]).collect();
+        if !diff.is_empty() {
+            damaged.push((i, diff));
+        }
+    }
+    // Every third payload, one byte in its middle; the transport saw nothing wrong.
+    assert_eq!(damaged, vec![(2, vec![500]), (5, vec![500]), (8, vec![500])]);
+    assert_eq!(b.ctx.counters().icrc_errors, 0);
+    // The application's own writes are never touched.
+    b.mr.write(0, &[7; 64]).unwrap();
+    assert_eq!(b.mr.to_vec(0, 64).unwrap(), [7; 64]);
+}

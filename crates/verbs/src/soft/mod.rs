@@ -38,9 +38,27 @@ pub use io::RxPath as ReceivePath;
 struct SoftMemory {
     bufs: HashMap<MrId, Box<[u8]>>,
     next: u32,
+    /// The fault-injection hook ([`crate::FaultInjection`]).
+    fault: Option<Fault>,
+}
+
+/// Corrupts every `every`-th payload the transport places, after its ICRC was checked.
+#[derive(Debug, Clone, Copy)]
+struct Fault {
+    every: u64,
+    placed: u64,
+    corrupted: u64,
 }
 
 impl SoftMemory {
+    /// Copies `data` in, with no fault injection (the application's own writes).
+    fn write_plain(&mut self, mr: MrId, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
+        let s = self.range(mr, offset, data.len())?.1;
+        let b = self.bufs.get_mut(&mr).ok_or(MemoryError::UnknownRegion(mr))?;
+        b[s..s + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
     fn range(&self, mr: MrId, offset: u64, len: usize) -> Result<(&[u8], usize), MemoryError> {
         let b = self.bufs.get(&mr).ok_or(MemoryError::UnknownRegion(mr))?;
         let s = usize::try_from(offset).map_err(|_| MemoryError::OutOfBounds)?;
@@ -74,9 +92,22 @@ impl Memory for SoftMemory {
     }
 
     fn write(&mut self, mr: MrId, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
-        let s = self.range(mr, offset, data.len())?.1;
-        let b = self.bufs.get_mut(&mr).ok_or(MemoryError::UnknownRegion(mr))?;
-        b[s..s + data.len()].copy_from_slice(data);
+        self.write_plain(mr, offset, data)?;
+        // The transport places a payload whose ICRC it verified: the hook flips one byte
+        // of it, so the damage reaches the application as a bad link past the NIC would.
+        if let Some(f) = &mut self.fault
+            && !data.is_empty()
+        {
+            f.placed += 1;
+            if f.placed.is_multiple_of(f.every) {
+                f.corrupted += 1;
+                let at = offset + (data.len() / 2) as u64;
+                let s = self.range(mr, at, 1)?.1;
+                if let Some(b) = self.bufs.get_mut(&mr) {
+                    b[s] ^= 0x5a;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -260,7 +291,17 @@ impl SoftDevice {
             progress: opts.progress,
             io,
             state: Mutex::new(State {
-                ep: Endpoint::new(cfg, SoftMemory::default()),
+                ep: Endpoint::new(
+                    cfg,
+                    SoftMemory {
+                        fault: opts.fault.corrupt_every.filter(|n| *n > 0).map(|every| Fault {
+                            every,
+                            placed: 0,
+                            corrupted: 0,
+                        }),
+                        ..SoftMemory::default()
+                    },
+                ),
                 cqs: HashMap::new(),
                 armed: Vec::new(),
                 channels: Vec::new(),
@@ -623,7 +664,7 @@ impl Provider for SoftDevice {
     fn mr_write(&self, lkey: u32, offset: usize, data: &[u8]) -> Result<()> {
         let mut st = lock(&self.sh.state);
         let id = st.ep.mr(lkey).map(|m| m.id);
-        let r = id.map(|id| st.ep.memory_mut().write(id, offset as u64, data));
+        let r = id.map(|id| st.ep.memory_mut().write_plain(id, offset as u64, data));
         match r {
             Some(Ok(())) => Ok(()),
             _ => Err(Error::OutOfBounds { offset, len: data.len(), region_len: 0 }),
