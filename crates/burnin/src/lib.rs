@@ -4,4 +4,6 @@
 //! or stops answering.
 
 pub mod bootstrap;
+pub mod pattern;
+pub mod run;
 pub mod world;

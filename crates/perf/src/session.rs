@@ -207,6 +207,8 @@ pub struct Options {
     pub wait: Option<Duration>,
     /// The traffic class of the QPs' packets (`--tclass`).
     pub traffic_class: Option<u8>,
+    /// The RC local ACK timeout code, 4.096 µs × 2^n (`-u`; perftest's default 14, 67 ms).
+    pub qp_timeout: u8,
 }
 
 impl Options {
@@ -233,6 +235,7 @@ impl Options {
             stall: engine::STALL,
             wait: None,
             traffic_class: None,
+            qp_timeout: 14,
         }
     }
 
@@ -575,6 +578,7 @@ pub fn run(
             max_rd_atomic: OUT_READS.min(theirs.out_reads.clamp(1, 255) as u8),
             max_dest_rd_atomic: OUT_READS,
             traffic_class: o.traffic_class,
+            timeout: o.qp_timeout,
             ..Connect::new(path, Psn::new(mine.psn), Psn::new(theirs.psn))
         };
         qp.connect(&c)?;

@@ -119,6 +119,93 @@ pub(crate) enum Command {
         podnet qualify --print-plan > my-plan.toml   # the built-in plan, to edit"
     )]
     Qualify(QualifyArgs),
+
+    /// Burn-in across hosts: inference traffic patterns at load, every byte checked.
+    ///
+    /// Every rank runs the same patterns one after another — all-to-all (MoE dispatch and
+    /// combine), ring (all-reduce phases), pipeline chains, incast (N → 1), bisection pairs —
+    /// each edge a stream of SENDs over its own RC connection with a seeded pattern in every
+    /// message and its sequence number in the immediate data, every byte checked by the
+    /// receiver; `--extreme` adds every edge of every pattern at once with more QPs and
+    /// deeper queues. A damaged byte is reported with the peer, QP, message and byte offset,
+    /// and fails the run.
+    ///
+    /// Ranks learn their place from --rank/--world-size/--coordinator, or from Slurm
+    /// (SLURM_PROCID, SLURM_NTASKS), Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE) or
+    /// torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and meet at rank 0 over TCP (rank
+    /// 0 listens on the coordinator address only). A rank that never joins (--join-timeout) or
+    /// stops answering (--dead-after) is named by rank and host, and every rank stops with
+    /// exit status 1. Exit status: 0 clean, 1 damage or a lost rank, 2 bad input.
+    #[command(after_help = "Examples:\n  \
+        podnet burnin --rank 0 --world-size 2 --coordinator 10.0.0.1:29400 -d soft:10.0.0.1 &\n  \
+        podnet burnin --rank 1 --world-size 2 --coordinator 10.0.0.1:29400 -d soft:10.0.0.2\n  \
+        srun -N 16 podnet burnin --coordinator node001:29400 -d mlx5_0 --extreme --duration 3600")]
+    Burnin(BurninArgs),
+}
+
+/// `podnet burnin` flags.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct BurninArgs {
+    /// This rank (with --world-size; else from the launcher's environment).
+    #[arg(long)]
+    pub(crate) rank: Option<u32>,
+
+    /// How many ranks.
+    #[arg(long)]
+    pub(crate) world_size: Option<u32>,
+
+    /// Rank 0's bootstrap address, HOST:PORT [default: MASTER_ADDR:MASTER_PORT].
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) coordinator: Option<String>,
+
+    /// This rank's device: `soft:<IP>` or an RDMA device [default: soft, the first free
+    /// loopback address].
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEVICE", default_value = "soft")]
+    pub(crate) ib_dev: String,
+
+    /// Patterns, comma-separated: all-to-all, ring, pipeline, incast, bisection, or all.
+    #[arg(long, value_name = "PATTERNS", default_value = "all")]
+    pub(crate) patterns: String,
+
+    /// After the patterns, every edge of every pattern at once, more QPs, deeper queues.
+    #[arg(long)]
+    pub(crate) extreme: bool,
+
+    /// The message-size mix, comma-separated bytes.
+    #[arg(long, value_name = "SIZES", default_value = "4096,65536,1048576")]
+    pub(crate) sizes: String,
+
+    /// Seconds per pattern.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub(crate) duration: f64,
+
+    /// QPs per edge.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) qps: usize,
+
+    /// The first TCP port of this rank's side channels (one per incoming edge above it).
+    #[arg(long, default_value_t = 18600)]
+    pub(crate) port: u16,
+
+    /// Seconds rank 0 waits for every rank to join (and a rank tries to reach it).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
+    pub(crate) join_timeout: f64,
+
+    /// Seconds between heartbeats.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+    pub(crate) heartbeat: f64,
+
+    /// Seconds of silence after which a rank is lost.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    pub(crate) dead_after: f64,
+
+    /// One JSON object (every edge) instead of the table.
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Write report.json, junit.xml and report.html (as `podnet qualify` does) here.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) report_dir: Option<PathBuf>,
 }
 
 /// `podnet qualify` flags.
@@ -251,6 +338,10 @@ pub(crate) struct PerfArgs {
     /// first RoCE v2 GID, IPv4 before IPv6].
     #[arg(short = 'x', long = "gid-index")]
     pub(crate) gid_index: Option<usize>,
+
+    /// The RC local ACK timeout: 4.096 µs × 2^N (perftest's `-u`).
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
+    pub(crate) qp_timeout: u8,
 
     /// Operations in flight per QP [default: 128 for bandwidth, 1 for latency].
     #[arg(short = 't', long = "tx-depth")]

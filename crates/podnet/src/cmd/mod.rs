@@ -1,6 +1,7 @@
 //! Subcommands.
 
 mod agent;
+mod burnin;
 mod capture;
 mod devices;
 mod perf;
@@ -48,5 +49,6 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Devices(args) => devices::run(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Qualify(args) => qualify::run(&args),
+        Command::Burnin(args) => burnin::run(&args),
     }
 }

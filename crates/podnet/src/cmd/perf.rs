@@ -81,6 +81,7 @@ fn options(a: &PerfArgs) -> anyhow::Result<(Options, bool)> {
     };
     o.gid_index = a.gid_index.unwrap_or(0);
     o.traffic_class = a.tclass;
+    o.qp_timeout = a.qp_timeout;
     o.validate = a.data_validation;
     o.atomic = if a.atomic_type == "CMP_AND_SWAP" { BwOp::CompareSwap } else { BwOp::FetchAdd };
     let stall = match a.timeout {

@@ -2,6 +2,7 @@
 
 mod agent;
 mod agent_rxe;
+mod burnin;
 mod decode;
 mod devices;
 mod extra;

@@ -1,0 +1,252 @@
+//! `podnet burnin`: this rank's part of a multi-host burn-in.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure};
+use burnin::bootstrap::{BootstrapError, Timeouts};
+use burnin::pattern::Pattern;
+use burnin::run::{End, Live, Plan};
+use burnin::world::{self, Flags};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use qualify::report::{Check, Report};
+use verbs::{ContextOptions, Progress};
+
+use crate::cli::BurninArgs;
+
+fn secs(name: &str, v: f64) -> anyhow::Result<Duration> {
+    ensure!(
+        v.is_finite() && v > 0.0 && v < 1e7,
+        "{name} must be a positive number of seconds, not {v}"
+    );
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_or_else(|_| "?".into(), |h| h.trim().to_string())
+}
+
+/// Runs `podnet burnin`.
+pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
+    let patterns: Vec<Pattern> = if args.patterns == "all" {
+        Pattern::ALL.to_vec()
+    } else {
+        args.patterns
+            .split(',')
+            .map(|p| {
+                Pattern::from_name(p.trim()).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "unknown pattern {p:?} (all-to-all, ring, pipeline, incast, bisection, all)"
+                    )
+                })
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    let sizes: Vec<usize> = args
+        .sizes
+        .split(',')
+        .map(|s| s.trim().parse::<usize>().ok().filter(|n| (1..=1 << 26).contains(n)))
+        .collect::<Option<_>>()
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--sizes {:?}: comma-separated sizes between 1 and 2^26 bytes",
+                args.sizes
+            )
+        })?;
+    let seconds = secs("--duration", args.duration)?.as_secs_f64();
+    ensure!((1..=64).contains(&args.qps), "--qps must be between 1 and 64");
+    let t = Timeouts {
+        join: secs("--join-timeout", args.join_timeout)?,
+        heartbeat: secs("--heartbeat", args.heartbeat)?,
+        dead_after: secs("--dead-after", args.dead_after)?,
+    };
+    ensure!(t.dead_after > t.heartbeat, "--dead-after must be longer than --heartbeat");
+    let flags = Flags {
+        rank: args.rank,
+        world_size: args.world_size,
+        coordinator: args.coordinator.clone(),
+    };
+    let world = world::resolve(&flags, &|k| std::env::var(k).ok())?;
+    #[allow(unused_mut)]
+    let mut opts = ContextOptions { progress: Progress::Event, ..Default::default() };
+    #[cfg(feature = "fault-injection")]
+    if let Some(n) = std::env::var("PODNET_FAULT_CORRUPT_EVERY").ok().and_then(|v| v.parse().ok()) {
+        opts.fault.corrupt_every = Some(n);
+        eprintln!(
+            "podnet burnin: rank {}: FAULT INJECTION: every {n}th received payload damaged",
+            world.rank
+        );
+    }
+    let ctx = verbs::Context::open(&args.ib_dev, &opts)?;
+    let host = hostname();
+    let info = serde_json::json!({ "ip": ctx.ip().to_string(), "port": args.port, "device": ctx.device_name() });
+    let plan = Plan { patterns, extreme: args.extreme, sizes, seconds, qps: args.qps };
+    let session = match burnin::bootstrap::join(&world, &host, info, &t) {
+        Ok(s) => s,
+        Err(
+            e @ (BootstrapError::NotJoined { .. }
+            | BootstrapError::Lost(_)
+            | BootstrapError::Unreachable { .. }),
+        ) => {
+            eprintln!("podnet burnin: rank {}: {e}", world.rank);
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => bail!(e),
+    };
+    let live = Arc::new(Live::default());
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+    if std::io::stderr().is_terminal() && !args.json {
+        bar.set_draw_target(ProgressDrawTarget::stderr());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed}] rank {prefix} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.set_prefix(format!("{}/{}", world.rank, world.size));
+    let started = Instant::now();
+    let ticker = {
+        let (bar, live) = (bar.clone(), live.clone());
+        std::thread::spawn(move || {
+            let mut last = (Instant::now(), 0u64);
+            while !bar.is_finished() {
+                std::thread::sleep(Duration::from_millis(500));
+                let b = live.bytes.load(Ordering::Relaxed);
+                let dt = last.0.elapsed().as_secs_f64().max(1e-3);
+                let mbps = (b - last.1) as f64 / dt / (1 << 20) as f64;
+                last = (Instant::now(), b);
+                bar.set_message(format!(
+                    "{mbps:.0} MB/s sent, {} messages, {} damaged",
+                    live.messages.load(Ordering::Relaxed),
+                    live.errors.load(Ordering::Relaxed)
+                ));
+                bar.tick();
+            }
+        })
+    };
+    let result = burnin::run::run(&session, &ctx, &plan, args.port, &live);
+    bar.finish_and_clear();
+    let _ = ticker.join();
+    let edges = match result {
+        Ok(e) => e,
+        Err(f) => {
+            eprintln!("podnet burnin: rank {}: stopping: {f}", world.rank);
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let ok = edges.iter().all(|e| e.ok());
+    let mut out = std::io::stdout().lock();
+    for e in edges.iter().filter(|e| !e.ok()) {
+        let what = match (&e.error, &e.first_damage) {
+            (Some(err), _) => format!("failed: {err}"),
+            (None, Some(d)) => {
+                format!("{} of {} messages damaged; first: {d}", e.damaged, e.messages)
+            }
+            (None, None) => "no message arrived".to_string(),
+        };
+        eprintln!(
+            "podnet burnin: rank {}: {} rank {} -> rank {} (peer {}): {what}",
+            world.rank, e.pattern, e.src, e.dst, e.peer_host
+        );
+    }
+    if args.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({ "rank": world.rank, "world_size": world.size, "ok": ok, "seconds": started.elapsed().as_secs_f64(), "edges": edges })
+        )?;
+    } else {
+        for e in &edges {
+            let figure = match e.end {
+                End::Sender => e.mb_per_s.map_or("-".into(), |m| format!("{m:.1} MB/s")),
+                End::Receiver => format!(
+                    "{} messages, {} bytes checked, {} damaged",
+                    e.messages, e.bytes, e.damaged
+                ),
+            };
+            writeln!(
+                out,
+                "{:<10} {:>3} -> {:<3} {:<8} {:<4} {figure}",
+                e.pattern,
+                e.src,
+                e.dst,
+                match e.end {
+                    End::Sender => "sender",
+                    End::Receiver => "receiver",
+                },
+                if e.ok() { "ok" } else { "FAIL" }
+            )?;
+        }
+    }
+    if let Some(dir) = &args.report_dir {
+        let mut r = Report::new(&format!("burn-in, rank {} of {}", world.rank, world.size));
+        for e in &edges {
+            let name = format!(
+                "burnin/{}/{}->{}/{}",
+                e.pattern,
+                e.src,
+                e.dst,
+                if e.end == End::Sender { "bandwidth" } else { "integrity" }
+            );
+            let took = Duration::from_secs_f64(seconds);
+            r.checks.push(match (e.end, e.ok()) {
+                (End::Sender, true) => Check::pass(
+                    &name,
+                    e.mb_per_s,
+                    None,
+                    "MB/s",
+                    &format!("peer {}", e.peer_host),
+                    took,
+                ),
+                (End::Receiver, true) => Check::pass(
+                    &name,
+                    Some(0.0),
+                    Some("= 0".into()),
+                    "damaged messages",
+                    &format!("{} messages checked", e.messages),
+                    took,
+                ),
+                (_, false) => Check::fail(
+                    &name,
+                    Some(e.damaged as f64),
+                    Some("= 0".into()),
+                    "damaged messages",
+                    e.error
+                        .as_deref()
+                        .or(e.first_damage.as_deref())
+                        .unwrap_or("no message arrived"),
+                    took,
+                ),
+            });
+        }
+        r.seconds = started.elapsed().as_secs_f64();
+        r.summarize();
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("report.json"), r.json())?;
+        std::fs::write(dir.join("junit.xml"), r.junit())?;
+        std::fs::write(dir.join("report.html"), qualify::html::render(&r))?;
+    }
+    // Every rank's verdict, through rank 0: one rank's damage fails them all.
+    match session.finish(ok) {
+        Ok(()) if ok => {
+            if !args.json {
+                writeln!(
+                    out,
+                    "rank {}: clean — {} edges, {:.1} s",
+                    world.rank,
+                    edges.len(),
+                    started.elapsed().as_secs_f64()
+                )?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(()) => Ok(ExitCode::from(1)),
+        Err(e) => {
+            eprintln!("podnet burnin: rank {}: {e}", world.rank);
+            Ok(ExitCode::from(1))
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! `podnet burnin` with real processes: four ranks in four network namespaces joined by veth
+//! pairs and a bridge (a ToR), every pattern; a fault injected after the ICRC caught and
+//! located; a rank killed mid-run reported within the heartbeat timeout; a rank that never
+//! joins named; the launch conventions of Slurm, Open MPI and torchrun.
+
+use std::time::{Duration, Instant};
+
+use crate::util::{in_netns, stderr, stdout};
+
+/// Splits the `== rank N rc=X` sections a script printed.
+fn ranks(out: &str) -> Vec<(u32, i32, String)> {
+    out.split("== rank ")
+        .skip(1)
+        .map(|s| {
+            let (head, body) = s.split_once('\n').unwrap_or((s, ""));
+            let (r, rc) = head.split_once(" rc=").unwrap();
+            (r.trim().parse().unwrap(), rc.trim().parse().unwrap(), body.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn every_pattern_across_four_namespaces_and_a_bridge() {
+    let t = Instant::now();
+    // Named namespaces (a switch and four hosts), created and removed by the script.
+    let o = in_netns(
+        "set -e\n\
+         S=pnsw$$; ip netns add $S; ip -n $S link add br0 type bridge; ip -n $S link set br0 up\n\
+         trap 'for i in 1 2 3 4; do ip netns del pnh$$_$i 2>/dev/null; done; ip netns del $S 2>/dev/null' EXIT\n\
+         for i in 1 2 3 4; do H=pnh$$_$i; ip netns add $H\n\
+           ip link add eth0 netns $H type veth peer name p$i netns $S\n\
+           ip -n $S link set p$i master br0; ip -n $S link set p$i up\n\
+           ip -n $H addr add 10.77.0.$i/24 dev eth0; ip -n $H link set eth0 up; ip -n $H link set lo up\n\
+         done\n\
+         for i in 1 2 3 4; do r=$((i-1))\n\
+           ip netns exec pnh$$_$i \"$PODNET\" burnin --rank $r --world-size 4 --coordinator 10.77.0.1:29400 \
+             -d soft:10.77.0.$i --duration 0.6 --sizes 4096,65536 --json > out$r.json 2> err$r.txt &\n\
+         done\n\
+         set +e; wait\n\
+         for r in 0 1 2 3; do echo \"== rank $r rc=$(grep -c '\"ok\":true' out$r.json)\"; cat out$r.json err$r.txt; done",
+    );
+    let out = stdout(&o);
+    let rs = ranks(&out);
+    assert_eq!(rs.len(), 4, "{out}{}", stderr(&o));
+    for (r, ok, body) in &rs {
+        assert_eq!(*ok, 1, "rank {r} not clean:\n{body}");
+        let v: serde_json::Value = serde_json::from_str(body.lines().next().unwrap()).unwrap();
+        let edges = v["edges"].as_array().unwrap();
+        // Each rank's ends: all-to-all 6, ring 2, pipeline 1 or 2, incast 1 or 3, bisection 2.
+        let want = match r {
+            0 => 6 + 2 + 1 + 3 + 2,
+            3 => 6 + 2 + 1 + 1 + 2,
+            _ => 6 + 2 + 2 + 1 + 2,
+        };
+        assert_eq!(edges.len(), want, "rank {r}: {v}");
+        for e in edges {
+            if e["end"] == "receiver" {
+                assert!(e["messages"].as_u64().unwrap() > 10, "{e}");
+                assert_eq!(e["damaged"], 0, "{e}");
+            } else {
+                assert!(e["mb_per_s"].as_f64().unwrap() > 0.0, "{e}");
+            }
+        }
+        for p in ["all-to-all", "ring", "pipeline", "incast", "bisection"] {
+            assert!(edges.iter().any(|e| e["pattern"] == p), "rank {r} has no {p} edge");
+        }
+    }
+    eprintln!("4 ranks, 5 patterns: {:.1} s", t.elapsed().as_secs_f64());
+}
+
+#[test]
+fn damage_after_the_icrc_is_caught_and_located() {
+    if !cfg!(feature = "fault-injection") {
+        panic!(
+            "this test needs podnet built with --features fault-injection (scripts/test.sh uses --all-features)"
+        );
+    }
+    let o = in_netns(
+        "P=\"$PODNET\"; A='--world-size 2 --coordinator 127.0.6.1:29400 --patterns ring --duration 1 --sizes 4096'\n\
+         $P burnin --rank 0 -d soft:127.0.6.1 $A > o0 2> e0 & a=$!\n\
+         PODNET_FAULT_CORRUPT_EVERY=97 $P burnin --rank 1 -d soft:127.0.6.2 $A > o1 2> e1 & b=$!\n\
+         wait $a; ra=$?; wait $b; rb=$?\n\
+         echo \"== rank 0 rc=$ra\"; cat o0 e0; echo \"== rank 1 rc=$rb\"; cat o1 e1",
+    );
+    let out = stdout(&o);
+    let rs = ranks(&out);
+    assert_eq!(rs.len(), 2, "{out}");
+    // Rank 1 received the damage, says where, and fails; rank 0 fails with it.
+    let (_, rc1, body1) = &rs[1];
+    assert_eq!(*rc1, 1, "{body1}");
+    let line =
+        body1.lines().find(|l| l.contains("damaged; first:")).unwrap_or_else(|| panic!("{body1}"));
+    assert!(line.contains("ring rank 0 -> rank 1"), "{line}");
+    assert!(line.contains("QP 0: SEND ") && line.contains(", byte 2048 differs"), "{line}");
+    assert!(body1.contains("FAULT INJECTION"), "{body1}");
+    let (_, rc0, body0) = &rs[0];
+    assert_eq!(*rc0, 1, "rank 0 must fail with rank 1's damage: {body0}");
+    assert!(body0.contains("rank(s) 1 reported failures"), "{body0}");
+}
+
+#[test]
+fn a_killed_rank_is_named_within_the_heartbeat_timeout() {
+    let t0 = Instant::now();
+    let o = in_netns(
+        "P=\"$PODNET\"; A='--world-size 3 --coordinator 127.0.7.1:29400 --patterns all-to-all --duration 20 --sizes 4096 --heartbeat 0.2 --dead-after 1'\n\
+         for r in 0 1 2; do $P burnin --rank $r -d soft:127.0.7.$((r+1)) $A > o$r 2> e$r & eval p$r=$!; done\n\
+         sleep 3; kill -9 $p2; killed=$(date +%s.%N)\n\
+         wait $p0; r0=$?; t0=$(date +%s.%N); wait $p1; r1=$?; t1=$(date +%s.%N)\n\
+         echo \"== rank 0 rc=$r0\"; echo \"after $(echo \"$t0 - $killed\" | bc)\"; cat e0\n\
+         echo \"== rank 1 rc=$r1\"; echo \"after $(echo \"$t1 - $killed\" | bc)\"; cat e1",
+    );
+    let out = stdout(&o);
+    let rs = ranks(&out);
+    assert_eq!(rs.len(), 2, "{out}{}", stderr(&o));
+    for (r, rc, body) in &rs {
+        assert_eq!(*rc, 1, "rank {r}: {body}");
+        assert!(
+            body.contains("rank 2 (") && body.contains("closed its connection"),
+            "rank {r}: {body}"
+        );
+        let after: f64 =
+            body.lines().find_map(|l| l.strip_prefix("after ")).unwrap().trim().parse().unwrap();
+        // Rank 0 sees the connection close at once; rank 1 hears it from rank 0.
+        assert!(after < 3.0, "rank {r} stopped {after} s after the kill: {body}");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(15), "the run was not cut short");
+}
+
+#[test]
+fn a_rank_that_never_joins_is_named() {
+    let o = in_netns(
+        "\"$PODNET\" burnin --rank 0 --world-size 3 --coordinator 127.0.8.1:29400 -d soft:127.0.8.1 --join-timeout 1 --duration 1 2>&1 & a=$!\n\
+         \"$PODNET\" burnin --rank 2 --world-size 3 --coordinator 127.0.8.1:29400 -d soft:127.0.8.3 --join-timeout 1 --duration 1 > /dev/null 2>&1\n\
+         wait $a; echo rc=$?",
+    );
+    let out = stdout(&o);
+    assert!(out.contains("rank(s) 1 never joined within 1s (joined: [0, 2])"), "{out}");
+    assert!(out.contains("rc=1"), "{out}");
+}
+
+#[test]
+fn launch_through_slurm_open_mpi_and_torchrun_variables() {
+    for (name, env0, env1) in [
+        ("slurm", "SLURM_PROCID=0 SLURM_NTASKS=2", "SLURM_PROCID=1 SLURM_NTASKS=2"),
+        (
+            "openmpi",
+            "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2",
+            "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2",
+        ),
+        ("torchrun", "RANK=0 WORLD_SIZE=2", "RANK=1 WORLD_SIZE=2"),
+    ] {
+        // Slurm and Open MPI name no coordinator: --coordinator for one, MASTER_* for the other.
+        let coord = if name == "slurm" { "--coordinator 127.0.9.1:29401" } else { "" };
+        let o = in_netns(&format!(
+            "export MASTER_ADDR=127.0.9.1 MASTER_PORT=29401\n\
+             env {env0} \"$PODNET\" burnin {coord} -d soft:127.0.9.1 --patterns ring --duration 0.3 --sizes 4096 > o0 2>&1 & a=$!\n\
+             env {env1} \"$PODNET\" burnin {coord} -d soft:127.0.9.2 --patterns ring --duration 0.3 --sizes 4096 > o1 2>&1; b=$?\n\
+             wait $a; echo \"== rank 0 rc=$?\"; cat o0; echo \"== rank 1 rc=$b\"; cat o1"
+        ));
+        let out = stdout(&o);
+        let rs = ranks(&out);
+        assert_eq!(rs.len(), 2, "{name}: {out}");
+        for (r, rc, body) in rs {
+            assert_eq!(rc, 0, "{name} rank {r}: {body}");
+            assert!(body.contains(&format!("rank {r}: clean")), "{name} rank {r}: {body}");
+        }
+    }
+}
+
+#[test]
+fn extreme_load_every_edge_at_once_stays_clean() {
+    let o = in_netns(
+        "for r in 0 1 2 3; do \"$PODNET\" burnin --rank $r --world-size 4 --coordinator 127.0.10.1:29400 \
+           -d soft:127.0.10.$((r+1)) --patterns ring --extreme --duration 1 --sizes 4096,65536 --json > o$r 2> e$r & done\n\
+         wait; for r in 0 1 2 3; do echo \"== rank $r rc=$(grep -c '\"ok\":true' o$r)\"; cat o$r e$r; done",
+    );
+    let out = stdout(&o);
+    let rs = ranks(&out);
+    assert_eq!(rs.len(), 4, "{out}");
+    for (r, ok, body) in rs {
+        assert_eq!(ok, 1, "rank {r}: {body}");
+        let v: serde_json::Value = serde_json::from_str(body.lines().next().unwrap()).unwrap();
+        let extreme: Vec<&serde_json::Value> =
+            v["edges"].as_array().unwrap().iter().filter(|e| e["pattern"] == "extreme").collect();
+        // Every pattern's edges at this rank, deduplicated: all-to-all covers them all.
+        assert_eq!(extreme.len(), 6, "rank {r}: {v}");
+        assert!(extreme.iter().all(|e| e["damaged"] == 0 && e["error"].is_null()), "rank {r}: {v}");
+    }
+}
