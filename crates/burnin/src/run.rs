@@ -188,7 +188,9 @@ pub fn run(
     }
     let mut results = Vec::new();
     for (k, (name, edges, extreme)) in rounds.iter().enumerate() {
-        let o = options(plan, *extreme);
+        let mut o = options(plan, *extreme);
+        // The GID the device's address comes from (index 0 is a link-local one on RoCE NICs).
+        o.gid_index = ctx.gid_index();
         let mine: Vec<(u32, u32)> =
             edges.iter().copied().filter(|(s, d)| *s == me || *d == me).collect();
         // Listen for every sender first: they connect as soon as they get here.

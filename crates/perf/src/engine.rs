@@ -265,7 +265,17 @@ pub struct BwPlan<'a> {
     pub stop: Stop,
     /// Data validation.
     pub seeds: Option<Seeds>,
+    /// Duration mode between two podnet sides on RC: the SEND side ends with a marker (a
+    /// zero-length SEND with immediate data `END`) once every message it sent is
+    /// acknowledged, and the receiving side runs until the marker arrives on every QP — so a
+    /// message retransmitted late, after loss, is still received and checked in this run
+    /// instead of landing in the next size's receives. Without it the receiver stops a
+    /// fixed time after its deadline (all perftest can do).
+    pub end_marker: bool,
 }
+
+/// The immediate data of [`BwPlan::end_marker`]'s marker.
+pub const END: u32 = u32::MAX;
 
 /// What a bandwidth run measured.
 #[derive(Debug, Clone, Default)]
@@ -587,8 +597,25 @@ pub fn bw(s: &Side<'_>, plan: &BwPlan<'_>, progress: OnProgress<'_>) -> Result<B
     let mut last_report = Instant::now();
     let mut stopped = false;
     let mut batch = Vec::with_capacity(tx_depth as usize);
+    let marking = plan.end_marker && op == Some(BwOp::Send);
+    let (mut markers_posted, mut markers_done, mut ends_seen) = (false, 0usize, 0usize);
     loop {
         stopped |= deadline.is_some_and(|d| Instant::now() >= d);
+        // Everything sent is acknowledged: tell the receiver this run is over.
+        if marking
+            && !markers_posted
+            && (0..nq).all(|q| out.completed[q] >= posted[q])
+            && (stopped || (0..nq).all(|q| posted[q] >= iters))
+        {
+            for q in 0..nq {
+                let mut w = SendWr::new(wr_id(q, SEQ_MASK), SendOp::SendWithImm(END));
+                if let Some(ud) = plan.peers[q].ud {
+                    w.ud = Some(ud);
+                }
+                s.qps[q].post_send(w)?;
+            }
+            markers_posted = true;
+        }
         if let Some(op) = op
             && !stopped
         {
@@ -608,18 +635,23 @@ pub fn bw(s: &Side<'_>, plan: &BwPlan<'_>, progress: OnProgress<'_>) -> Result<B
             }
         }
         let sends_left = op.is_some()
-            && (0..nq).any(|q| out.completed[q] < posted[q] || (!stopped && posted[q] < iters));
+            && ((0..nq).any(|q| out.completed[q] < posted[q] || (!stopped && posted[q] < iters))
+                || (marking && markers_done < nq));
         let recvs_left = plan.sink
-            && match recv_deadline {
-                Some(d) => Instant::now() < d,
-                None => out.receives.iter().any(|&r| r < iters),
+            && if plan.end_marker {
+                ends_seen < nq
+            } else {
+                match recv_deadline {
+                    Some(d) => Instant::now() < d,
+                    None => out.receives.iter().any(|&r| r < iters),
+                }
             };
         if !sends_left && !recvs_left {
             break;
         }
         // Wake for the clock while it matters; drain what is in flight without one.
         let until = if !sends_left {
-            recv_deadline
+            if plan.end_marker { None } else { recv_deadline }
         } else if !stopped {
             deadline
         } else {
@@ -636,6 +668,14 @@ pub fn bw(s: &Side<'_>, plan: &BwPlan<'_>, progress: OnProgress<'_>) -> Result<B
                 || matches!(c.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
             {
                 let slot = seq as usize;
+                if plan.end_marker
+                    && c.imm == Some(END)
+                    && (c.byte_len as usize).saturating_sub(grh(&s.qps[q])) == 0
+                {
+                    ends_seen += 1;
+                    s.qps[q].post_recv(recv_wr(s, q, slot)?)?;
+                    continue;
+                }
                 out.receives[q] += 1;
                 first_recv.get_or_insert(t);
                 last_recv = t;
@@ -651,6 +691,8 @@ pub fn bw(s: &Side<'_>, plan: &BwPlan<'_>, progress: OnProgress<'_>) -> Result<B
                 // Repost into the same slot: the depth stays posted for the next size too.
                 s.qps[q].post_recv(recv_wr(s, q, slot)?)?;
                 done_total += 1;
+            } else if marking && seq == SEQ_MASK {
+                markers_done += 1;
             } else {
                 out.completed[q] += 1;
                 done_total += 1;

@@ -661,6 +661,10 @@ pub fn run(
                         peers: &peers,
                         stop,
                         seeds,
+                        end_marker: peer_is_podnet
+                            && o.connection == QpType::Rc
+                            && o.test == PerfTest::SendBw
+                            && matches!(stop, Stop::Duration(_)),
                     };
                     let r = engine::bw(&side, &plan, &mut |d, b| obs.progress(d, b))?;
                     size_validation.merge(&r.validation);

@@ -56,7 +56,16 @@ fn plan(
     depth: usize,
     peers: &[Peer],
 ) -> BwPlan<'_> {
-    BwPlan { op, sink, size, tx_depth: depth, peers, stop: Stop::Iters(n), seeds: None }
+    BwPlan {
+        op,
+        sink,
+        size,
+        tx_depth: depth,
+        peers,
+        stop: Stop::Iters(n),
+        seeds: None,
+        end_marker: false,
+    }
 }
 
 fn pair(max_size: usize) -> (End, End) {

@@ -186,17 +186,23 @@ fn options(pc: &PerfCheck) -> Options {
 /// Runs one test between `a` (server) and `b` (client) in two threads: (client's outcome,
 /// server's).
 fn run_pair(a: &Context, b: &Context, o: &Options) -> Result<(Outcome, Outcome), String> {
+    // Each side sends the GID its address comes from (index 0 is a link-local one on RoCE).
+    let (oa, ob) = (
+        Options { gid_index: a.gid_index(), ..o.clone() },
+        Options { gid_index: b.gid_index(), ..o.clone() },
+    );
+    let (o_a, o_b) = (&oa, &ob);
     let listener =
         TcpListener::bind((a.ip(), 0)).map_err(|e| format!("cannot listen on {}: {e}", a.ip()))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     std::thread::scope(|s| {
         let srv = s.spawn(|| -> Result<Outcome, String> {
             let (sock, peer) = listener.accept().map_err(|e| e.to_string())?;
-            session::run(a, o, Role::Server, &sock, peer.ip(), false, &mut Quiet)
+            session::run(a, o_a, Role::Server, &sock, peer.ip(), false, &mut Quiet)
                 .map_err(|e| e.to_string())
         });
         let cli = TcpStream::connect(addr).map_err(|e| e.to_string()).and_then(|sock| {
-            session::run(b, o, Role::Client, &sock, a.ip(), false, &mut Quiet)
+            session::run(b, o_b, Role::Client, &sock, a.ip(), false, &mut Quiet)
                 .map_err(|e| e.to_string())
         });
         let srv = srv.join().map_err(|_| "the server side panicked".to_string())?;

@@ -187,3 +187,29 @@ fn extreme_load_every_edge_at_once_stays_clean() {
         assert!(extreme.iter().all(|e| e["damaged"] == 0 && e["error"].is_null()), "rank {r}: {v}");
     }
 }
+
+/// Under loss, RC retransmits late; a message of one size of the mix must still be received
+/// (and checked) in its own run, not land in the next size's receives.
+#[test]
+fn a_size_mix_under_loss_stays_clean() {
+    let o = in_netns(
+        "printf 'table inet loss {\\n chain input {\\n  type filter hook input priority 0;\\n  udp dport 4791 numgen random mod 100 < 3 counter drop\\n }\\n}\\n' > loss.nft && nft -f loss.nft || exit 9\n\
+         A='--world-size 2 --coordinator 127.0.12.1:29400 --patterns ring --duration 1.5 --sizes 4096,65536,262144 --json'\n\
+         \"$PODNET\" burnin --rank 0 -d soft:127.0.12.1 $A > o0 2> e0 & a=$!\n\
+         \"$PODNET\" burnin --rank 1 -d soft:127.0.12.2 $A > o1 2> e1; b=$?; wait $a; r=$?\n\
+         echo \"== rank 0 rc=$r\"; cat o0 e0; echo \"== rank 1 rc=$b\"; cat o1 e1\n\
+         nft list table inet loss | grep -o 'packets [0-9]*'",
+    );
+    let out = stdout(&o);
+    let rs = ranks(&out);
+    assert_eq!(rs.len(), 2, "{out}{}", stderr(&o));
+    for (r, rc, body) in &rs {
+        assert_eq!(*rc, 0, "rank {r}: {body}");
+    }
+    let dropped: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("packets "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(dropped > 10, "the loss rule dropped {dropped} packets:\n{out}");
+}
