@@ -142,6 +142,34 @@ fn recv(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<Msg>> {
 /// A connection to a rank: the shared writer and the reader.
 type Link = (Arc<Mutex<TcpStream>>, BufReader<TcpStream>);
 
+/// Reads a peer's messages, handing each to `on` (which returns `false` to stop reading),
+/// until the peer is lost; returns why (`None`: `on` stopped).
+fn watch(
+    r: &mut BufReader<TcpStream>,
+    dead: Duration,
+    mut on: impl FnMut(Msg) -> bool,
+) -> Option<String> {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionReset, TimedOut, WouldBlock};
+    loop {
+        match recv(r) {
+            Ok(Some(m)) => {
+                if !on(m) {
+                    return None;
+                }
+            }
+            Ok(None) => return Some("closed its connection (the process ended)".into()),
+            // A process that ends with unread heartbeats resets the connection.
+            Err(e) if matches!(e.kind(), ConnectionReset | ConnectionAborted) => {
+                return Some("closed its connection (the process ended)".into());
+            }
+            Err(e) if matches!(e.kind(), WouldBlock | TimedOut) => {
+                return Some(format!("sent no heartbeat for {dead:?}"));
+            }
+            Err(e) => return Some(format!("connection failed: {e}")),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Shared {
     failure: Option<Failure>,
@@ -268,33 +296,13 @@ fn coordinate(world: &World, me: Member, t: &Timeouts) -> Result<Session, Bootst
         let dead = t.dead_after;
         let _ = r.get_ref().set_read_timeout(Some(dead));
         std::thread::spawn(move || {
-            let reason = loop {
-                match recv(&mut r) {
-                    Ok(Some(Msg::Heartbeat)) => {}
-                    Ok(Some(Msg::Done { ok, .. })) => lock(&shared).done.push((rank as u32, ok)),
-                    Ok(Some(_)) => {}
-                    Ok(None) => break "closed its connection (the process ended)".to_string(),
-                    // A process that ends with unread heartbeats resets the connection.
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::ConnectionReset
-                                | std::io::ErrorKind::ConnectionAborted
-                        ) =>
-                    {
-                        break "closed its connection (the process ended)".to_string();
-                    }
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                        ) =>
-                    {
-                        break format!("sent no heartbeat for {dead:?}");
-                    }
-                    Err(e) => break format!("connection failed: {e}"),
+            let reason = watch(&mut r, dead, |m| {
+                if let Msg::Done { ok, .. } = m {
+                    lock(&shared).done.push((rank as u32, ok));
                 }
-            };
+                true
+            })
+            .unwrap_or_default();
             if stop.load(Ordering::Relaxed) {
                 return;
             }
@@ -378,40 +386,18 @@ fn connect(world: &World, me: Member, t: &Timeouts) -> Result<Session, Bootstrap
     {
         let (shared, stop) = (shared.clone(), stop.clone());
         std::thread::spawn(move || {
-            let reason = loop {
-                match recv(&mut r) {
-                    Ok(Some(Msg::Heartbeat)) => {}
-                    Ok(Some(Msg::Abort(f))) => {
-                        lock(&shared).failure.get_or_insert(f);
-                        return;
-                    }
-                    Ok(Some(Msg::Finish { ok })) => {
-                        lock(&shared).finish = Some(ok);
-                        return;
-                    }
-                    Ok(Some(_)) => {}
-                    Ok(None) => break "closed its connection (the process ended)".to_string(),
-                    // A process that ends with unread heartbeats resets the connection.
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::ConnectionReset
-                                | std::io::ErrorKind::ConnectionAborted
-                        ) =>
-                    {
-                        break "closed its connection (the process ended)".to_string();
-                    }
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                        ) =>
-                    {
-                        break format!("sent no heartbeat for {dead:?}");
-                    }
-                    Err(e) => break format!("connection failed: {e}"),
+            let lost = watch(&mut r, dead, |m| match m {
+                Msg::Abort(f) => {
+                    lock(&shared).failure.get_or_insert(f);
+                    false
                 }
-            };
+                Msg::Finish { ok } => {
+                    lock(&shared).finish = Some(ok);
+                    false
+                }
+                _ => true,
+            });
+            let Some(reason) = lost else { return };
             if !stop.load(Ordering::Relaxed) {
                 lock(&shared).failure.get_or_insert(Failure {
                     rank: 0,
