@@ -29,6 +29,8 @@ pub struct Plan {
     pub sizes: Vec<usize>,
     /// Seconds per pattern.
     pub seconds: f64,
+    /// Instead of `seconds`: this many messages per edge, QP and size.
+    pub count: Option<u64>,
     /// QPs per edge.
     pub qps: usize,
 }
@@ -122,8 +124,13 @@ const CONNECT: Duration = Duration::from_secs(30);
 fn options(plan: &Plan, extreme: bool) -> Options {
     let mut o = Options::new(PerfTest::SendBw);
     o.sizes = plan.sizes.clone();
-    let per_size = plan.seconds / plan.sizes.len().max(1) as f64;
-    o.duration = Some(Duration::from_secs_f64(per_size.max(0.2)));
+    match plan.count {
+        Some(n) => o.iters = n.max(1),
+        None => {
+            let per_size = plan.seconds / plan.sizes.len().max(1) as f64;
+            o.duration = Some(Duration::from_secs_f64(per_size.max(0.2)));
+        }
+    }
     o.validate = true;
     o.qps = if extreme { plan.qps.max(4) } else { plan.qps.max(1) };
     o.tx_depth = if extreme { 128 } else { 16 };

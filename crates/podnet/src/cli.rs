@@ -179,6 +179,10 @@ pub(crate) struct BurninArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
     pub(crate) duration: f64,
 
+    /// Instead of --duration: this many messages per edge, QP and size.
+    #[arg(long, value_name = "N", conflicts_with = "duration")]
+    pub(crate) count: Option<u64>,
+
     /// QPs per edge.
     #[arg(long, default_value_t = 1)]
     pub(crate) qps: usize,

@@ -84,7 +84,9 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
     let ctx = verbs::Context::open(&args.ib_dev, &opts)?;
     let host = hostname();
     let info = serde_json::json!({ "ip": ctx.ip().to_string(), "port": args.port, "device": ctx.device_name() });
-    let plan = Plan { patterns, extreme: args.extreme, sizes, seconds, qps: args.qps };
+    ensure!(args.count != Some(0), "--count must be at least 1");
+    let plan =
+        Plan { patterns, extreme: args.extreme, sizes, seconds, count: args.count, qps: args.qps };
     let session = match burnin::bootstrap::join(&world, &host, info, &t) {
         Ok(s) => s,
         Err(

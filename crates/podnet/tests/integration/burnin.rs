@@ -151,10 +151,11 @@ fn launch_through_slurm_open_mpi_and_torchrun_variables() {
     ] {
         // Slurm and Open MPI name no coordinator: --coordinator for one, MASTER_* for the other.
         let coord = if name == "slurm" { "--coordinator 127.0.9.1:29401" } else { "" };
+        // A run of a count, not a duration: 500 messages each way, every one checked.
         let o = in_netns(&format!(
             "export MASTER_ADDR=127.0.9.1 MASTER_PORT=29401\n\
-             env {env0} \"$PODNET\" burnin {coord} -d soft:127.0.9.1 --patterns ring --duration 0.3 --sizes 4096 > o0 2>&1 & a=$!\n\
-             env {env1} \"$PODNET\" burnin {coord} -d soft:127.0.9.2 --patterns ring --duration 0.3 --sizes 4096 > o1 2>&1; b=$?\n\
+             env {env0} \"$PODNET\" burnin {coord} -d soft:127.0.9.1 --patterns ring --count 500 --sizes 4096 > o0 2>&1 & a=$!\n\
+             env {env1} \"$PODNET\" burnin {coord} -d soft:127.0.9.2 --patterns ring --count 500 --sizes 4096 > o1 2>&1; b=$?\n\
              wait $a; echo \"== rank 0 rc=$?\"; cat o0; echo \"== rank 1 rc=$b\"; cat o1"
         ));
         let out = stdout(&o);
@@ -163,6 +164,7 @@ fn launch_through_slurm_open_mpi_and_torchrun_variables() {
         for (r, rc, body) in rs {
             assert_eq!(rc, 0, "{name} rank {r}: {body}");
             assert!(body.contains(&format!("rank {r}: clean")), "{name} rank {r}: {body}");
+            assert!(body.contains("receiver ok   500 messages"), "{name} rank {r}: {body}");
         }
     }
 }
