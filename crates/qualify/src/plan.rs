@@ -4,6 +4,8 @@
 //! name = "rack 12, RoCE"
 //! devices = ["mlx5_0", "mlx5_1"]        # the configuration matrix: devices, and
 //! pairs = "all"                          # every pair of them (or [["mlx5_0", "mlx5_1"]])
+//! retries = 1                            # a figure outside its threshold is measured once
+//!                                        # more before the check fails (0: never)
 //!
 //! [host]
 //! cpu_governor = "performance"           # every CPU's cpufreq governor
@@ -169,6 +171,14 @@ pub struct Plan {
     pub perf: Vec<PerfCheck>,
     /// The integrity run.
     pub integrity: Option<Integrity>,
+    /// How often a performance figure outside its threshold is measured again before the
+    /// check fails (0 or 1; default 1: one slow run on a busy host is noise).
+    #[serde(default = "one")]
+    pub retries: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 fn all_pairs() -> Pairs {
@@ -177,7 +187,8 @@ fn all_pairs() -> Pairs {
 
 /// The built-in plan: four soft devices on loopback addresses, every pair's WRITE bandwidth
 /// at two sizes and SEND latency, one after another, within generous shares of a calibration
-/// run (so a busy CI machine does not fail it), and a short integrity run on every pair.
+/// run (so a busy CI machine does not fail it; the p99.9 tail against a 100 ms ceiling, as
+/// a shared machine's scheduler owns it), and a short integrity run on every pair.
 pub const DEFAULT_PLAN: &str = r#"name = "default: 4 soft devices on loopback"
 devices = ["soft:127.0.1.1", "soft:127.0.1.2", "soft:127.0.1.3", "soft:127.0.1.4"]
 pairs = "all"
@@ -193,7 +204,7 @@ min_active_mtu = 1024
 [[perf]]
 test = "write-bw"
 sizes = [4096, 65536]
-iters = 2000
+iters = 5000
 min_bw_vs_calibration = 0.2
 
 [[perf]]
@@ -201,7 +212,9 @@ test = "send-lat"
 sizes = [2]
 iters = 2000
 max_median_us_vs_calibration = 5.0
-max_p99_9_us_vs_calibration = 50.0
+# The tail on a shared machine is the scheduler's (a preempted poller costs milliseconds):
+# an absolute ceiling that catches stalls, not time slices.
+max_p99_9_us = 100000
 
 [integrity]
 seconds = 1
@@ -318,6 +331,9 @@ impl Plan {
             if p.iters == Some(0) {
                 return Err(invalid(at("iters"), "`perf.iters` must be at least 1".into()));
             }
+        }
+        if plan.retries > 1 {
+            return Err(invalid(at("retries"), format!("`retries` = {}: 0 or 1", plan.retries)));
         }
         if let Some(i) = &plan.integrity
             && !(i.seconds.is_finite() && i.seconds > 0.0 && i.seconds <= 86_400.0)

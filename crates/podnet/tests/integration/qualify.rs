@@ -124,6 +124,12 @@ fn an_impossible_threshold_fails_and_is_named_everywhere() {
     assert_eq!(failed[0]["unit"], "MB/s");
     assert!(failed[0]["measured"].as_f64().unwrap() > 0.0);
     assert_eq!(failed[0]["threshold"], ">= 1000000000000");
+    // It was measured a second time before it failed, and says so.
+    assert!(
+        failed[0]["detail"].as_str().unwrap().contains("measured twice; the first run gave "),
+        "{}",
+        failed[0]
+    );
     // The latency check with a reachable threshold passed.
     assert!(
         checks(&v)
