@@ -76,7 +76,7 @@ fn damage_after_the_icrc_is_caught_and_located() {
         );
     }
     let o = in_netns(
-        "P=\"$PODNET\"; A='--world-size 2 --coordinator 127.0.6.1:29400 --patterns ring --duration 1 --sizes 4096'\n\
+        "P=\"$PODNET\"; A='--world-size 2 --coordinator 127.0.6.1:29400 --patterns ring --count 2000 --sizes 4096'\n\
          $P burnin --rank 0 -d soft:127.0.6.1 $A > o0 2> e0 & a=$!\n\
          PODNET_FAULT_CORRUPT_EVERY=97 $P burnin --rank 1 -d soft:127.0.6.2 $A > o1 2> e1 & b=$!\n\
          wait $a; ra=$?; wait $b; rb=$?\n\
