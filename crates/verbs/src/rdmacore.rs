@@ -1016,14 +1016,7 @@ impl Provider for RdmaCoreDevice {
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_send" }));
         }
-        let mut sges: SmallVec<[sys::ibv_sge; 4]> = SmallVec::new();
-        for wr in wrs {
-            sges.extend(wr.sgl.iter().map(|s| sys::ibv_sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            }));
-        }
+        let mut sges = raw_sges(wrs.iter().map(|w| &w.sgl));
         let mut raw: SmallVec<[sys::ibv_send_wr; 1]> = SmallVec::with_capacity(wrs.len());
         let mut at = 0;
         for wr in wrs {
@@ -1198,6 +1191,11 @@ impl RdmaCoreDevice {
     }
 }
 
+/// Every scatter/gather element of `sgls`, in order, as libibverbs takes them.
+fn raw_sges<'a>(sgls: impl Iterator<Item = &'a transport::Sgl>) -> SmallVec<[sys::ibv_sge; 4]> {
+    sgls.flatten().map(|s| sys::ibv_sge { addr: s.addr, length: s.length, lkey: s.lkey }).collect()
+}
+
 /// Builds the `ibv_recv_wr` chain of `wrs` and calls `post` with its head.
 fn with_recv_wrs(
     wrs: &[RecvWr],
@@ -1206,14 +1204,7 @@ fn with_recv_wrs(
     if wrs.is_empty() {
         return Ok(());
     }
-    let mut sges: SmallVec<[sys::ibv_sge; 4]> = SmallVec::new();
-    for wr in wrs {
-        sges.extend(wr.sgl.iter().map(|s| sys::ibv_sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        }));
-    }
+    let mut sges = raw_sges(wrs.iter().map(|w| &w.sgl));
     let mut raw: SmallVec<[sys::ibv_recv_wr; 4]> = SmallVec::with_capacity(wrs.len());
     let mut at = 0;
     for wr in wrs {
