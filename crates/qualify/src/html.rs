@@ -154,13 +154,23 @@ fn matrix_svg(r: &Report) -> Option<String> {
             esc(name)
         );
     }
+    // The diagonal is each device with itself: grey unless the plan measured it.
+    for i in 0..d.len() {
+        let _ = writeln!(
+            s,
+            "<rect x=\"{}\" y=\"{}\" width=\"{cell}\" height=\"{cell}\" fill=\"#eee\" stroke=\"#fff\"/>",
+            left + i * cell,
+            top + i * cell
+        );
+    }
     for p in &r.pairs {
         let (Some(i), Some(j)) =
             (d.iter().position(|x| x == &p.a), d.iter().position(|x| x == &p.b))
         else {
             continue;
         };
-        for (row, col) in [(i, j), (j, i)] {
+        let cells: &[(usize, usize)] = if i == j { &[(i, i)] } else { &[(i, j), (j, i)] };
+        for &(row, col) in cells {
             let _ = writeln!(
                 s,
                 "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"#fff\"><title>{} &lt;-&gt; {}: {}</title></rect>",
@@ -174,14 +184,6 @@ fn matrix_svg(r: &Report) -> Option<String> {
                 p.status.as_str()
             );
         }
-    }
-    for i in 0..d.len() {
-        let _ = writeln!(
-            s,
-            "<rect x=\"{}\" y=\"{}\" width=\"{cell}\" height=\"{cell}\" fill=\"#eee\" stroke=\"#fff\"/>",
-            left + i * cell,
-            top + i * cell
-        );
     }
     s.push_str("</svg>\n");
     Some(s)

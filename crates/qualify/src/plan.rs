@@ -18,8 +18,10 @@
 //! min_speed_gbps = 200
 //! min_active_mtu = 4096
 //!
-//! [[perf]]                               # one per test; run on every pair
+//! [[perf]]                               # one per test
 //! test = "write-bw"
+//! on = "both"                            # every pair (the default, "pairs"), and every
+//!                                        # device with itself ("devices")
 //! sizes = [4096, 65536]
 //! iters = 5000
 //! min_bw_mb_per_s = 20000                # absolute, or
@@ -35,7 +37,8 @@
 //! seconds = 10
 //! ```
 //!
-//! The calibration is each perf entry run first on the first pair; relative thresholds
+//! The calibration is each perf entry run first on the first pair (and, for `on` devices,
+//! on the first device with itself: like is compared with like); relative thresholds
 //! multiply its figure, so a plan can ask "every pair within 20 % of the best-known one"
 //! without knowing the hardware. Unknown keys and bad values are errors naming the file,
 //! line and key.
@@ -109,12 +112,41 @@ pub struct DeviceChecks {
     pub min_active_mtu: Option<u32>,
 }
 
-/// A performance check: one perf test on every pair.
+/// Where a performance check runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Between the two devices of every pair (the default).
+    #[default]
+    Pairs,
+    /// On every device with itself: both ends of the connection on one device (loopback
+    /// through the device, as `ib_write_bw -d mlx5_0` against itself measures it).
+    Devices,
+    /// Both.
+    Both,
+}
+
+impl Scope {
+    /// Whether the check runs on pairs.
+    pub fn on_pairs(self) -> bool {
+        matches!(self, Scope::Pairs | Scope::Both)
+    }
+
+    /// Whether the check runs on each device alone.
+    pub fn on_devices(self) -> bool {
+        matches!(self, Scope::Devices | Scope::Both)
+    }
+}
+
+/// A performance check: one perf test on every pair, every device, or both.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PerfCheck {
     /// The test (`write-bw`, `send-lat`, …).
     pub test: String,
+    /// Where it runs: `"pairs"` (default), `"devices"` or `"both"`.
+    #[serde(default)]
+    pub on: Scope,
     /// Message sizes.
     #[serde(default)]
     pub sizes: Vec<usize>,
@@ -185,8 +217,8 @@ fn all_pairs() -> Pairs {
     Pairs::All("all".into())
 }
 
-/// The built-in plan: four soft devices on loopback addresses, every pair's WRITE bandwidth
-/// at two sizes and SEND latency, one after another, within generous shares of a calibration
+/// The built-in plan: four soft devices on loopback addresses, every device's and every
+/// pair's WRITE bandwidth at two sizes and SEND latency, one after another, within generous shares of a calibration
 /// run (so a busy CI machine does not fail it; the p99.9 tail against a 100 ms ceiling, as
 /// a shared machine's scheduler owns it), and a short integrity run on every pair.
 pub const DEFAULT_PLAN: &str = r#"name = "default: 4 soft devices on loopback"
@@ -203,12 +235,14 @@ min_active_mtu = 1024
 
 [[perf]]
 test = "write-bw"
+on = "both"
 sizes = [4096, 65536]
 iters = 5000
 min_bw_vs_calibration = 0.2
 
 [[perf]]
 test = "send-lat"
+on = "both"
 sizes = [2]
 iters = 2000
 max_median_us_vs_calibration = 5.0
@@ -388,6 +422,11 @@ mod tests {
         assert_eq!(p.devices.len(), 4);
         assert_eq!(p.pairs().len(), 6);
         assert_eq!(p.perf.len(), 2);
+        assert!(p.perf.iter().all(|c| c.on == Scope::Both));
+        let one = "name = \"x\"\ndevices = [\"a\", \"b\"]\n[[perf]]\ntest = \"write-bw\"\n";
+        let p = Plan::parse(one, "one").unwrap();
+        assert_eq!(p.perf[0].on, Scope::Pairs, "pairs unless the plan says otherwise");
+        assert!(p.perf[0].on.on_pairs() && !p.perf[0].on.on_devices());
     }
 
     #[test]

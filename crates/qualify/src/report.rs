@@ -8,7 +8,8 @@
 //!   "checks": [ { "name": "perf/write-bw/65536B/soft:127.0.1.1<->soft:127.0.1.2/bandwidth",
 //!                 "status": "pass", "measured": 2871.4, "threshold": ">= 574.2 (0.2 x calibration 2871.0)",
 //!                 "unit": "MB/s", "detail": "…", "seconds": 0.4 } ],
-//!   "devices": [...], "pairs": [ { "a": "…", "b": "…", "status": "pass" } ],
+//!   "devices": [...], "pairs": [ { "a": "…", "b": "…", "status": "pass" } ],  (a == b: the
+//!                                      device with itself, a check with `on = "devices"`)
 //!   "bandwidth": [ { "pair", "test", "size", "mb_per_s" } ],
 //!   "latency": [ { "pair", "test", "size", "min", "median", "p99", "p99_9" } ] }
 //! ```

@@ -1,5 +1,5 @@
-//! Runs a plan: host checks, device checks, a calibration, every pair's performance checks,
-//! the integrity run.
+//! Runs a plan: host checks, device checks, a calibration, each device's (with itself) and
+//! every pair's performance checks, the integrity run.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
@@ -58,99 +58,55 @@ pub fn run(plan: &Plan, sys: &Path, progress: &mut dyn RunProgress) -> Report {
         contexts[i].as_ref()
     };
     let pairs = plan.pairs();
-    // Calibration: each perf entry on the first pair, before the matrix.
-    let mut calibration: Vec<Vec<Row>> = Vec::new();
+    // Calibration, before the matrix: each perf entry on the first pair, and on the first
+    // device with itself when it runs on devices, so that like is compared with like (a
+    // loopback through one device shares that device's work between both ends).
+    let first_pair = pairs.first().and_then(|(a, b)| Some((ctx_of(a)?, ctx_of(b)?)));
+    let first_device = plan.devices.first().and_then(|d| ctx_of(d)).map(|c| (c, c));
+    let mut calibrate = |pc: &PerfCheck, ends: Option<(&Context, &Context)>, what: &str| {
+        let (a, b) = ends?;
+        r.progress.starting(&format!("calibration {} ({what})", pc.test));
+        run_pair(a, b, &options(pc)).map(|(o, _)| o.rows).ok()
+    };
+    let mut calibration: Vec<(Vec<Row>, Vec<Row>)> = Vec::new();
     for pc in &plan.perf {
-        let rows = match pairs.first().and_then(|(a, b)| Some((ctx_of(a)?, ctx_of(b)?))) {
-            Some((a, b)) => {
-                r.progress.starting(&format!("calibration {}", pc.test));
-                run_pair(a, b, &options(pc)).map(|(o, _)| o.rows).unwrap_or_default()
-            }
-            None => Vec::new(),
-        };
-        calibration.push(rows);
+        let on_pairs =
+            if pc.on.on_pairs() { calibrate(pc, first_pair, "first pair") } else { None };
+        let on_devices =
+            if pc.on.on_devices() { calibrate(pc, first_device, "first device") } else { None };
+        calibration.push((on_pairs.unwrap_or_default(), on_devices.unwrap_or_default()));
     }
-    let mut retried: Vec<(String, String)> = Vec::new();
-    for (a, b) in &pairs {
-        let pair = format!("{a}<->{b}");
+    // Each device with itself first (the loopback through one device), then every pair.
+    let targets = plan
+        .devices
+        .iter()
+        .filter(|_| plan.perf.iter().any(|pc| pc.on.on_devices()))
+        .map(|d| (d, d))
+        .chain(pairs.iter().map(|(a, b)| (a, b)));
+    for (a, b) in targets {
+        let alone = a == b;
+        let pair = if alone { a.clone() } else { format!("{a}<->{b}") };
         let mut pair_status = Status::Pass;
         for (k, pc) in plan.perf.iter().enumerate() {
-            let started = Instant::now();
+            if (alone && !pc.on.on_devices()) || (!alone && !pc.on.on_pairs()) {
+                continue;
+            }
             let base = format!("perf/{}/{pair}", pc.test);
             let (Some(ca), Some(cb)) = (ctx_of(a), ctx_of(b)) else {
-                r.push(Check::skipped(&base, "a device of the pair could not be opened"));
+                let why = if alone {
+                    "the device could not be opened"
+                } else {
+                    "a device of the pair could not be opened"
+                };
+                r.push(Check::skipped(&base, why));
                 pair_status = pair_status.max(Status::Skipped);
                 continue;
             };
-            r.progress.starting(&base);
-            // A figure outside its threshold is measured once more before it fails: one
-            // slow run on a busy host is noise, two in a row are the pair. Both are reported.
-            let judged = |out: &Outcome| -> Vec<Check> {
-                out.rows
-                    .iter()
-                    .flat_map(|row| judge(pc, &pair, row, &calibration[k], started.elapsed()))
-                    .collect()
-            };
-            let mut first = run_pair(ca, cb, &options(pc));
-            if let Ok((out, _)) = &first {
-                let checks = judged(out);
-                let failed: Vec<String> = checks
-                    .iter()
-                    .filter(|c| c.status == Status::Fail)
-                    .map(|c| {
-                        format!(
-                            "{} {}",
-                            c.measured.map(|m| format!("{m:.2}")).unwrap_or_default(),
-                            c.unit
-                        )
-                    })
-                    .collect();
-                if plan.retries > 0 && !failed.is_empty() {
-                    r.progress.starting(&format!("{base} (again)"));
-                    if let Ok((again, srv)) = run_pair(ca, cb, &options(pc)) {
-                        let note =
-                            format!("measured twice; the first run gave {}", failed.join(", "));
-                        first = Ok((again, srv));
-                        retried.push((base.clone(), note));
-                    }
-                }
-            }
-            match first {
-                Ok((out, _)) => {
-                    for row in &out.rows {
-                        for mut c in judge(pc, &pair, row, &calibration[k], started.elapsed()) {
-                            if let Some((_, note)) = retried.iter().find(|(b, _)| *b == base) {
-                                c.detail = format!("{}; {note}", c.detail);
-                            }
-                            pair_status = pair_status.max(c.status);
-                            r.push(c);
-                        }
-                        match row {
-                            Row::Bw(b) => r.report.bandwidth.push(BwPoint {
-                                pair: pair.clone(),
-                                test: pc.test.clone(),
-                                size: b.size,
-                                mb_per_s: b.bw_avg,
-                            }),
-                            Row::Lat(l) => r.report.latency.push(LatPoint {
-                                pair: pair.clone(),
-                                test: pc.test.clone(),
-                                size: l.size,
-                                min: l.t_min,
-                                median: l.t_typical,
-                                p99: l.p99,
-                                p99_9: l.p99_9,
-                            }),
-                        }
-                    }
-                }
-                Err(e) => {
-                    pair_status = Status::Fail;
-                    r.push(Check::fail(&base, None, None, "", &e, started.elapsed()));
-                }
-            }
+            let cal = if alone { &calibration[k].1 } else { &calibration[k].0 };
+            let status = perf_check(&mut r, plan, pc, &pair, (ca, cb), cal);
+            pair_status = pair_status.max(status);
         }
-        if let Some(i) = &plan.integrity {
+        if let Some(i) = plan.integrity.as_ref().filter(|_| !alone) {
             let name = format!("integrity/{pair}");
             let started = Instant::now();
             if let (Some(ca), Some(cb)) = (ctx_of(a), ctx_of(b)) {
@@ -203,6 +159,79 @@ pub fn run(plan: &Plan, sys: &Path, progress: &mut dyn RunProgress) -> Report {
     r.report.devices = plan.devices.clone();
     r.report.seconds = t0.elapsed().as_secs_f64();
     r.report
+}
+
+/// One performance check on `pair` (a device's name, or `a<->b`), server `ends.0`, client
+/// `ends.1`: its checks pushed, its figures kept for the charts; its worst status.
+fn perf_check(
+    r: &mut Run<'_>,
+    plan: &Plan,
+    pc: &PerfCheck,
+    pair: &str,
+    (ca, cb): (&Context, &Context),
+    calibration: &[Row],
+) -> Status {
+    let started = Instant::now();
+    let base = format!("perf/{}/{pair}", pc.test);
+    r.progress.starting(&base);
+    let mut status = Status::Pass;
+    let mut outcome = run_pair(ca, cb, &options(pc));
+    // A figure outside its threshold is measured once more before it fails: one slow run on
+    // a busy host is noise, two in a row are the pair. Both are reported.
+    let mut note = None;
+    if let Ok((out, _)) = &outcome {
+        let failed: Vec<String> = out
+            .rows
+            .iter()
+            .flat_map(|row| judge(pc, pair, row, calibration, started.elapsed()))
+            .filter(|c| c.status == Status::Fail)
+            .map(|c| {
+                format!("{} {}", c.measured.map(|m| format!("{m:.2}")).unwrap_or_default(), c.unit)
+            })
+            .collect();
+        if plan.retries > 0 && !failed.is_empty() {
+            r.progress.starting(&format!("{base} (again)"));
+            if let Ok(again) = run_pair(ca, cb, &options(pc)) {
+                note = Some(format!("measured twice; the first run gave {}", failed.join(", ")));
+                outcome = Ok(again);
+            }
+        }
+    }
+    match outcome {
+        Ok((out, _)) => {
+            for row in &out.rows {
+                for mut c in judge(pc, pair, row, calibration, started.elapsed()) {
+                    if let Some(note) = &note {
+                        c.detail = format!("{}; {note}", c.detail);
+                    }
+                    status = status.max(c.status);
+                    r.push(c);
+                }
+                match row {
+                    Row::Bw(b) => r.report.bandwidth.push(BwPoint {
+                        pair: pair.to_string(),
+                        test: pc.test.clone(),
+                        size: b.size,
+                        mb_per_s: b.bw_avg,
+                    }),
+                    Row::Lat(l) => r.report.latency.push(LatPoint {
+                        pair: pair.to_string(),
+                        test: pc.test.clone(),
+                        size: l.size,
+                        min: l.t_min,
+                        median: l.t_typical,
+                        p99: l.p99,
+                        p99_9: l.p99_9,
+                    }),
+                }
+            }
+        }
+        Err(e) => {
+            status = Status::Fail;
+            r.push(Check::fail(&base, None, None, "", &e, started.elapsed()));
+        }
+    }
+    status
 }
 
 fn options(pc: &PerfCheck) -> Options {
@@ -287,7 +316,11 @@ fn judge(pc: &PerfCheck, pair: &str, row: &Row, cal: &[Row], took: Duration) -> 
                 ));
             }
         }
-        let detail = format!("{} {pair}", pc.test);
+        let detail = if pair.contains("<->") {
+            format!("{} {pair}", pc.test)
+        } else {
+            format!("{} {pair} with itself (loopback through the device)", pc.test)
+        };
         let c = match bound {
             None if rel.is_some() => Check::fail(
                 &name,

@@ -75,14 +75,24 @@ fn the_built_in_plan_passes_and_reports() {
     assert_eq!(rc, 0, "{summary}");
     let s = &v["summary"];
     assert_eq!(s["failed"], 0, "{summary}");
-    // 4 devices x 4 checks, 6 pairs x (2 bandwidth + 2 latency + 1 integrity), 4 MTUs.
+    // 4 devices x 4 checks, 4 devices with themselves x (2 bandwidth + 2 latency), 6 pairs x
+    // (2 bandwidth + 2 latency + 1 integrity), 4 MTUs.
     assert_eq!(
         s["passed"].as_u64().unwrap() + s["skipped"].as_u64().unwrap(),
-        16 + 30 + 4,
+        16 + 16 + 30 + 4,
         "{summary}"
     );
     assert!(summary.contains("default: 4 soft devices on loopback: "), "{summary}");
-    assert_eq!(v["pairs"].as_array().unwrap().len(), 6);
+    // Each device with itself (the matrix's diagonal), then the 6 pairs.
+    let pairs = v["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 4 + 6);
+    assert!(pairs[..4].iter().all(|p| p["a"] == p["b"] && p["status"] == "pass"), "{pairs:?}");
+    let device_bw = checks(&v)
+        .iter()
+        .find(|c| c["name"] == "perf/write-bw/65536B/soft:127.0.1.3/bandwidth")
+        .expect("a device's own bandwidth check");
+    assert!(device_bw["measured"].as_f64().unwrap() > 0.0, "{device_bw}");
+    assert!(device_bw["detail"].as_str().unwrap().contains("with itself"), "{device_bw}");
     for c in checks(&v) {
         assert!(c["name"].is_string() && c["unit"].is_string() && c["detail"].is_string(), "{c}");
         assert!(["pass", "fail", "skipped"].contains(&c["status"].as_str().unwrap()), "{c}");
@@ -105,7 +115,7 @@ fn the_built_in_plan_passes_and_reports() {
 fn an_impossible_threshold_fails_and_is_named_everywhere() {
     let plan = "name = \"impossible\"\ndevices = [\"soft:127.0.2.1\", \"soft:127.0.2.2\"]\n\
         [[perf]]\ntest = \"write-bw\"\nsizes = [65536]\niters = 500\nmin_bw_mb_per_s = 1e12\n\
-        [[perf]]\ntest = \"send-lat\"\niters = 500\nmax_median_us = 1000000\n";
+        [[perf]]\ntest = \"send-lat\"\non = \"both\"\niters = 500\nmax_median_us = 1000000\n";
     let (rc, summary, v, junit, html) = qualify(Some(plan), "");
     assert_eq!(rc, 1, "{summary}");
     let name = "perf/write-bw/65536B/soft:127.0.2.1<->soft:127.0.2.2/bandwidth";
@@ -130,12 +140,11 @@ fn an_impossible_threshold_fails_and_is_named_everywhere() {
         "{}",
         failed[0]
     );
-    // The latency check with a reachable threshold passed.
-    assert!(
-        checks(&v)
-            .iter()
-            .any(|c| c["status"] == "pass" && c["name"].as_str().unwrap().ends_with("/median"))
-    );
+    // The latency check with a reachable threshold passed, on the pair and on each device.
+    for on in ["soft:127.0.2.1<->soft:127.0.2.2", "soft:127.0.2.1", "soft:127.0.2.2"] {
+        let name = format!("perf/send-lat/2B/{on}/median");
+        assert!(checks(&v).iter().any(|c| c["status"] == "pass" && c["name"] == name), "{name}");
+    }
     // junit.xml, read by junitparser: the same name, the measured value in the message.
     let (_, fails) = junitparser(&junit);
     assert_eq!(fails.len(), 1, "{fails:?}");
@@ -172,6 +181,10 @@ fn malformed_plans_name_file_line_and_key() {
             "plan.toml:4: `integrity.seconds` = -2",
         ),
         ("name = \"x\"\ndevices = \"soft:127.0.0.1\"\n", "plan.toml:2:"),
+        (
+            "name = \"x\"\ndevices = [\"soft:127.0.0.1\"]\n[[perf]]\ntest = \"write-bw\"\non = \"racks\"\n",
+            "plan.toml:5: unknown variant `racks`",
+        ),
     ] {
         let p = dir.path().join("plan.toml");
         std::fs::write(&p, text).unwrap();
