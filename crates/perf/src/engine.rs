@@ -18,7 +18,7 @@ use verbs::{
     UdDest, WcOpcode, WcStatus, WorkCompletion, empty_wc,
 };
 
-use crate::stats::{Bandwidth, Latency, LatencyRecorder};
+use crate::stats::{Bandwidth, Latency, LatencyBuckets, LatencyRecorder};
 
 /// Why a measurement stopped.
 #[derive(Debug, thiserror::Error)]
@@ -782,6 +782,8 @@ pub struct LatPlan {
 pub struct LatOutcome {
     /// The figures.
     pub latency: Latency,
+    /// Every interval, as histogram buckets.
+    pub buckets: Option<LatencyBuckets>,
     /// Operations completed.
     pub completed: u64,
     /// Data validation.
@@ -861,7 +863,7 @@ pub fn send_lat(
         }
     }
     let latency = rec.finish().ok_or(Error::Empty)?;
-    Ok(LatOutcome { latency, completed: sent, validation: v })
+    Ok(LatOutcome { latency, buckets: rec.buckets(), completed: sent, validation: v })
 }
 
 /// WRITE latency as perftest measures it: each side WRITEs `size` bytes to the peer, the
@@ -948,7 +950,7 @@ pub fn write_lat(
         ccnt += next_wc(s, &mut wc)? as u64;
     }
     let latency = rec.finish().ok_or(Error::Empty)?;
-    Ok(LatOutcome { latency, completed: scnt, validation: v })
+    Ok(LatOutcome { latency, buckets: rec.buckets(), completed: scnt, validation: v })
 }
 
 /// READ or atomic latency (round-trip factor 1): one operation at a time.
@@ -983,5 +985,5 @@ pub fn one_sided_lat(
     rec.post();
     let mut latency = rec.finish().ok_or(Error::Empty)?;
     latency.iters = i;
-    Ok(LatOutcome { latency, completed: i, validation: v })
+    Ok(LatOutcome { latency, buckets: rec.buckets(), completed: i, validation: v })
 }

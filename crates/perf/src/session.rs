@@ -376,6 +376,8 @@ pub struct Outcome {
     pub validation: Option<engine::Validation>,
     /// The peer's keys.
     pub remote: Vec<Key>,
+    /// Each latency row's intervals as histogram buckets, in order.
+    pub latency_buckets: Vec<crate::stats::LatencyBuckets>,
 }
 
 /// Told what happens as it happens.
@@ -698,6 +700,7 @@ pub fn run(
                     size_validation.merge(&r.validation);
                     completed[0] = r.completed;
                     out.rows.push(Row::Lat(r.latency));
+                    out.latency_buckets.extend(r.buckets);
                     obs.row(&Row::Lat(r.latency));
                 }
             }

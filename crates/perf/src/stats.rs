@@ -174,6 +174,52 @@ pub fn ticks() -> u64 {
     }
 }
 
+/// A latency distribution in Prometheus's shape: cumulative counts under each upper bound
+/// (seconds), with the count and sum of every observation — what a histogram series exports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatencyBuckets {
+    /// Message size in bytes.
+    pub size: u64,
+    /// Upper bounds, seconds, ascending ([`bucket_bounds`]).
+    pub le: Vec<f64>,
+    /// Observations at or under each bound.
+    pub cumulative: Vec<u64>,
+    /// Observations (those over the last bound included).
+    pub count: u64,
+    /// Their sum, seconds.
+    pub sum: f64,
+}
+
+/// The latency buckets podnet exports: 1 µs to 0.52 s, doubling (the agent's probe uses the
+/// same, so the two compare bucket for bucket).
+pub fn bucket_bounds() -> Vec<f64> {
+    (0..20).map(|i| 1e-6 * f64::from(1u32 << i)).collect()
+}
+
+impl LatencyBuckets {
+    /// Buckets of `(seconds, how many)` observations.
+    pub fn from_observations(size: u64, obs: impl IntoIterator<Item = (f64, u64)>) -> Self {
+        let le = bucket_bounds();
+        let mut per = vec![0u64; le.len()];
+        let (mut count, mut sum) = (0u64, 0.0f64);
+        for (v, n) in obs {
+            if let Some(i) = le.iter().position(|b| v <= *b) {
+                per[i] += n;
+            }
+            count += n;
+            sum += v * n as f64;
+        }
+        let cumulative = per
+            .iter()
+            .scan(0u64, |acc, n| {
+                *acc += n;
+                Some(*acc)
+            })
+            .collect();
+        LatencyBuckets { size, le, cumulative, count, sum }
+    }
+}
+
 /// Collects a latency test's post times: every one (perftest's exact figures) for a run of
 /// iterations, or the intervals in an HDR histogram (3 significant digits) for a run of a
 /// duration, which may be any length — so `-D` runs get percentiles too.
@@ -223,6 +269,24 @@ impl LatencyRecorder {
         }
     }
 
+    /// Every interval as a histogram of one-way latencies (seconds, divided by the
+    /// round-trip factor like the figures); `None` with fewer than two posts.
+    pub fn buckets(&self) -> Option<LatencyBuckets> {
+        let k = self.clock.ns_per_tick() / 1e9 / self.rtt_factor;
+        match &self.hist {
+            None if self.posts.len() < 2 => None,
+            None => Some(LatencyBuckets::from_observations(
+                self.size,
+                self.posts.windows(2).map(|w| (w[1].saturating_sub(w[0]) as f64 * k, 1)),
+            )),
+            Some(h) if h.is_empty() => None,
+            Some(h) => Some(LatencyBuckets::from_observations(
+                self.size,
+                h.iter_recorded().map(|v| (v.value_iterated_to() as f64 * k, v.count_at_value())),
+            )),
+        }
+    }
+
     /// The figures; `None` with fewer than two posts.
     pub fn finish(&self) -> Option<Latency> {
         let k = self.clock.ns_per_tick();
@@ -253,6 +317,37 @@ impl LatencyRecorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn buckets_count_every_observation_under_its_bound() {
+        let b =
+            LatencyBuckets::from_observations(2, [(0.5e-6, 1), (1.5e-6, 2), (3e-6, 1), (1.0, 1)]);
+        assert_eq!(b.le.len(), 20);
+        assert_eq!((b.le[0], b.le[1], b.le[2]), (1e-6, 2e-6, 4e-6));
+        assert_eq!(&b.cumulative[..3], &[1, 3, 4]);
+        // One second is over the last bound (0.52 s): counted, in no bucket but +Inf.
+        assert_eq!((*b.cumulative.last().unwrap(), b.count), (4, 5));
+        assert!((b.sum - (0.5e-6 + 3e-6 + 3e-6 + 1.0)).abs() < 1e-12, "{}", b.sum);
+    }
+
+    #[test]
+    fn a_recorders_buckets_agree_with_its_figures() {
+        for histogram in [false, true] {
+            let mut r = LatencyRecorder::new(2, 2.0, histogram);
+            for _ in 0..50 {
+                r.post();
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            let (b, l) = (r.buckets().unwrap(), r.finish().unwrap());
+            assert_eq!(b.count, 49, "every interval once ({histogram})");
+            let mean_us = b.sum / b.count as f64 * 1e6;
+            assert!((mean_us - l.t_avg).abs() <= 0.01 * l.t_avg, "{mean_us} vs {}", l.t_avg);
+            // Half of each 200+ µs interval: nothing under 100 µs.
+            let under_64us = b.cumulative[b.le.iter().position(|&x| x >= 64e-6).unwrap()];
+            assert_eq!(under_64us, 0, "{b:?}");
+        }
+        assert!(LatencyRecorder::new(2, 2.0, false).buckets().is_none());
+    }
 
     #[test]
     fn steady_messages_give_equal_peak_and_average() {

@@ -276,6 +276,11 @@ pub(crate) struct AgentArgs {
     #[arg(long)]
     pub(crate) probe: bool,
 
+    /// Export the benchmark results published here (`podnet perf --publish`, `podnet
+    /// qualify --publish`) as `podnet_bench_*` series, read at every scrape.
+    #[arg(long, value_name = "DIR", default_value = telemetry::bench::DEFAULT_DIR)]
+    pub(crate) bench_dir: PathBuf,
+
     /// Print what a scrape of /metrics returns (Prometheus text; two samples --interval
     /// apart, so rates and health are there) and exit.
     #[arg(long, conflicts_with = "once")]
@@ -405,6 +410,13 @@ pub(crate) struct PerfArgs {
     /// One JSON object per result row on stdout instead of the banner and table.
     #[arg(long)]
     pub(crate) json: bool,
+
+    /// Leave the result for `podnet agent` to export (`podnet_bench_*`: every latency
+    /// iteration as a histogram, the bandwidth as a gauge): one JSON file per test, device,
+    /// peer and size in DIR [default DIR: /run/podnet/bench; give another as --publish=DIR].
+    #[arg(long, value_name = "DIR", num_args = 0..=1, require_equals = true,
+          default_missing_value = telemetry::bench::DEFAULT_DIR)]
+    pub(crate) publish: Option<std::path::PathBuf>,
 
     /// The IP traffic class (DSCP << 2 | ECN) of the QPs' packets.
     #[arg(long = "tclass", value_name = "TCLASS")]

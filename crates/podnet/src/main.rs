@@ -27,10 +27,26 @@ fn main() -> ExitCode {
                 // `podnet … | head` is not an error.
                 return ExitCode::SUCCESS;
             }
-            eprintln!("podnet: {err:#}");
+            eprintln!("podnet: {}", one_line(&err));
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes on one line, a cause left out where the message before it
+/// already says it (typed errors often end their message with their source's).
+fn one_line(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for e in err.chain() {
+        let m = e.to_string();
+        if !out.contains(&m) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&m);
+        }
+    }
+    out
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {

@@ -39,7 +39,7 @@ fn main() {
         let files_now =
             snap.ports.iter().map(|p| p.counters.len() + p.hw_counters.len()).sum::<usize>();
         let om = telemetry::expose::render(
-            std::sync::Arc::new(telemetry::expose::Scrape { snap, health: h }),
+            std::sync::Arc::new(telemetry::expose::Scrape { snap, health: h, bench: vec![] }),
             None,
         );
         let t3 = Instant::now();

@@ -22,6 +22,8 @@ pub struct Scrape {
     pub snap: Snapshot,
     /// Each port's health.
     pub health: Vec<PortHealth>,
+    /// The benchmark results published to the agent's folder ([`crate::bench`]).
+    pub bench: Vec<crate::bench::Record>,
 }
 
 /// What else the agent exports beside the scrape (its probe's histograms).
@@ -131,7 +133,7 @@ const PHYS_STATE_HELP: &str = "Physical port state (1 Sleep, 2 Polling, 3 Disabl
 
 impl Collector for ScrapeCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
-        let Scrape { snap, health } = &*self.0;
+        let Scrape { snap, health, bench } = &*self.0;
         let ports: Vec<(String, &str)> = snap
             .ports
             .iter()
@@ -367,6 +369,63 @@ impl Collector for ScrapeCollector {
                 for (k, v) in &h.rates {
                     gauge_f(&mut m, &[("device", &h.device), ("port", port), ("counter", k)], *v)?;
                 }
+            }
+        }
+
+        // Benchmarks: the latest run of each published test.
+        let bl: Vec<(&crate::bench::Record, String)> =
+            bench.iter().map(|r| (r, r.size.to_string())).collect();
+        let labels = |r: &'_ crate::bench::Record, size: &'_ str| {
+            [
+                ("test", r.test.clone()),
+                ("device", r.device.clone()),
+                ("peer", r.peer.clone()),
+                ("size_bytes", size.to_string()),
+            ]
+        };
+        {
+            let mut m = enc.encode_descriptor(
+                "podnet_bench_latency_seconds",
+                "One-way latency of every iteration of the latest published run of a latency \
+                 benchmark (podnet perf --publish)",
+                None,
+                MetricType::Histogram,
+            )?;
+            for (r, size) in &bl {
+                if let Some(h) = &r.latency_seconds {
+                    let l = labels(r, size);
+                    m.encode_family(&l)?
+                        .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                            h.sum,
+                            h.count,
+                            &h.per_bucket(),
+                            None,
+                        )?;
+                }
+            }
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "podnet_bench_bandwidth_bytes_per_second",
+                "Average bandwidth of the latest published run of a bandwidth benchmark",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (r, size) in &bl {
+                if let Some(bw) = r.bandwidth_bytes_per_second {
+                    ConstGauge::new(bw).encode(m.encode_family(&labels(r, size))?)?;
+                }
+            }
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "podnet_bench_finished_timestamp_seconds",
+                "When the latest published run of a benchmark finished (Unix time)",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (r, size) in &bl {
+                ConstGauge::new(r.finished_unix).encode(m.encode_family(&labels(r, size))?)?;
             }
         }
 

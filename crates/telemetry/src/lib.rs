@@ -6,8 +6,11 @@
 //! - [`names`]: driver-independent series and the mapping from each driver's names.
 //! - [`rates`]: rates over a window that survive counter resets and saturation.
 //! - [`health`]: `ok | degraded | down` per port, with TOML thresholds.
+//! - [`bench`]: benchmark results published to a folder (`podnet perf --publish`), exported
+//!   as histograms and gauges.
 //! - [`expose`]: the Prometheus exposition.
 
+pub mod bench;
 pub mod ethtool;
 pub mod expose;
 pub mod health;

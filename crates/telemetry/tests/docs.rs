@@ -22,7 +22,7 @@ fn every_metric_and_threshold_is_documented() {
         live: false,
     });
     let text = telemetry::expose::render(
-        std::sync::Arc::new(telemetry::expose::Scrape { snap, health: vec![] }),
+        std::sync::Arc::new(telemetry::expose::Scrape { snap, health: vec![], bench: vec![] }),
         None,
     );
     for line in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {

@@ -15,6 +15,7 @@ use crate::cli::AgentArgs;
 
 struct Agent {
     roots: Roots,
+    bench_dir: std::path::PathBuf,
     probe: Option<super::probe::Probe>,
     thresholds: Thresholds,
     epoch: Instant,
@@ -24,6 +25,14 @@ struct Agent {
 impl Agent {
     fn extra(&self) -> Option<&dyn telemetry::expose::Extra> {
         self.probe.as_ref().map(|p| p as &dyn telemetry::expose::Extra)
+    }
+
+    /// A sample with the published benchmarks: what /metrics serves.
+    fn scrape(&self) -> Scrape {
+        let (mut snap, health) = self.sample();
+        let (bench, errors) = telemetry::bench::read_dir(&self.bench_dir);
+        snap.errors.extend(errors);
+        Scrape { snap, health, bench }
     }
 
     /// Takes a sample, feeds the rates, judges the ports.
@@ -72,6 +81,7 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
     };
     let agent = Arc::new(Agent {
         roots,
+        bench_dir: args.bench_dir.clone(),
         probe,
         tracker: Mutex::new(Tracker::new(thresholds.window_seconds)),
         thresholds,
@@ -83,8 +93,7 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
     if args.print {
         agent.sample();
         std::thread::sleep(Duration::from_secs_f64(interval));
-        let (snap, health) = agent.sample();
-        let om = telemetry::expose::render(Arc::new(Scrape { snap, health }), agent.extra());
+        let om = telemetry::expose::render(Arc::new(agent.scrape()), agent.extra());
         std::io::stdout().lock().write_all(telemetry::expose::to_text_format(&om).as_bytes())?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -175,9 +184,7 @@ fn serve(agent: Arc<Agent>, args: &AgentArgs, interval: f64) -> anyhow::Result<E
                     .find(|h| h.field.equiv("Accept"))
                     .map(|h| h.value.as_str().to_string());
                 let format = Format::negotiate(accept.as_deref());
-                let (snap, health) = agent.sample();
-                let om =
-                    telemetry::expose::render(Arc::new(Scrape { snap, health }), agent.extra());
+                let om = telemetry::expose::render(Arc::new(agent.scrape()), agent.extra());
                 let body = match format {
                     Format::OpenMetrics => om,
                     Format::Text => telemetry::expose::to_text_format(&om),

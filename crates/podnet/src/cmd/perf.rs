@@ -393,6 +393,17 @@ pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
     if args.out_json {
         write_out_json(args, &opts, &p)?;
     }
+    if let Some(dir) = &args.publish {
+        // The peer is its RoCE address (its GID), not the side channel's source address.
+        let rdma_peer = outcome
+            .remote
+            .first()
+            .and_then(|k| verbs::Gid(k.gid?).to_ip())
+            .map_or_else(|| peer.to_string(), |ip| ip.to_string());
+        for r in bench_records(&opts, &outcome, &ctx.device_name(), &rdma_peer) {
+            telemetry::bench::publish(dir, &r)?;
+        }
+    }
     if let Some(v) = &outcome.validation {
         let ok = v.errors == 0 && v.messages > 0;
         if args.json {
@@ -491,6 +502,46 @@ fn accept(
     sock.set_nonblocking(false)?;
     sock.set_nodelay(true)?;
     Ok((sock, peer.ip()))
+}
+
+/// What `--publish` leaves for the agent: a record per size, the latest row of each.
+pub(crate) fn bench_records(
+    o: &Options,
+    out: &session::Outcome,
+    device: &str,
+    peer: &str,
+) -> Vec<telemetry::bench::Record> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let test = o.test.name();
+    let record = |size| telemetry::bench::Record {
+        test: test.to_string(),
+        device: device.to_string(),
+        peer: peer.to_string(),
+        size,
+        finished_unix: now,
+        bandwidth_bytes_per_second: None,
+        latency_seconds: None,
+    };
+    let mut by_size: std::collections::BTreeMap<u64, telemetry::bench::Record> =
+        std::collections::BTreeMap::new();
+    for row in &out.rows {
+        if let Row::Bw(b) = row {
+            by_size.entry(b.size).or_insert_with(|| record(b.size)).bandwidth_bytes_per_second =
+                Some(b.bw_avg * PERFTEST_MB);
+        }
+    }
+    for b in &out.latency_buckets {
+        by_size.entry(b.size).or_insert_with(|| record(b.size)).latency_seconds =
+            Some(telemetry::bench::Histogram {
+                le: b.le.clone(),
+                cumulative: b.cumulative.clone(),
+                count: b.count,
+                sum: b.sum,
+            });
+    }
+    by_size.into_values().collect()
 }
 
 /// perftest's `--out_json` file: `test_info` and `results` (one object, or a list for -a).

@@ -450,3 +450,55 @@ fn the_probe_measures_podnets_own_stack() {
     // The recorded host is served beside them.
     assert_eq!(value(&t, "podnet_rdma_port_state_id", &[("device", "mlx5_0")]), Some(4.0));
 }
+
+/// `podnet perf --publish` leaves each run's result for the agent: a SEND latency run's
+/// every iteration as a histogram, a WRITE bandwidth run's figure as a gauge, both sides'.
+#[test]
+fn published_benchmarks_are_exported() {
+    let root = fixture("rxe");
+    let bench = tempfile::tempdir().unwrap();
+    let dir = bench.path().join("bench");
+    let pubd = format!("--publish={}", dir.display());
+    let o = crate::util::in_netns(&format!(
+        "ip addr add 127.0.3.1/8 dev lo; ip addr add 127.0.3.2/8 dev lo\n\
+         for t in 'send-lat -n 400' 'write-bw -s 65536 -n 400'; do\n\
+           $PODNET perf $t -d soft:127.0.3.1 {pubd} --timeout 20 > /dev/null & sleep 0.3\n\
+           $PODNET perf $t -d soft:127.0.3.2 {pubd} --timeout 20 --json 127.0.3.1 || exit 3\n\
+           wait $! || exit 4\n\
+         done\n\
+         echo '{{\"test\": \"send-lat\"}}' > {d}/truncated.json\n\
+         \"$PODNET\" agent --print --interval 0.05 --sysfs-root {root} --bench-dir {d}",
+        d = dir.display(),
+        root = root.display()
+    ));
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    let (rows, t) = out.split_at(out.find("# HELP").expect("the exposition"));
+    promtool(t);
+    let lat: serde_json::Value = serde_json::from_str(rows.lines().next().unwrap()).unwrap();
+    let bw: serde_json::Value = serde_json::from_str(rows.lines().nth(1).unwrap()).unwrap();
+    for (dev, peer) in [("soft:127.0.3.1", "127.0.3.2"), ("soft:127.0.3.2", "127.0.3.1")] {
+        let l = [("test", "send-lat"), ("device", dev), ("peer", peer), ("size_bytes", "2")];
+        // 400 posts, 399 intervals: every one in the histogram, none lost to the buckets.
+        assert_eq!(value(t, "podnet_bench_latency_seconds_count", &l), Some(399.0), "{t}");
+        let inf = [l[0], l[1], l[2], l[3], ("le", "+Inf")];
+        assert_eq!(value(t, "podnet_bench_latency_seconds_bucket", &inf), Some(399.0));
+        let sum = value(t, "podnet_bench_latency_seconds_sum", &l).unwrap();
+        let mean_us = sum / 399.0 * 1e6;
+        if dev == "soft:127.0.3.2" {
+            // The client printed t_avg: the histogram's mean is the same figure.
+            let t_avg = lat["t_avg"].as_f64().unwrap();
+            assert!((mean_us - t_avg).abs() <= 0.02 * t_avg + 0.01, "{mean_us} vs {t_avg}");
+            let b =
+                [("test", "write-bw"), ("device", dev), ("peer", peer), ("size_bytes", "65536")];
+            let gauge = value(t, "podnet_bench_bandwidth_bytes_per_second", &b).unwrap();
+            let printed = bw["BW_average"].as_f64().unwrap() * 1_048_576.0;
+            assert!((gauge - printed).abs() <= 0.01 * printed, "{gauge} vs {printed}");
+        }
+        assert!(value(t, "podnet_bench_finished_timestamp_seconds", &l).unwrap() > 1.7e9);
+    }
+    // The file that is not a record is named; the recorded host is served beside them.
+    let bad = [("source", "bench"), ("path", &*format!("{}/truncated.json", dir.display()))];
+    assert_eq!(value(t, "podnet_agent_source_error", &bad), Some(1.0), "{t}");
+    assert_eq!(value(t, "podnet_rdma_port_state_id", &[("device", "rxe_eth")]), Some(4.0));
+}
