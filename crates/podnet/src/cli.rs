@@ -232,6 +232,12 @@ pub(crate) struct QualifyArgs {
     #[arg(long, value_name = "DIR", default_value = "/sys")]
     pub(crate) sysfs_root: PathBuf,
 
+    /// Leave each performance check's result for `podnet agent` to export, as `podnet perf
+    /// --publish` does [default DIR: /run/podnet/bench; another as --publish=DIR].
+    #[arg(long, value_name = "DIR", num_args = 0..=1, require_equals = true,
+          default_missing_value = telemetry::bench::DEFAULT_DIR)]
+    pub(crate) publish: Option<PathBuf>,
+
     /// Print the built-in plan and exit.
     #[arg(long)]
     pub(crate) print_plan: bool,

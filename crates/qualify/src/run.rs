@@ -18,6 +18,9 @@ pub trait RunProgress {
     fn starting(&mut self, what: &str);
     /// A check ended.
     fn done(&mut self, check: &Check);
+    /// A performance check measured: its test, the measuring (client) side's device, the
+    /// other side's, and what the client got (for `--publish`).
+    fn measured(&mut self, _test: &str, _device: &str, _peer: &str, _outcome: &Outcome) {}
 }
 
 /// A progress sink that ignores everything.
@@ -199,6 +202,7 @@ fn perf_check(
     }
     match outcome {
         Ok((out, _)) => {
+            r.progress.measured(&pc.test, &cb.device_name(), &ca.device_name(), &out);
             for row in &out.rows {
                 for mut c in judge(pc, pair, row, calibration, started.elapsed()) {
                     if let Some(note) = &note {

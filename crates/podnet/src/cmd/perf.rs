@@ -400,7 +400,7 @@ pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
             .first()
             .and_then(|k| verbs::Gid(k.gid?).to_ip())
             .map_or_else(|| peer.to_string(), |ip| ip.to_string());
-        for r in bench_records(&opts, &outcome, &ctx.device_name(), &rdma_peer) {
+        for r in bench_records(opts.test.name(), &outcome, &ctx.device_name(), &rdma_peer) {
             telemetry::bench::publish(dir, &r)?;
         }
     }
@@ -506,7 +506,7 @@ fn accept(
 
 /// What `--publish` leaves for the agent: a record per size, the latest row of each.
 pub(crate) fn bench_records(
-    o: &Options,
+    test: &str,
     out: &session::Outcome,
     device: &str,
     peer: &str,
@@ -514,7 +514,6 @@ pub(crate) fn bench_records(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let test = o.test.name();
     let record = |size| telemetry::bench::Record {
         test: test.to_string(),
         device: device.to_string(),

@@ -16,6 +16,8 @@ use crate::cli::QualifyArgs;
 struct Bar {
     bar: ProgressBar,
     failed: usize,
+    /// What `--publish` leaves for the agent.
+    records: Vec<telemetry::bench::Record>,
 }
 
 impl RunProgress for Bar {
@@ -29,6 +31,9 @@ impl RunProgress for Bar {
             let line = format!("fail    {}  {}", c.name, c.figure());
             self.bar.suspend(|| eprintln!("{line}"));
         }
+    }
+    fn measured(&mut self, test: &str, device: &str, peer: &str, out: &perf::session::Outcome) {
+        self.records.extend(super::perf::bench_records(test, out, device, peer));
     }
 }
 
@@ -67,10 +72,15 @@ pub(crate) fn run(args: &QualifyArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     bar.enable_steady_tick(Duration::from_millis(200));
-    let mut progress = Bar { bar, failed: 0 };
+    let mut progress = Bar { bar, failed: 0, records: Vec::new() };
     let mut report = qualify::run::run(&plan, &args.sysfs_root, &mut progress);
     progress.bar.finish_and_clear();
     let summary = report.summarize();
+    if let Some(dir) = &args.publish {
+        for r in &progress.records {
+            telemetry::bench::publish(dir, r)?;
+        }
+    }
     let dir = match &args.report_dir {
         Some(d) => d.clone(),
         None => PathBuf::from(format!("podnet-qualify-{}", stamp(report.started_unix))),

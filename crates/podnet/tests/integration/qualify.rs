@@ -71,7 +71,9 @@ fn checks(v: &Value) -> &Vec<Value> {
 #[test]
 fn the_built_in_plan_passes_and_reports() {
     let t = std::time::Instant::now();
-    let (rc, summary, v, junit, html) = qualify(None, "");
+    let bench = tempfile::tempdir().unwrap();
+    let publish = format!("--publish={}", bench.path().display());
+    let (rc, summary, v, junit, html) = qualify(None, &publish);
     assert_eq!(rc, 0, "{summary}");
     let s = &v["summary"];
     assert_eq!(s["failed"], 0, "{summary}");
@@ -109,6 +111,23 @@ fn the_built_in_plan_passes_and_reports() {
     assert_eq!((cases, fails.len()), (checks(&v).len(), 0));
     assert_eq!(html.matches("<svg").count(), 3, "bandwidth, latency, pair matrix");
     assert!(t.elapsed().as_secs() < 60, "the built-in plan took {:?}", t.elapsed());
+    // --publish: a record per device and pair, test and size (2 WRITE sizes, 1 SEND size),
+    // each as the agent reads it; the latencies with every iteration (2000 posts).
+    let (records, errors) = telemetry::bench::read_dir(bench.path());
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(records.len(), (4 + 6) * 3, "{records:?}");
+    let lat = records
+        .iter()
+        .find(|r| {
+            r.test == "send-lat" && r.device == "soft:127.0.1.2" && r.peer == "soft:127.0.1.1"
+        })
+        .expect("the pair's latency, measured by its client");
+    assert_eq!(lat.latency_seconds.as_ref().unwrap().count, 1999);
+    let own = records
+        .iter()
+        .find(|r| r.test == "write-bw" && r.device == "soft:127.0.1.4" && r.peer == r.device)
+        .expect("a device's own bandwidth");
+    assert!(own.bandwidth_bytes_per_second.unwrap() > 0.0, "{own:?}");
 }
 
 #[test]
