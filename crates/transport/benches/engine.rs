@@ -28,7 +28,13 @@ fn run(messages: u64, icrc: bool) -> (Duration, u64, u64) {
         let id = ep.memory_mut().add((MSG as usize) * WINDOW as usize);
         let mr = ep.register_mr(pd, id, 0x10_0000, u64::from(MSG) * WINDOW, all).unwrap();
         let qpn = ep
-            .create_qp(pd, QpType::Rc, cq, cq, QpCaps { max_send_wr: 256, max_recv_wr: 16 })
+            .create_qp(
+                pd,
+                QpType::Rc,
+                cq,
+                cq,
+                QpCaps { max_send_wr: 256, max_recv_wr: 16, ..Default::default() },
+            )
             .unwrap();
         ep.modify_qp(
             qpn,

@@ -195,6 +195,16 @@ pub enum Error {
     /// A memory region cannot be registered (zero length, address overflow).
     #[error("invalid memory region: {0}")]
     InvalidMr(&'static str),
+    /// A QP capability beyond what the device grants.
+    #[error("{what} of {asked} exceeds the device's {max}")]
+    CapTooLarge {
+        /// The capability.
+        what: &'static str,
+        /// What was asked for.
+        asked: u32,
+        /// The most the device grants.
+        max: u32,
+    },
 }
 
 /// The RoCEv2 UDP source port of a QP, as Linux computes it (`rdma_get_udp_sport` with no
@@ -224,6 +234,8 @@ struct SendWqe {
     len: u64,
     /// READ: response bytes received so far.
     done_bytes: u64,
+    /// An inline send's payload, copied when it was posted.
+    inline: Option<Box<[u8]>>,
 }
 
 impl SendWqe {
@@ -637,6 +649,13 @@ impl<M: Memory> Endpoint<M> {
                 return Err(Error::NoCq(cq));
             }
         }
+        if caps.max_inline_data > crate::qp::MAX_INLINE_DATA {
+            return Err(Error::CapTooLarge {
+                what: "max_inline_data",
+                asked: caps.max_inline_data,
+                max: crate::qp::MAX_INLINE_DATA,
+            });
+        }
         let qpn = Qpn::new(self.next_qpn);
         self.next_qpn += 1;
         let attr = QpAttr::default();
@@ -884,6 +903,14 @@ impl<M: Memory> Endpoint<M> {
         if atomic && len != 8 {
             return Err(Error::InvalidWr("an atomic needs exactly 8 bytes of local buffer"));
         }
+        if wr.inline {
+            if matches!(wr.op, SendOp::Read { .. }) || atomic {
+                return Err(Error::InvalidWr("only SEND and WRITE carry their payload inline"));
+            }
+            if len > u64::from(qp.caps.max_inline_data) {
+                return Err(Error::TooLong { len, max: u64::from(qp.caps.max_inline_data) });
+            }
+        }
         match qp.state {
             QpState::Rts | QpState::Sqd => {}
             QpState::Err => {
@@ -922,6 +949,16 @@ impl<M: Memory> Endpoint<M> {
             Self::flush(&mut self.cqs, qp);
             return Ok(());
         }
+        // Inline: the payload is taken now; the buffer is the application's again.
+        let inline = if wr.inline {
+            let mut data = vec![0u8; len as usize];
+            if !gather(&self.mrs, &self.mem, &wr.sgl, 0, &mut data) {
+                return Err(Error::InvalidWr("an inline payload could not be read"));
+            }
+            Some(data.into_boxed_slice())
+        } else {
+            None
+        };
         let npkts = match wr.op {
             SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
             _ if qp.qp_type == QpType::Ud => 1,
@@ -931,7 +968,7 @@ impl<M: Memory> Endpoint<M> {
         qp.post_psn = first_psn.add(npkts);
         let seq = qp.wqe_seq;
         qp.wqe_seq += 1;
-        qp.sq.push_back(SendWqe { wr, seq, first_psn, npkts, len, done_bytes: 0 });
+        qp.sq.push_back(SendWqe { wr, seq, first_psn, npkts, len, done_bytes: 0, inline });
         self.mark(qpn);
         Ok(())
     }
@@ -1298,10 +1335,21 @@ impl<M: Memory> Endpoint<M> {
         let t = match gather_at {
             None => packet(&mut self.bufs, qp, dest_ip, &r, &[])?,
             Some((off, chunk)) => {
-                let (mrs, mem, sgl) = (&self.mrs, &self.mem, &qp.sq[i].wr.sgl);
-                let t = packet_with(&mut self.bufs, qp, dest_ip, &r, chunk, |buf| {
-                    gather(mrs, mem, sgl, off, buf)
-                });
+                let (mrs, mem, wqe) = (&self.mrs, &self.mem, &qp.sq[i]);
+                let t =
+                    packet_with(&mut self.bufs, qp, dest_ip, &r, chunk, |buf| match &wqe.inline {
+                        Some(data) => {
+                            let at = off as usize;
+                            match data.get(at..at + buf.len()) {
+                                Some(src) => {
+                                    buf.copy_from_slice(src);
+                                    true
+                                }
+                                None => false,
+                            }
+                        }
+                        None => gather(mrs, mem, &wqe.wr.sgl, off, buf),
+                    });
                 match t {
                     Some(t) => t,
                     None => {

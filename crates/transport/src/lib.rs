@@ -24,7 +24,9 @@ mod wr;
 pub use counters::Counters;
 pub use endpoint::{CqId, Endpoint, EndpointConfig, Error, Event, RecvMeta, SrqId, Transmit};
 pub use memory::{Access, Memory, MemoryError, MrId, MrInfo, PdId, VecMemory};
-pub use qp::{ModifyQp, Mtu, Path, QpAttr, QpCaps, QpState, QpType, TransitionError};
+pub use qp::{
+    MAX_INLINE_DATA, ModifyQp, Mtu, Path, QpAttr, QpCaps, QpState, QpType, TransitionError,
+};
 pub use time::Instant;
 pub use wire::{Psn, QKey, Qpn, RKey};
 pub use wr::{RecvWr, SendOp, SendWr, Sge, Sgl, UdDest, WcOpcode, WcStatus, WorkCompletion};

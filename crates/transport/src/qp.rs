@@ -83,20 +83,25 @@ pub struct Path {
     pub qpn: Qpn,
 }
 
-/// Queue depths of a QP.
+/// Queue depths of a QP, and how much a send may carry inline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpCaps {
     /// Send work requests outstanding at most.
     pub max_send_wr: u32,
     /// Receive work requests outstanding at most.
     pub max_recv_wr: u32,
+    /// The largest payload an inline send ([`crate::SendWr::inline`]) may carry, bytes.
+    pub max_inline_data: u32,
 }
 
 impl Default for QpCaps {
     fn default() -> Self {
-        QpCaps { max_send_wr: 128, max_recv_wr: 512 }
+        QpCaps { max_send_wr: 128, max_recv_wr: 512, max_inline_data: 0 }
     }
 }
+
+/// The largest `max_inline_data` the software transport grants (rxe's limit is similar).
+pub const MAX_INLINE_DATA: u32 = 1024;
 
 /// A QP's attributes (`ibv_qp_attr`), as set by [`ModifyQp`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -108,12 +108,32 @@ pub struct SendWr {
     pub solicited: bool,
     /// UD only: the destination.
     pub ud: Option<UdDest>,
+    /// `IBV_SEND_INLINE`: the payload is copied when the request is posted, so its buffer
+    /// may be reused as soon as the post returns (and a NIC need not fetch it by DMA). SEND
+    /// and WRITE only, at most the QP's `max_inline_data` bytes. (A soft device still finds
+    /// the bytes through the scatter list's keys; a real one ignores them.)
+    pub inline: bool,
 }
 
 impl SendWr {
     /// A signaled work request with no scatter list.
     pub fn new(wr_id: u64, op: SendOp) -> SendWr {
-        SendWr { wr_id, op, sgl: Sgl::new(), signaled: true, solicited: false, ud: None }
+        SendWr {
+            wr_id,
+            op,
+            sgl: Sgl::new(),
+            signaled: true,
+            solicited: false,
+            ud: None,
+            inline: false,
+        }
+    }
+
+    /// The same request, sent inline ([`SendWr::inline`]).
+    #[must_use]
+    pub fn inlined(mut self) -> SendWr {
+        self.inline = true;
+        self
     }
 
     /// Adds a scatter/gather element.

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use sim::{BUF_ADDR, Faults, Net, Params, Side, connect, ip, side, ud_ready};
 use transport::{
-    Access, Error, Event, Instant, ModifyQp, Mtu, QKey, QpCaps, QpState, QpType, RKey, RecvWr,
-    SendOp, SendWr, UdDest, WcOpcode, WcStatus, WorkCompletion,
+    Access, Error, Event, Instant, Memory, ModifyQp, Mtu, QKey, QpCaps, QpState, QpType, RKey,
+    RecvWr, SendOp, SendWr, UdDest, WcOpcode, WcStatus, WorkCompletion,
 };
 
 const BUF: usize = 1 << 20;
@@ -495,8 +495,15 @@ fn the_queue_depth_is_enforced() {
     let n = &mut net.nodes[0];
     let pd = n.alloc_pd();
     let cq = n.create_cq();
-    let qpn =
-        n.create_qp(pd, QpType::Rc, cq, cq, QpCaps { max_send_wr: 2, max_recv_wr: 1 }).unwrap();
+    let qpn = n
+        .create_qp(
+            pd,
+            QpType::Rc,
+            cq,
+            cq,
+            QpCaps { max_send_wr: 2, max_recv_wr: 1, ..Default::default() },
+        )
+        .unwrap();
     n.modify_qp(qpn, &ModifyQp { state: Some(QpState::Init), ..ModifyQp::default() }).unwrap();
     n.post_recv(qpn, RecvWr::new(1)).unwrap();
     assert_eq!(n.post_recv(qpn, RecvWr::new(2)), Err(Error::QueueFull("receive")));
@@ -544,4 +551,44 @@ fn unsignaled_work_completes_silently_and_in_order() {
     assert_eq!((wc.wr_id, wc.status), (2, WcStatus::Success));
     assert!(next_wc(&mut net, 0, &a, Duration::from_millis(1)).is_none());
     assert_eq!(net.nodes[0].counters().rdma_sends, 2);
+}
+
+/// An inline WRITE takes its payload when it is posted (the buffer is the application's
+/// again at once); a plain one reads the buffer when it transmits. Inline is for SEND and
+/// WRITE, within the QP's `max_inline_data`, which the device bounds.
+#[test]
+fn an_inline_send_takes_its_payload_when_posted() {
+    let (mut net, a, b) = rc_pair(Params::default());
+    let fill = |net: &mut Net, v: u8| net.nodes[0].memory_mut().write(a.mr.id, 0, &[v; 200]);
+    fill(&mut net, 1).unwrap();
+    net.nodes[0].post_send(a.qpn, write(1, &b, BUF_ADDR + 4096, 200, &a).inlined()).unwrap();
+    fill(&mut net, 2).unwrap();
+    net.nodes[0].post_send(a.qpn, write(2, &b, BUF_ADDR + 8192, 200, &a)).unwrap();
+    // Overwritten before either was transmitted.
+    fill(&mut net, 3).unwrap();
+    for id in [1, 2] {
+        let wc = next_wc(&mut net, 0, &a, Duration::from_millis(50)).expect("a completion");
+        assert_eq!((wc.wr_id, wc.status), (id, WcStatus::Success));
+    }
+    let mut got = [0u8; 200];
+    net.nodes[1].memory().read(b.mr.id, 4096, &mut got).unwrap();
+    assert_eq!(got, [1; 200], "the inline WRITE carried what was there when it was posted");
+    net.nodes[1].memory().read(b.mr.id, 8192, &mut got).unwrap();
+    assert_eq!(got, [3; 200], "the plain WRITE carried what was there when it was sent");
+
+    let too_long = write(3, &b, BUF_ADDR, 257, &a).inlined();
+    assert!(matches!(
+        net.nodes[0].post_send(a.qpn, too_long),
+        Err(Error::TooLong { len: 257, max: 256 })
+    ));
+    let read = SendWr::new(4, SendOp::Read { remote_addr: BUF_ADDR, rkey: RKey(b.mr.rkey) })
+        .sge(BUF_ADDR, 8, a.mr.lkey)
+        .inlined();
+    assert!(matches!(net.nodes[0].post_send(a.qpn, read), Err(Error::InvalidWr(_))));
+    let n = &mut net.nodes[0];
+    let caps = QpCaps { max_inline_data: 4096, ..QpCaps::default() };
+    assert!(matches!(
+        n.create_qp(a.pd, QpType::Rc, a.cq, a.cq, caps),
+        Err(Error::CapTooLarge { what: "max_inline_data", asked: 4096, max: 1024 })
+    ));
 }

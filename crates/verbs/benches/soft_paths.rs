@@ -37,7 +37,7 @@ fn run(ips: (&str, &str), v4: Ipv4Receive, size: usize, secs: f64) -> (f64, f64)
     let (ma, mb) = (pa.reg_mr(size, all).unwrap(), pb.reg_mr(size, all).unwrap());
     let (ca, cb) = (a.create_cq(512, None).unwrap(), b.create_cq(512, None).unwrap());
     let mut init = QpInit::new(QpType::Rc, &ca);
-    init.caps = QpCaps { max_send_wr: 64, max_recv_wr: 16 };
+    init.caps = QpCaps { max_send_wr: 64, max_recv_wr: 16, ..Default::default() };
     let qa = pa.create_qp(&init).unwrap();
     let qb = pb.create_qp(&QpInit::new(QpType::Rc, &cb)).unwrap();
     for (q, peer, pq) in [(&qa, ip(ips.1), qb.qpn()), (&qb, ip(ips.0), qa.qpn())] {

@@ -843,7 +843,7 @@ impl Provider for RdmaCoreDevice {
                 max_recv_wr: if srq.is_null() { spec.caps.max_recv_wr } else { 0 },
                 max_send_sge: 4,
                 max_recv_sge: 4,
-                max_inline_data: 0,
+                max_inline_data: spec.caps.max_inline_data,
             },
             qp_type: match spec.qp_type {
                 QpType::Rc => sys::ibv_qp_type::IBV_QPT_RC,
@@ -1029,7 +1029,8 @@ impl Provider for RdmaCoreDevice {
             r.sg_list = if n == 0 { ptr::null_mut() } else { sges[at..].as_mut_ptr() };
             at += n;
             r.send_flags = if wr.signaled { sys::ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 }
-                | if wr.solicited { sys::ibv_send_flags::IBV_SEND_SOLICITED.0 } else { 0 };
+                | if wr.solicited { sys::ibv_send_flags::IBV_SEND_SOLICITED.0 } else { 0 }
+                | if wr.inline { sys::ibv_send_flags::IBV_SEND_INLINE.0 } else { 0 };
             use sys::ibv_wr_opcode::*;
             let rdma = |remote_addr: u64, rkey: transport::RKey| sys::wr_t {
                 rdma: sys::rdma_t { remote_addr, rkey: rkey.0 },

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use common::{ALL, Conn, connect_qp, pattern_bytes};
 use verbs::{
     Access, AsyncEvent, CompletionChannel, CompletionQueue, Context, ContextOptions, Error,
-    MemoryRegion, ModifyQp, Mtu, ProtectionDomain, QKey, QpInit, QpState, QpType, QueuePair,
-    RecvWr, SendOp, SendWr, SharedReceiveQueue, UdDest, WcOpcode, WcStatus, WorkCompletion,
-    empty_wc,
+    MemoryRegion, ModifyQp, Mtu, ProtectionDomain, QKey, QpCaps, QpInit, QpState, QpType,
+    QueuePair, RecvWr, SendOp, SendWr, SharedReceiveQueue, UdDest, WcOpcode, WcStatus,
+    WorkCompletion, empty_wc,
 };
 
 const QKEY: u32 = 0x1111_1111;
@@ -52,11 +52,15 @@ struct Side {
 
 impl Side {
     fn new(ctx: &Context, ty: QpType, len: usize, access: Access) -> Side {
+        Side::with_caps(ctx, ty, len, access, QpCaps::default())
+    }
+
+    fn with_caps(ctx: &Context, ty: QpType, len: usize, access: Access, caps: QpCaps) -> Side {
         let pd = ctx.alloc_pd().unwrap();
         let channel = ctx.create_comp_channel().unwrap();
         let cq = ctx.create_cq(256, Some(&channel)).unwrap();
         let mr = pd.reg_mr(len, access).unwrap();
-        let qp = pd.create_qp(&QpInit::new(ty, &cq)).unwrap();
+        let qp = pd.create_qp(&QpInit { caps, ..QpInit::new(ty, &cq) }).unwrap();
         init(&qp);
         Side { ctx: ctx.clone(), pd, channel, cq, mr, qp }
     }
@@ -224,6 +228,45 @@ fn rc_carries_every_operation() {
     a.send(8, SendOp::CompareSwap { remote_addr: addr, rkey, compare: 1, swap: 7 }, 40000, 8);
     ok(a.wc(), WcOpcode::CompSwap);
     assert_eq!((fetched(&a), at_b(&b)), (99, 99), "a failed compare must not swap");
+}
+
+/// Inline SEND and WRITE (`IBV_SEND_INLINE`): the payload is taken at the post, so the
+/// buffer may change at once; past `max_inline_data`, or on a READ, the post is refused; a
+/// `max_inline_data` beyond the device's is refused when the QP is created.
+#[test]
+fn inline_sends_take_their_payload_at_the_post() {
+    let (ca, cb) = devices();
+    let caps = QpCaps { max_inline_data: 128, ..QpCaps::default() };
+    let a = Side::with_caps(&ca, QpType::Rc, 1 << 16, ALL, caps);
+    let b = Side::with_caps(&cb, QpType::Rc, 1 << 16, ALL, caps);
+    pair(&a, &b, &conn());
+    let (p1, p2, p3) = (pattern_bytes(31, 100), pattern_bytes(32, 128), pattern_bytes(33, 128));
+    b.recv(1, 0, 4096);
+    a.mr.write(0, &p1).unwrap();
+    let sge = |len| a.mr.sge(0, len).unwrap();
+    a.qp.post_send(SendWr { sgl: vec![sge(100)].into(), ..SendWr::new(1, SendOp::Send) }.inlined())
+        .unwrap();
+    a.mr.write(0, &p2).unwrap();
+    let (addr, rkey) = b.remote(8192);
+    let w = SendWr::new(2, SendOp::Write { remote_addr: addr, rkey });
+    a.qp.post_send(SendWr { sgl: vec![sge(128)].into(), ..w }.inlined()).unwrap();
+    a.mr.write(0, &p3).unwrap();
+    ok(a.wc(), WcOpcode::Send);
+    ok(a.wc(), WcOpcode::RdmaWrite);
+    let wc = ok(b.wc(), WcOpcode::Recv);
+    assert_eq!(wc.byte_len, 100);
+    assert_eq!(b.mr.to_vec(0, 100).unwrap(), p1, "the SEND carried the bytes of its post");
+    assert_eq!(b.mr.to_vec(8192, 128).unwrap(), p2, "the WRITE carried the bytes of its post");
+    // Refused at the post: too long, and a READ.
+    let long = SendWr { sgl: vec![sge(129)].into(), ..SendWr::new(3, SendOp::Send) }.inlined();
+    assert!(a.qp.post_send(long).is_err(), "129 bytes inline past max_inline_data 128");
+    let (addr, rkey) = b.remote(0);
+    let read = SendWr::new(4, SendOp::Read { remote_addr: addr, rkey });
+    let read = SendWr { sgl: vec![sge(8)].into(), ..read }.inlined();
+    assert!(a.qp.post_send(read).is_err(), "a READ has no payload to inline");
+    // A QP asking for more inline room than any device here grants (rxe: 400 bytes).
+    let big = QpCaps { max_inline_data: 1 << 20, ..QpCaps::default() };
+    assert!(a.pd.create_qp(&QpInit { caps: big, ..QpInit::new(QpType::Rc, &a.cq) }).is_err());
 }
 
 #[test]

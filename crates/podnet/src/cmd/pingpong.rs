@@ -142,7 +142,7 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
     let channel = if args.events { Some(ctx.create_comp_channel()?) } else { None };
     let cq = ctx.create_cq(args.rx_depth + 1, channel.as_ref())?;
     let mut init = QpInit::new(QpType::Rc, &cq);
-    init.caps = QpCaps { max_send_wr: 1, max_recv_wr: args.rx_depth };
+    init.caps = QpCaps { max_send_wr: 1, max_recv_wr: args.rx_depth, ..Default::default() };
     let qp = pd.create_qp(&init)?;
     let m = ModifyQp { state: Some(QpState::Init), access: Some(Access(0)), ..Default::default() };
     qp.modify(&m)?;

@@ -318,8 +318,15 @@ pub fn side(net: &mut Net, node: usize, qp_type: QpType, buf_len: usize) -> Side
     let access =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let mr = n.register_mr(pd, id, BUF_ADDR, buf_len as u64, access).unwrap();
-    let qpn =
-        n.create_qp(pd, qp_type, cq, cq, QpCaps { max_send_wr: 256, max_recv_wr: 1024 }).unwrap();
+    let qpn = n
+        .create_qp(
+            pd,
+            qp_type,
+            cq,
+            cq,
+            QpCaps { max_send_wr: 256, max_recv_wr: 1024, max_inline_data: 256 },
+        )
+        .unwrap();
     let m = ModifyQp {
         state: Some(QpState::Init),
         access: Some(access),

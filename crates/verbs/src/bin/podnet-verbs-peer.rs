@@ -100,7 +100,7 @@ impl Peer {
                 let srq =
                     if rest == ["srq"] { Some(pd.create_srq(4096).map_err(e)?) } else { None };
                 let mut init = QpInit::new(qp_type, &cq);
-                init.caps = QpCaps { max_send_wr: 256, max_recv_wr: 4096 };
+                init.caps = QpCaps { max_send_wr: 256, max_recv_wr: 4096, ..Default::default() };
                 init.srq = srq.as_ref();
                 let qp = pd.create_qp(&init).map_err(e)?;
                 let m = ModifyQp {

@@ -263,7 +263,7 @@ impl Local {
         let cq = ctx.create_cq(4096, Some(&channel)).unwrap();
         let mr = pd.reg_mr(len, ALL).unwrap();
         let mut init = QpInit::new(qp_type, &cq);
-        init.caps = QpCaps { max_send_wr: 256, max_recv_wr: 4096 };
+        init.caps = QpCaps { max_send_wr: 256, max_recv_wr: 4096, ..Default::default() };
         let qp = pd.create_qp(&init).unwrap();
         let m = ModifyQp {
             state: Some(QpState::Init),
