@@ -149,6 +149,8 @@ pub struct Side<'a> {
     pub layout: Layout,
     /// How long to wait for a completion before giving up.
     pub stall: Duration,
+    /// SENDs and WRITEs up to this many bytes go inline.
+    pub inline_size: usize,
 }
 
 /// The peer's buffer, for WRITE, READ and atomics.
@@ -488,6 +490,7 @@ fn send_wr(
         w.sgl.push(s.mr.sge(local, len)?);
     }
     w.ud = peer.ud;
+    w.inline = matches!(op, BwOp::Write | BwOp::Send) && len > 0 && len <= s.inline_size;
     Ok(w)
 }
 
@@ -797,6 +800,11 @@ fn lat_iters(stop: Stop) -> (u64, Option<Instant>) {
     }
 }
 
+/// SEND latency asks for every this many sends' completion; the send queue must hold that
+/// many (a NIC such as mlx5 frees an unsignaled send's slot only when a later signaled one's
+/// completion is polled).
+pub const SIGNAL_EVERY: u64 = 16;
+
 /// Receives a SEND-latency side keeps posted (see [`send_lat`]).
 pub const SEND_LAT_DEPTH: usize = 64;
 
@@ -823,10 +831,11 @@ pub fn send_lat(
     let post = |sent: &mut u64, rec: &mut LatencyRecorder| -> Result<(), Error> {
         rec.post();
         let mut w = send_wr(s, 0, *sent, BwOp::Send, plan.size, &plan.peer, plan.seeds)?;
-        // Only every 16th send asks for a completion (the rest are freed with it): the
+        // Only every 16th send asks for a completion (the rest are freed with it, so the
+        // send queue holds SIGNAL_EVERY: a NIC frees unsignaled slots only then): the
         // ping-pong waits for the peer's message, and a send completion per message would
         // wake an event-mode waiter for nothing.
-        w.signaled = *sent % 16 == 15;
+        w.signaled = *sent % SIGNAL_EVERY == SIGNAL_EVERY - 1;
         qp.post_send(w)?;
         *sent += 1;
         Ok(())
@@ -935,6 +944,7 @@ pub fn write_lat(
             rec.post();
             let mut w = SendWr::new(wr_id(0, scnt), SendOp::Write { remote_addr, rkey });
             w.sgl.push(s.mr.sge(post_at, size)?);
+            w.inline = size <= s.inline_size;
             qp.post_send(w)?;
             scnt += 1;
         }

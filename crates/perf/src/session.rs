@@ -209,6 +209,9 @@ pub struct Options {
     pub traffic_class: Option<u8>,
     /// The RC local ACK timeout code, 4.096 µs × 2^n (`-u`; perftest's default 14, 67 ms).
     pub qp_timeout: u8,
+    /// Messages up to this many bytes go inline (`-I`; SEND and WRITE): the payload is
+    /// copied into the work request at the post, and a NIC need not fetch it by DMA.
+    pub inline_size: usize,
 }
 
 impl Options {
@@ -236,6 +239,7 @@ impl Options {
             wait: None,
             traffic_class: None,
             qp_timeout: 14,
+            inline_size: 0,
         }
     }
 
@@ -404,6 +408,7 @@ struct Resources {
     channel: Option<verbs::CompletionChannel>,
     qps: Vec<QueuePair>,
     layout: Layout,
+    inline_size: usize,
 }
 
 impl Resources {
@@ -415,6 +420,7 @@ impl Resources {
             channel: self.channel.as_ref(),
             layout: self.layout,
             stall,
+            inline_size: self.inline_size,
         }
     }
 }
@@ -437,7 +443,12 @@ fn create(ctx: &Context, o: &Options, events: bool) -> Result<Resources, Error> 
     let mut qps = Vec::with_capacity(o.qps);
     for _ in 0..o.qps {
         let mut init = QpInit::new(o.connection, &cq);
-        init.caps = QpCaps { max_send_wr: o.tx_depth as u32 + 1, max_recv_wr: rx as u32 };
+        init.caps = QpCaps {
+            // Room for SEND latency's unsignaled run (engine::SIGNAL_EVERY) too.
+            max_send_wr: o.tx_depth.max(engine::SIGNAL_EVERY as usize) as u32 + 1,
+            max_recv_wr: rx as u32,
+            max_inline_data: o.inline_size as u32,
+        };
         let qp = pd.create_qp(&init)?;
         let ud = o.connection == QpType::Ud;
         qp.modify(&ModifyQp {
@@ -448,7 +459,7 @@ fn create(ctx: &Context, o: &Options, events: bool) -> Result<Resources, Error> 
         })?;
         qps.push(qp);
     }
-    Ok(Resources { _pd: pd, mr, cq, channel, qps, layout })
+    Ok(Resources { _pd: pd, mr, cq, channel, qps, layout, inline_size: o.inline_size })
 }
 
 fn random_psn() -> u32 {

@@ -34,6 +34,7 @@ impl End {
             channel: None,
             layout: self.layout,
             stall: engine::STALL,
+            inline_size: 0,
         }
     }
 

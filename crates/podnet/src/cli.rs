@@ -358,6 +358,14 @@ pub(crate) struct PerfArgs {
     #[arg(short = 'u', long = "qp-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
     pub(crate) qp_timeout: u8,
 
+    /// SENDs and WRITEs up to this many bytes go inline (IBV_SEND_INLINE: copied into the
+    /// work request at the post, no DMA read of the payload). perftest's `-I`; it defaults
+    /// to 220 (WRITE) or 236 (SEND) bytes for latency tests on the NICs it knows and to 0
+    /// elsewhere (rxe): give the same -I to compare like with like.
+    #[arg(short = 'I', long = "inline_size", value_name = "BYTES", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=1024))]
+    pub(crate) inline_size: u32,
+
     /// Operations in flight per QP [default: 128 for bandwidth, 1 for latency].
     #[arg(short = 't', long = "tx-depth")]
     pub(crate) tx_depth: Option<usize>,

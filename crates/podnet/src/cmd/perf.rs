@@ -82,6 +82,7 @@ fn options(a: &PerfArgs) -> anyhow::Result<(Options, bool)> {
     o.gid_index = a.gid_index.unwrap_or(0);
     o.traffic_class = a.tclass;
     o.qp_timeout = a.qp_timeout;
+    o.inline_size = a.inline_size as usize;
     o.validate = a.data_validation;
     o.atomic = if a.atomic_type == "CMP_AND_SWAP" { BwOp::CompareSwap } else { BwOp::FetchAdd };
     let stall = match a.timeout {
@@ -161,7 +162,7 @@ impl Printer<'_> {
         if matches!(o.test.op(o.atomic), BwOp::Read | BwOp::FetchAdd | BwOp::CompareSwap) {
             l.push(format!(" Outstand reads  : {}", session::OUT_READS));
         } else {
-            l.push(" Max inline data : 0[B]".into());
+            l.push(format!(" Max inline data : {}[B]", o.inline_size));
         }
         l.push(" rdma_cm QPs\t : OFF".into());
         l.push(" Data ex. method : Ethernet".into());

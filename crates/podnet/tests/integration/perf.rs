@@ -61,10 +61,15 @@ fn every_test_on_every_transport_with_data_validation() {
         ("send-lat", "UD"),
         ("atomic-bw", "RC"),
         ("atomic-lat", "RC"),
+        // Inline (perftest's -I): the payload taken at the post, every byte still checked.
+        ("send-lat", "RC -I 236"),
+        ("send-lat", "UD -I 188"),
+        ("write-lat", "UC -I 220"),
     ];
-    for (test, conn) in cases {
-        let (c, s) = pair(&format!("{test} -c {conn} -n {n} --data-validation"));
-        let what = format!("{test} {conn}");
+    for (test, conn_args) in cases {
+        let (c, s) = pair(&format!("{test} -c {conn_args} -n {n} --data-validation"));
+        let conn = conn_args.split(' ').next().unwrap();
+        let what = format!("{test} {conn_args}");
         let cr = rows(&c);
         assert_eq!(cr.len(), 1, "{what}: {c:?}");
         let r = cr[0];
