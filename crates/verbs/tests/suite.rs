@@ -231,7 +231,7 @@ fn rc_carries_every_operation() {
 }
 
 /// Inline SEND and WRITE (`IBV_SEND_INLINE`): the payload is taken at the post, so the
-/// buffer may change at once; past `max_inline_data`, or on a READ, the post is refused; a
+/// buffer may change at once; past `max_inline_data` the post is refused; a
 /// `max_inline_data` beyond the device's is refused when the QP is created.
 #[test]
 fn inline_sends_take_their_payload_at_the_post() {
@@ -257,13 +257,10 @@ fn inline_sends_take_their_payload_at_the_post() {
     assert_eq!(wc.byte_len, 100);
     assert_eq!(b.mr.to_vec(0, 100).unwrap(), p1, "the SEND carried the bytes of its post");
     assert_eq!(b.mr.to_vec(8192, 128).unwrap(), p2, "the WRITE carried the bytes of its post");
-    // Refused at the post: too long, and a READ.
+    // Refused at the post: too long. (An inline READ is undefined in the verbs: the soft
+    // transport refuses it, rxe's provider takes it; not a case for every device.)
     let long = SendWr { sgl: vec![sge(129)].into(), ..SendWr::new(3, SendOp::Send) }.inlined();
     assert!(a.qp.post_send(long).is_err(), "129 bytes inline past max_inline_data 128");
-    let (addr, rkey) = b.remote(0);
-    let read = SendWr::new(4, SendOp::Read { remote_addr: addr, rkey });
-    let read = SendWr { sgl: vec![sge(8)].into(), ..read }.inlined();
-    assert!(a.qp.post_send(read).is_err(), "a READ has no payload to inline");
     // A QP asking for more inline room than any device here grants (rxe: 400 bytes).
     let big = QpCaps { max_inline_data: 1 << 20, ..QpCaps::default() };
     assert!(a.pd.create_qp(&QpInit { caps: big, ..QpInit::new(QpType::Rc, &a.cq) }).is_err());
@@ -542,5 +539,7 @@ fn verbs_suite_on_rxe() {
         .output
         .lines()
         .find_map(|l| l.strip_prefix("test result: ok. ")?.split(' ').next()?.parse::<u32>().ok());
-    assert_eq!(passed, Some(13), "every case but this one ran and passed:\n{}", out.output);
+    // Every case in this file but this one.
+    let cases = include_str!("suite.rs").matches("\n#[test]\n").count() as u32 - 1;
+    assert_eq!(passed, Some(cases), "every case but this one ran and passed:\n{}", out.output);
 }
