@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use device::{DeviceName, Progress, ROCE_PORT};
-pub use provider::Provider;
+pub use provider::{Handle, Provider};
 pub use transport::{
     Access, CqId, ModifyQp, Mtu, Path, Psn, QKey, QpAttr, QpCaps, QpState, QpType, Qpn, RKey,
     RecvWr, SendOp, SendWr, Sge, Sgl, SrqId, UdDest, WcOpcode, WcStatus, WorkCompletion,
@@ -457,7 +457,7 @@ impl Context {
             return Err(Error::ForeignObject("completion channel"));
         }
         let id = self.dev.create_cq(cqe, channel.map(|c| c.id))?;
-        Ok(CompletionQueue { dev: self.dev.clone(), id })
+        Ok(CompletionQueue { h: self.dev.cq_handle(id), dev: self.dev.clone(), id })
     }
 
     /// The next asynchronous event, waiting up to `timeout` (`None`: forever).
@@ -488,7 +488,7 @@ impl ProtectionDomain {
     /// local key and, with any remote right, a random remote key.
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
         let info = self.dev.reg_mr(self.id, len, access)?;
-        Ok(MemoryRegion { dev: self.dev.clone(), info })
+        Ok(MemoryRegion { h: self.dev.mr_handle(info.lkey), dev: self.dev.clone(), info })
     }
 
     /// Registers `len` bytes at `offset` of the dma-buf `fd` (GPU memory, exported by its
@@ -506,7 +506,7 @@ impl ProtectionDomain {
     ) -> Result<MemoryRegion> {
         use std::os::fd::AsRawFd;
         let info = self.dev.reg_dmabuf_mr(self.id, fd.as_raw_fd(), offset, len, iova, access)?;
-        Ok(MemoryRegion { dev: self.dev.clone(), info })
+        Ok(MemoryRegion { h: self.dev.mr_handle(info.lkey), dev: self.dev.clone(), info })
     }
 
     /// A queue pair (`ibv_create_qp`), in the RESET state.
@@ -531,7 +531,8 @@ impl ProtectionDomain {
             srq,
         };
         let qpn = self.dev.create_qp(&spec)?;
-        Ok(QueuePair { dev: self.dev.clone(), qpn, qp_type: init.qp_type })
+        let h = self.dev.qp_handle(qpn);
+        Ok(QueuePair { dev: self.dev.clone(), qpn, qp_type: init.qp_type, h })
     }
 
     /// A shared receive queue of `max_wr` receives (`ibv_create_srq`).
@@ -630,6 +631,8 @@ impl Connect {
 pub struct MemoryRegion {
     dev: Arc<dyn Provider>,
     info: transport::MrInfo,
+    /// The provider's direct reference to the region's memory.
+    h: Handle,
 }
 
 impl fmt::Debug for MemoryRegion {
@@ -696,13 +699,16 @@ impl MemoryRegion {
     /// Copies `out.len()` bytes at `offset` out of the region.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;
-        self.dev.mr_read(self.info.lkey, offset, out)
+        // SAFETY: the handle is this region's, which lives as long as `self`; the range was
+        // checked against the region just above.
+        unsafe { self.dev.mr_read_direct(self.info.lkey, self.h, offset, out) }
     }
 
     /// Copies `data` into the region at `offset`.
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check(offset, data.len())?;
-        self.dev.mr_write(self.info.lkey, offset, data)
+        // SAFETY: as in `read`.
+        unsafe { self.dev.mr_write_direct(self.info.lkey, self.h, offset, data) }
     }
 
     /// A copy of `len` bytes at `offset`.
@@ -723,6 +729,8 @@ impl Drop for MemoryRegion {
 pub struct CompletionQueue {
     dev: Arc<dyn Provider>,
     id: CqId,
+    /// The provider's direct reference to the CQ.
+    h: Handle,
 }
 
 impl fmt::Debug for CompletionQueue {
@@ -740,7 +748,8 @@ impl CompletionQueue {
     /// Moves up to `out.len()` completions into `out` and returns how many (`ibv_poll_cq`).
     /// On a busy-poll context this also drives the device's I/O.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
-        self.dev.poll_cq(self.id, out)
+        // SAFETY: the handle is this CQ's, which only `self`'s drop destroys.
+        unsafe { self.dev.poll_cq_direct(self.id, self.h, out) }
     }
 
     /// Polls until one completion arrives or `timeout` passes.
@@ -810,6 +819,8 @@ pub struct QueuePair {
     dev: Arc<dyn Provider>,
     qpn: Qpn,
     qp_type: QpType,
+    /// The provider's direct reference to the QP.
+    h: Handle,
 }
 
 impl fmt::Debug for QueuePair {
@@ -871,22 +882,24 @@ impl QueuePair {
 
     /// Posts a send work request (`ibv_post_send`); the device starts sending at once.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
-        self.dev.post_send(self.qpn, std::slice::from_ref(&wr))
+        self.post_send_batch(std::slice::from_ref(&wr))
     }
 
     /// Posts several send work requests with one doorbell.
     pub fn post_send_batch(&self, wrs: &[SendWr]) -> Result<()> {
-        self.dev.post_send(self.qpn, wrs)
+        // SAFETY: the handle is this QP's, which only `self`'s drop destroys.
+        unsafe { self.dev.post_send_direct(self.qpn, self.h, wrs) }
     }
 
     /// Posts a receive work request (`ibv_post_recv`).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        self.dev.post_recv(self.qpn, std::slice::from_ref(&wr))
+        self.post_recv_batch(std::slice::from_ref(&wr))
     }
 
     /// Posts several receive work requests.
     pub fn post_recv_batch(&self, wrs: &[RecvWr]) -> Result<()> {
-        self.dev.post_recv(self.qpn, wrs)
+        // SAFETY: as in `post_send_batch`.
+        unsafe { self.dev.post_recv_direct(self.qpn, self.h, wrs) }
     }
 }
 

@@ -10,6 +10,27 @@ use transport::{
 
 use crate::{AsyncEvent, GidEntry, PortAttr, QpSpec, Result};
 
+/// A provider's direct reference to one of its objects (for rdma-core, the libibverbs
+/// pointer), for the hot paths: posting, polling and region access then need no lookup by
+/// id. [`Handle::NONE`] where a provider has none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Handle(usize);
+
+impl Handle {
+    /// No direct reference: the id is looked up.
+    pub const NONE: Handle = Handle(0);
+
+    /// A handle holding `v` (a provider's pointer or index).
+    pub(crate) fn new(v: usize) -> Handle {
+        Handle(v)
+    }
+
+    /// What the provider put in it.
+    pub(crate) fn get(self) -> usize {
+        self.0
+    }
+}
+
 /// A device as a provider drives it. The public types ([`crate::Context`] and friends) call
 /// these methods; objects are named by the ids the provider hands out.
 pub trait Provider: Send + Sync + fmt::Debug {
@@ -91,6 +112,75 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn post_send(&self, qpn: Qpn, wrs: &[SendWr]) -> Result<()>;
     /// Posts receive work requests.
     fn post_recv(&self, qpn: Qpn, wrs: &[RecvWr]) -> Result<()>;
+    /// The direct reference to a QP, for [`Provider::post_send_direct`] and
+    /// [`Provider::post_recv_direct`].
+    fn qp_handle(&self, _qpn: Qpn) -> Handle {
+        Handle::NONE
+    }
+    /// The direct reference to a CQ, for [`Provider::poll_cq_direct`].
+    fn cq_handle(&self, _cq: CqId) -> Handle {
+        Handle::NONE
+    }
+    /// The direct reference to a region's host memory, for [`Provider::mr_read_direct`] and
+    /// [`Provider::mr_write_direct`].
+    fn mr_handle(&self, _lkey: u32) -> Handle {
+        Handle::NONE
+    }
+    /// [`Provider::post_send`] through the QP's handle.
+    ///
+    /// # Safety
+    /// `h` is [`Handle::NONE`] or what [`Provider::qp_handle`] gave for `qpn`, and the QP has
+    /// not been destroyed (its owner is alive and not dropping).
+    unsafe fn post_send_direct(&self, qpn: Qpn, h: Handle, wrs: &[SendWr]) -> Result<()> {
+        let _ = h;
+        self.post_send(qpn, wrs)
+    }
+    /// [`Provider::post_recv`] through the QP's handle.
+    ///
+    /// # Safety
+    /// As for [`Provider::post_send_direct`].
+    unsafe fn post_recv_direct(&self, qpn: Qpn, h: Handle, wrs: &[RecvWr]) -> Result<()> {
+        let _ = h;
+        self.post_recv(qpn, wrs)
+    }
+    /// [`Provider::poll_cq`] through the CQ's handle.
+    ///
+    /// # Safety
+    /// `h` is [`Handle::NONE`] or what [`Provider::cq_handle`] gave for `cq`, and the CQ has
+    /// not been destroyed.
+    unsafe fn poll_cq_direct(&self, cq: CqId, h: Handle, out: &mut [WorkCompletion]) -> usize {
+        let _ = h;
+        self.poll_cq(cq, out)
+    }
+    /// [`Provider::mr_read`] through the region's handle.
+    ///
+    /// # Safety
+    /// `h` is [`Handle::NONE`] or what [`Provider::mr_handle`] gave for `lkey`, the region is
+    /// registered, and `offset + out.len()` lies within it.
+    unsafe fn mr_read_direct(
+        &self,
+        lkey: u32,
+        h: Handle,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let _ = h;
+        self.mr_read(lkey, offset, out)
+    }
+    /// [`Provider::mr_write`] through the region's handle.
+    ///
+    /// # Safety
+    /// As for [`Provider::mr_read_direct`].
+    unsafe fn mr_write_direct(
+        &self,
+        lkey: u32,
+        h: Handle,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<()> {
+        let _ = h;
+        self.mr_write(lkey, offset, data)
+    }
     /// Waits for an asynchronous event.
     fn get_async_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent>;
     /// The device's counters.

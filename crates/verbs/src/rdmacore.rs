@@ -36,8 +36,8 @@ use transport::{
 };
 
 use crate::{
-    AsyncEvent, ContextOptions, Error, Gid, GidEntry, GidType, Mtu, PortAttr, PortState, Provider,
-    Psn, QpSpec, Result,
+    AsyncEvent, ContextOptions, Error, Gid, GidEntry, GidType, Handle, Mtu, PortAttr, PortState,
+    Provider, Psn, QpSpec, Result,
 };
 
 /// The port every RoCE device here is driven on.
@@ -653,6 +653,51 @@ impl Provider for RdmaCoreDevice {
         Ok(())
     }
 
+    fn mr_handle(&self, lkey: u32) -> Handle {
+        let t = read_tables(&self.tables);
+        // A dma-buf region has no host mapping: no handle, and its accesses say so.
+        self.host_bytes(&t, lkey).map_or(Handle::NONE, |(p, _)| Handle::new(p as usize))
+    }
+
+    unsafe fn mr_read_direct(
+        &self,
+        lkey: u32,
+        h: Handle,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<()> {
+        if h == Handle::NONE {
+            return self.mr_read(lkey, offset, out);
+        }
+        // SAFETY: `h` is the region's mapping and the range lies inside the region (the
+        // caller's promise); the device may write concurrently, as with any RDMA buffer.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                (h.get() as *const u8).add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
+        Ok(())
+    }
+
+    unsafe fn mr_write_direct(
+        &self,
+        lkey: u32,
+        h: Handle,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<()> {
+        if h == Handle::NONE {
+            return self.mr_write(lkey, offset, data);
+        }
+        // SAFETY: as in mr_read_direct.
+        unsafe {
+            ptr::copy_nonoverlapping(data.as_ptr(), (h.get() as *mut u8).add(offset), data.len())
+        };
+        Ok(())
+    }
+
     fn mr_write(&self, lkey: u32, offset: usize, data: &[u8]) -> Result<()> {
         let t = read_tables(&self.tables);
         let (p, len) = self.host_bytes(&t, lkey)?;
@@ -717,32 +762,23 @@ impl Provider for RdmaCoreDevice {
     fn poll_cq(&self, cq: CqId, out: &mut [WorkCompletion]) -> usize {
         let t = read_tables(&self.tables);
         let Some(c) = t.cqs.get(&cq.0).copied() else { return 0 };
-        let mut raw = [MaybeUninit::<sys::ibv_wc>::uninit(); 32];
-        let want = out.len().min(raw.len());
-        // SAFETY: the CQ is alive (read lock) and `raw` has room for `want` entries.
-        let n = unsafe { sys::ibv_poll_cq(c.ptr(), want as i32, raw.as_mut_ptr().cast()) };
-        let n = usize::try_from(n).unwrap_or(0);
-        for (o, r) in out.iter_mut().zip(&raw[..n]) {
-            // SAFETY: ibv_poll_cq initialized the first `n` entries.
-            let wc = unsafe { r.assume_init() };
-            let with_imm = wc.wc_flags & sys::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0;
-            // Only UD receives carry a GRH (RoCE always has one), and only they a source QP.
-            let grh = wc.wc_flags & sys::ibv_wc_flags::IBV_WC_GRH.0 != 0;
-            let recv = wc.opcode & sys::ibv_wc_opcode::IBV_WC_RECV != 0;
-            *o = WorkCompletion {
-                wr_id: wc.wr_id,
-                status: status_from_ibv(wc.status),
-                opcode: opcode_from_ibv(wc.opcode),
-                byte_len: wc.byte_len,
-                // SAFETY: with IBV_WC_WITH_IMM the union holds the immediate data.
-                imm: with_imm
-                    .then(|| u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data })),
-                qp_num: Qpn::new(wc.qp_num),
-                src_qp: (grh && recv).then(|| Qpn::new(wc.src_qp)),
-                grh,
-            };
+        // SAFETY: the CQ is alive (read lock).
+        unsafe { poll_raw(c.ptr(), out) }
+    }
+
+    fn cq_handle(&self, cq: CqId) -> Handle {
+        read_tables(&self.tables)
+            .cqs
+            .get(&cq.0)
+            .map_or(Handle::NONE, |c| Handle::new(c.ptr() as usize))
+    }
+
+    unsafe fn poll_cq_direct(&self, cq: CqId, h: Handle, out: &mut [WorkCompletion]) -> usize {
+        if h == Handle::NONE {
+            return self.poll_cq(cq, out);
         }
-        n
+        // SAFETY: the caller vouches that `h` is the live CQ's pointer (cq_handle's).
+        unsafe { poll_raw(h.get() as *mut sys::ibv_cq, out) }
     }
 
     fn req_notify_cq(&self, cq: CqId) -> Result<()> {
@@ -1011,114 +1047,43 @@ impl Provider for RdmaCoreDevice {
     fn post_send(&self, qpn: Qpn, wrs: &[SendWr]) -> Result<()> {
         let t = read_tables(&self.tables);
         let q = t.qps.get(&qpn.get()).ok_or(Error::Verb(transport::Error::NoQp(qpn)))?;
-        // SAFETY: the QP is alive (read lock); libibverbs keeps `state` current.
-        let state = state_from_ibv(unsafe { (*q.qp.ptr()).state });
-        if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
-            return Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_send" }));
+        let ud = q.qp_type == QpType::Ud;
+        // SAFETY: the QP is alive (read lock).
+        unsafe { self.post_send_raw(q.qp.ptr(), qpn, wrs, ud, &|ip| self.ah(&t, q, ip)) }
+    }
+
+    fn qp_handle(&self, qpn: Qpn) -> Handle {
+        read_tables(&self.tables)
+            .qps
+            .get(&qpn.get())
+            .map_or(Handle::NONE, |q| Handle::new(q.qp.ptr() as usize))
+    }
+
+    unsafe fn post_send_direct(&self, qpn: Qpn, h: Handle, wrs: &[SendWr]) -> Result<()> {
+        let qp = h.get() as *mut sys::ibv_qp;
+        // SAFETY: the caller vouches that `h` is the live QP's pointer (qp_handle's).
+        if h == Handle::NONE || unsafe { (*qp).qp_type } == sys::ibv_qp_type::IBV_QPT_UD {
+            // UD looks its address handles up in the table.
+            return self.post_send(qpn, wrs);
         }
-        let mut sges = raw_sges(wrs.iter().map(|w| &w.sgl));
-        let mut raw: SmallVec<[sys::ibv_send_wr; 1]> = SmallVec::with_capacity(wrs.len());
-        let mut at = 0;
-        for wr in wrs {
-            let n = wr.sgl.len();
-            // SAFETY: all-zero is a valid ibv_send_wr (integers, null pointers, unions of them).
-            let mut r: sys::ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
-            r.wr_id = wr.wr_id;
-            r.num_sge = n as i32;
-            // Points into `sges`, which is complete and no longer moves.
-            r.sg_list = if n == 0 { ptr::null_mut() } else { sges[at..].as_mut_ptr() };
-            at += n;
-            r.send_flags = if wr.signaled { sys::ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 }
-                | if wr.solicited { sys::ibv_send_flags::IBV_SEND_SOLICITED.0 } else { 0 }
-                | if wr.inline { sys::ibv_send_flags::IBV_SEND_INLINE.0 } else { 0 };
-            use sys::ibv_wr_opcode::*;
-            let rdma = |remote_addr: u64, rkey: transport::RKey| sys::wr_t {
-                rdma: sys::rdma_t { remote_addr, rkey: rkey.0 },
-            };
-            match wr.op {
-                SendOp::Send => r.opcode = IBV_WR_SEND,
-                SendOp::SendWithImm(imm) => {
-                    r.opcode = IBV_WR_SEND_WITH_IMM;
-                    r.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
-                }
-                SendOp::Write { remote_addr, rkey } => {
-                    r.opcode = IBV_WR_RDMA_WRITE;
-                    r.wr = rdma(remote_addr, rkey);
-                }
-                SendOp::WriteWithImm { remote_addr, rkey, imm } => {
-                    r.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-                    r.wr = rdma(remote_addr, rkey);
-                    r.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
-                }
-                SendOp::Read { remote_addr, rkey } => {
-                    r.opcode = IBV_WR_RDMA_READ;
-                    r.wr = rdma(remote_addr, rkey);
-                }
-                SendOp::CompareSwap { remote_addr, rkey, compare, swap } => {
-                    r.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
-                    r.wr = sys::wr_t {
-                        atomic: sys::atomic_t {
-                            remote_addr,
-                            compare_add: compare,
-                            swap,
-                            rkey: rkey.0,
-                        },
-                    };
-                }
-                SendOp::FetchAdd { remote_addr, rkey, add } => {
-                    r.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-                    r.wr = sys::wr_t {
-                        atomic: sys::atomic_t {
-                            remote_addr,
-                            compare_add: add,
-                            swap: 0,
-                            rkey: rkey.0,
-                        },
-                    };
-                }
-            }
-            if q.qp_type == QpType::Ud {
-                let d = wr.ud.ok_or(Error::Verb(transport::Error::InvalidWr(
-                    "a UD send needs a destination",
-                )))?;
-                let ah = self.ah(&t, q, d.ip)?;
-                r.wr = sys::wr_t {
-                    ud: sys::ud_t { ah: ah.ptr(), remote_qpn: d.qpn.get(), remote_qkey: d.qkey.0 },
-                };
-            }
-            raw.push(r);
+        let no_ah = |_| Err(Error::Verb(transport::Error::InvalidWr("not a UD QP")));
+        // SAFETY: as above.
+        unsafe { self.post_send_raw(qp, qpn, wrs, false, &no_ah) }
+    }
+
+    unsafe fn post_recv_direct(&self, qpn: Qpn, h: Handle, wrs: &[RecvWr]) -> Result<()> {
+        if h == Handle::NONE {
+            return self.post_recv(qpn, wrs);
         }
-        for i in 1..raw.len() {
-            let next: *mut sys::ibv_send_wr = &mut raw[i];
-            raw[i - 1].next = next;
-        }
-        if raw.is_empty() {
-            return Ok(());
-        }
-        let mut bad = ptr::null_mut();
-        // SAFETY: the QP is alive; `raw` is a null-terminated chain whose scatter lists point
-        // into `sges`, both alive until the call returns (the device copies WQEs at post).
-        let rc = unsafe { sys::ibv_post_send(q.qp.ptr(), raw.as_mut_ptr(), &mut bad) };
-        if rc != 0 {
-            return Err(self.errno("ibv_post_send", rc));
-        }
-        Ok(())
+        // SAFETY: the caller vouches that `h` is the live QP's pointer (qp_handle's).
+        unsafe { self.post_recv_raw(h.get() as *mut sys::ibv_qp, qpn, wrs) }
     }
 
     fn post_recv(&self, qpn: Qpn, wrs: &[RecvWr]) -> Result<()> {
         let t = read_tables(&self.tables);
         let q = t.qps.get(&qpn.get()).ok_or(Error::Verb(transport::Error::NoQp(qpn)))?;
         // SAFETY: the QP is alive (read lock).
-        let state = state_from_ibv(unsafe { (*q.qp.ptr()).state });
-        if state == QpState::Reset {
-            return Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_recv" }));
-        }
-        with_recv_wrs(wrs, |head| {
-            let mut bad = ptr::null_mut();
-            // SAFETY: the QP is alive and `head` is a valid, null-terminated chain.
-            let rc = unsafe { sys::ibv_post_recv(q.qp.ptr(), head, &mut bad) };
-            if rc == 0 { Ok(()) } else { Err(self.errno("ibv_post_recv", rc)) }
-        })
+        unsafe { self.post_recv_raw(q.qp.ptr(), qpn, wrs) }
     }
 
     fn get_async_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
@@ -1183,6 +1148,131 @@ impl Provider for RdmaCoreDevice {
 }
 
 impl RdmaCoreDevice {
+    /// Posts `wrs` on the QP `qp` (`ud`: each needs an address handle, from `ah`).
+    ///
+    /// # Safety
+    /// `qp` is a live QP of this device.
+    unsafe fn post_send_raw(
+        &self,
+        qp: *mut sys::ibv_qp,
+        qpn: Qpn,
+        wrs: &[SendWr],
+        ud: bool,
+        ah: &dyn Fn(IpAddr) -> Result<Raw<sys::ibv_ah>>,
+    ) -> Result<()> {
+        // SAFETY: the QP is alive (the caller's promise); libibverbs keeps `state` current.
+        let state = state_from_ibv(unsafe { (*qp).state });
+        if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_send" }));
+        }
+        let mut sges = raw_sges(wrs.iter().map(|w| &w.sgl));
+        let mut raw: SmallVec<[sys::ibv_send_wr; 1]> = SmallVec::with_capacity(wrs.len());
+        let mut at = 0;
+        for wr in wrs {
+            let n = wr.sgl.len();
+            // SAFETY: all-zero is a valid ibv_send_wr (integers, null pointers, unions of them).
+            let mut r: sys::ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
+            r.wr_id = wr.wr_id;
+            r.num_sge = n as i32;
+            // Points into `sges`, which is complete and no longer moves.
+            r.sg_list = if n == 0 { ptr::null_mut() } else { sges[at..].as_mut_ptr() };
+            at += n;
+            r.send_flags = if wr.signaled { sys::ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 }
+                | if wr.solicited { sys::ibv_send_flags::IBV_SEND_SOLICITED.0 } else { 0 }
+                | if wr.inline { sys::ibv_send_flags::IBV_SEND_INLINE.0 } else { 0 };
+            use sys::ibv_wr_opcode::*;
+            let rdma = |remote_addr: u64, rkey: transport::RKey| sys::wr_t {
+                rdma: sys::rdma_t { remote_addr, rkey: rkey.0 },
+            };
+            match wr.op {
+                SendOp::Send => r.opcode = IBV_WR_SEND,
+                SendOp::SendWithImm(imm) => {
+                    r.opcode = IBV_WR_SEND_WITH_IMM;
+                    r.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+                }
+                SendOp::Write { remote_addr, rkey } => {
+                    r.opcode = IBV_WR_RDMA_WRITE;
+                    r.wr = rdma(remote_addr, rkey);
+                }
+                SendOp::WriteWithImm { remote_addr, rkey, imm } => {
+                    r.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+                    r.wr = rdma(remote_addr, rkey);
+                    r.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+                }
+                SendOp::Read { remote_addr, rkey } => {
+                    r.opcode = IBV_WR_RDMA_READ;
+                    r.wr = rdma(remote_addr, rkey);
+                }
+                SendOp::CompareSwap { remote_addr, rkey, compare, swap } => {
+                    r.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+                    r.wr = sys::wr_t {
+                        atomic: sys::atomic_t {
+                            remote_addr,
+                            compare_add: compare,
+                            swap,
+                            rkey: rkey.0,
+                        },
+                    };
+                }
+                SendOp::FetchAdd { remote_addr, rkey, add } => {
+                    r.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+                    r.wr = sys::wr_t {
+                        atomic: sys::atomic_t {
+                            remote_addr,
+                            compare_add: add,
+                            swap: 0,
+                            rkey: rkey.0,
+                        },
+                    };
+                }
+            }
+            if ud {
+                let d = wr.ud.ok_or(Error::Verb(transport::Error::InvalidWr(
+                    "a UD send needs a destination",
+                )))?;
+                let ah = ah(d.ip)?;
+                r.wr = sys::wr_t {
+                    ud: sys::ud_t { ah: ah.ptr(), remote_qpn: d.qpn.get(), remote_qkey: d.qkey.0 },
+                };
+            }
+            raw.push(r);
+        }
+        for i in 1..raw.len() {
+            let next: *mut sys::ibv_send_wr = &mut raw[i];
+            raw[i - 1].next = next;
+        }
+        if raw.is_empty() {
+            return Ok(());
+        }
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is alive (the caller's promise); `raw` is a null-terminated chain
+        // whose scatter lists point into `sges`, both alive until the call returns (the
+        // device copies WQEs at post).
+        let rc = unsafe { sys::ibv_post_send(qp, raw.as_mut_ptr(), &mut bad) };
+        if rc != 0 {
+            return Err(self.errno("ibv_post_send", rc));
+        }
+        Ok(())
+    }
+
+    /// Posts receives on the QP `qp`.
+    ///
+    /// # Safety
+    /// `qp` is a live QP of this device.
+    unsafe fn post_recv_raw(&self, qp: *mut sys::ibv_qp, qpn: Qpn, wrs: &[RecvWr]) -> Result<()> {
+        // SAFETY: the QP is alive (the caller's promise).
+        let state = state_from_ibv(unsafe { (*qp).state });
+        if state == QpState::Reset {
+            return Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_recv" }));
+        }
+        with_recv_wrs(wrs, |head| {
+            let mut bad = ptr::null_mut();
+            // SAFETY: the QP is alive and `head` is a valid, null-terminated chain.
+            let rc = unsafe { sys::ibv_post_recv(qp, head, &mut bad) };
+            if rc == 0 { Ok(()) } else { Err(self.errno("ibv_post_recv", rc)) }
+        })
+    }
+
     fn host_bytes(&self, t: &Tables, lkey: u32) -> Result<(*mut u8, usize)> {
         let r = t.mrs.get(&lkey).ok_or(Error::Verb(transport::Error::InvalidMr("unknown key")))?;
         r.bytes().ok_or(Error::Unsupported {
@@ -1190,6 +1280,39 @@ impl RdmaCoreDevice {
             what: "host access to a dma-buf region",
         })
     }
+}
+
+/// Polls `cq` into `out`, converting each `ibv_wc`.
+///
+/// # Safety
+/// `cq` is a live CQ of this process.
+unsafe fn poll_raw(cq: *mut sys::ibv_cq, out: &mut [WorkCompletion]) -> usize {
+    let mut raw = [MaybeUninit::<sys::ibv_wc>::uninit(); 32];
+    let want = out.len().min(raw.len());
+    // SAFETY: the caller's CQ is alive and `raw` has room for `want` entries.
+    let n = unsafe { sys::ibv_poll_cq(cq, want as i32, raw.as_mut_ptr().cast()) };
+    let n = usize::try_from(n).unwrap_or(0);
+    for (o, r) in out.iter_mut().zip(&raw[..n]) {
+        // SAFETY: ibv_poll_cq initialized the first `n` entries.
+        let wc = unsafe { r.assume_init() };
+        let with_imm = wc.wc_flags & sys::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0;
+        // Only UD receives carry a GRH (RoCE always has one), and only they a source QP.
+        let grh = wc.wc_flags & sys::ibv_wc_flags::IBV_WC_GRH.0 != 0;
+        let recv = wc.opcode & sys::ibv_wc_opcode::IBV_WC_RECV != 0;
+        *o = WorkCompletion {
+            wr_id: wc.wr_id,
+            status: status_from_ibv(wc.status),
+            opcode: opcode_from_ibv(wc.opcode),
+            byte_len: wc.byte_len,
+            // SAFETY: with IBV_WC_WITH_IMM the union holds the immediate data.
+            imm: with_imm
+                .then(|| u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data })),
+            qp_num: Qpn::new(wc.qp_num),
+            src_qp: (grh && recv).then(|| Qpn::new(wc.src_qp)),
+            grh,
+        };
+    }
+    n
 }
 
 /// Every scatter/gather element of `sgls`, in order, as libibverbs takes them.
