@@ -151,6 +151,9 @@ pub struct Side<'a> {
     pub stall: Duration,
     /// SENDs and WRITEs up to this many bytes go inline.
     pub inline_size: usize,
+    /// Polling the CQ is what moves this device's packets (a busy-polled soft device): a
+    /// loop that waits on memory polls the CQ too. A NIC needs no such help.
+    pub polls_drive: bool,
 }
 
 /// The peer's buffer, for WRITE, READ and atomics.
@@ -828,9 +831,20 @@ pub fn send_lat(
     let (mut sent, mut received) = (0u64, 0u64);
     let mut wc = [empty_wc(); 4];
     let mut last_report = Instant::now();
+    // The work requests, built once (as perftest's are): a post changes the id alone. With
+    // data validation each send is built as it goes (its payload is filled then).
+    let recvs = (0..s.layout.slots).map(|k| recv_wr(s, 0, k)).collect::<Result<Vec<_>, _>>()?;
+    let template = send_wr(s, 0, 0, BwOp::Send, plan.size, &plan.peer, None)?;
     let post = |sent: &mut u64, rec: &mut LatencyRecorder| -> Result<(), Error> {
         rec.post();
-        let mut w = send_wr(s, 0, *sent, BwOp::Send, plan.size, &plan.peer, plan.seeds)?;
+        let mut w = match plan.seeds {
+            Some(_) => send_wr(s, 0, *sent, BwOp::Send, plan.size, &plan.peer, plan.seeds)?,
+            None => {
+                let mut w = template.clone();
+                w.wr_id = wr_id(0, *sent);
+                w
+            }
+        };
         // Only every 16th send asks for a completion (the rest are freed with it, so the
         // send queue holds SIGNAL_EVERY: a NIC frees unsignaled slots only then): the
         // ping-pong waits for the peer's message, and a send completion per message would
@@ -858,7 +872,7 @@ pub fn send_lat(
                 v.record(l, || e);
             }
             received += 1;
-            qp.post_recv(recv_wr(s, 0, slot)?)?;
+            qp.post_recv(recvs[slot % recvs.len()].clone())?;
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 break 'run;
             }
@@ -898,6 +912,10 @@ pub fn write_lat(
     let mut buf = vec![0u8; size];
     let mut last_report = Instant::now();
     let past = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
+    // One work request, built once (as perftest's is): each post changes its id alone.
+    let mut template = SendWr::new(0, SendOp::Write { remote_addr, rkey });
+    template.sgl.push(s.mr.sge(post_at, size)?);
+    template.inline = size <= s.inline_size;
     'run: while scnt < iters || ccnt < iters || rcnt < iters {
         if past(deadline) {
             break;
@@ -914,7 +932,9 @@ pub fn write_lat(
                     break;
                 }
                 // Polling the CQ is what drives a busy-polled soft device.
-                ccnt += try_wc(s, &mut wc)? as u64;
+                if s.polls_drive {
+                    ccnt += try_wc(s, &mut wc)? as u64;
+                }
                 spins += 1;
                 if spins.is_multiple_of(256) {
                     if past(deadline) {
@@ -938,13 +958,15 @@ pub fn write_lat(
         if scnt < iters {
             if let Some(sd) = plan.seeds {
                 pattern::fill(sd.mine, 0, scnt, &mut buf);
+                buf[size - 1] = (scnt + 1) as u8;
+                s.mr.write(post_at, &buf)?;
+            } else {
+                // The counter byte alone (the rest never changes), as perftest writes it.
+                s.mr.write(post_at + size - 1, &[(scnt + 1) as u8])?;
             }
-            buf[size - 1] = (scnt + 1) as u8;
-            s.mr.write(post_at, &buf)?;
             rec.post();
-            let mut w = SendWr::new(wr_id(0, scnt), SendOp::Write { remote_addr, rkey });
-            w.sgl.push(s.mr.sge(post_at, size)?);
-            w.inline = size <= s.inline_size;
+            let mut w = template.clone();
+            w.wr_id = wr_id(0, scnt);
             qp.post_send(w)?;
             scnt += 1;
         }

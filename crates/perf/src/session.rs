@@ -409,6 +409,7 @@ struct Resources {
     qps: Vec<QueuePair>,
     layout: Layout,
     inline_size: usize,
+    polls_drive: bool,
 }
 
 impl Resources {
@@ -421,6 +422,7 @@ impl Resources {
             layout: self.layout,
             stall,
             inline_size: self.inline_size,
+            polls_drive: self.polls_drive,
         }
     }
 }
@@ -459,7 +461,8 @@ fn create(ctx: &Context, o: &Options, events: bool) -> Result<Resources, Error> 
         })?;
         qps.push(qp);
     }
-    Ok(Resources { _pd: pd, mr, cq, channel, qps, layout, inline_size: o.inline_size })
+    let polls_drive = !events && ctx.driven_by_polling();
+    Ok(Resources { _pd: pd, mr, cq, channel, qps, layout, inline_size: o.inline_size, polls_drive })
 }
 
 fn random_psn() -> u32 {

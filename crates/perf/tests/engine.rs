@@ -35,6 +35,7 @@ impl End {
             layout: self.layout,
             stall: engine::STALL,
             inline_size: 0,
+            polls_drive: true,
         }
     }
 
