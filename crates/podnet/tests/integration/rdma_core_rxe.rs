@@ -173,8 +173,8 @@ fn compare(vm: &Vm, a_gid: u32, b_gid: u32) {
     // (test, perftest tool, arguments, result column, unit, higher is better)
     let cases = [
         ("write-bw", "ib_write_bw", "-s 65536 -n 500", 3, "MB/s", true),
-        ("send-lat", "ib_send_lat", "-s 2 -n 1000", 4, "usec (typical)", false),
-        ("write-lat", "ib_write_lat", "-s 2 -n 1000", 4, "usec (typical)", false),
+        ("send-lat", "ib_send_lat", "-s 2 -n 5000", 4, "usec (typical)", false),
+        ("write-lat", "ib_write_lat", "-s 2 -n 5000", 4, "usec (typical)", false),
     ];
     let mut uncalibrated = 0;
     let mut report = String::from(
@@ -186,16 +186,22 @@ fn compare(vm: &Vm, a_gid: u32, b_gid: u32) {
             // Interleaved, the order alternating: neither tool always runs first.
             let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
             for k in order {
+                // A latency test's two sides both spin: each tool's server runs on vCPU 0 and
+                // its client on vCPU 1, since where the scheduler put both on one vCPU a run
+                // measured that, not the tool. A bandwidth test's server sleeps, and rxe's
+                // kernel work needs the other vCPU: it is left to the scheduler.
+                let (pin0, pin1) =
+                    if higher { ("", "") } else { ("taskset -c 0 ", "taskset -c 1 ") };
                 let (srv, cli) = if k == 0 {
                     (
-                        format!("{tool} -d rxeA -x {a_gid} {args} -F"),
-                        format!("{tool} -d rxeB -x {b_gid} {args} -F 169.254.88.1"),
+                        format!("{pin0}{tool} -d rxeA -x {a_gid} {args} -F"),
+                        format!("{pin1}{tool} -d rxeB -x {b_gid} {args} -F 169.254.88.1"),
                     )
                 } else {
                     let p = format!("{podnet} perf {test} --provider rdma-core");
                     (
-                        format!("{p} -d rxeA -x {a_gid} {args}"),
-                        format!("{p} -d rxeB -x {b_gid} {args} 169.254.88.1"),
+                        format!("{pin0}{p} -d rxeA -x {a_gid} {args}"),
+                        format!("{pin1}{p} -d rxeB -x {b_gid} {args} 169.254.88.1"),
                     )
                 };
                 let script = format!("pair '{srv}' '{cli}'");
@@ -242,7 +248,8 @@ fn compare(vm: &Vm, a_gid: u32, b_gid: u32) {
     }
     let _ = writeln!(
         report,
-        "{runs} interleaved runs each; median [min .. max]; perftest runs repeated after an \
+        "{runs} interleaved runs each (latency: servers on vCPU 0, clients on vCPU 1); median \
+         [min .. max]; perftest runs repeated after an \
          `inf` (TSC calibration failed under TCG): {uncalibrated}"
     );
     eprintln!("{report}");
