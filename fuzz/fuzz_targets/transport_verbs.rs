@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
         let cq = ep.create_cq();
         let id = ep.memory_mut().add(1 << 16);
         let mr = ep.register_mr(pd, id, 0x10000, 1 << 16, all).unwrap();
-        let qpn = ep.create_qp(pd, qp_type, cq, cq, QpCaps { max_send_wr: 16, max_recv_wr: 16 }).unwrap();
+        let qpn = ep.create_qp(pd, qp_type, cq, cq, QpCaps { max_send_wr: 16, max_recv_wr: 16, max_inline_data: 256 }).unwrap();
         eps.push(ep);
         info.push((cq, mr, qpn));
     }
@@ -84,6 +84,8 @@ fuzz_target!(|data: &[u8]| {
                 let l = if matches!(o, SendOp::FetchAdd { .. } | SendOp::CompareSwap { .. }) { 8 } else { len };
                 let mut wr = SendWr::new(posted[i], o).sge(0x10000, l, mr.lkey);
                 wr.ud = Some(transport::UdDest { ip: ips[1 - i], qpn: info[1 - i].2, qkey: QKey(9) });
+                // Some go inline (payload taken at the post), some of them past the limit.
+                wr.inline = c & 0x40 != 0;
                 if eps[i].post_send(qpn, wr).is_ok() {
                     posted[i] += 1;
                 }
