@@ -872,13 +872,16 @@ pub fn send_lat(
                 v.record(l, || e);
             }
             received += 1;
-            qp.post_recv(recvs[slot % recvs.len()].clone())?;
             if deadline.is_some_and(|d| Instant::now() >= d) {
+                qp.post_recv(recvs[slot % recvs.len()].clone())?;
                 break 'run;
             }
             if sent < iters {
                 post(&mut sent, &mut rec)?;
             }
+            // The answer first, then the receive back in its slot: the ping-pong waits on the
+            // send, and SEND_LAT_DEPTH - 1 others are still posted for the peer's next one.
+            qp.post_recv(recvs[slot % recvs.len()].clone())?;
         }
         if received.is_multiple_of(64) && last_report.elapsed() >= Duration::from_millis(250) {
             last_report = Instant::now();
