@@ -535,7 +535,7 @@ pub fn run(
     // Busy-polled soft devices are driven by polling, also while this side waits; a real
     // device is not, and a passive side that spun would only take a core from it (perftest's
     // passive side sleeps in its side channel's read).
-    let busy_cq = (!events && ctx.driven_by_polling()).then_some(&res.cq);
+    let busy_cq = res.polls_drive.then_some(&res.cq);
     let gid = ctx.query_gid(o.gid_index)?.gid;
     let tag = o.tag();
     let local: Vec<Key> = res
