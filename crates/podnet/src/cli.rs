@@ -212,6 +212,17 @@ pub(crate) struct BurninArgs {
     pub(crate) report_dir: Option<PathBuf>,
 }
 
+/// `--publish[=DIR]`, as `podnet perf` and `podnet qualify` take it.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct PublishArg {
+    /// Leave the results for `podnet agent` to export (`podnet_bench_*`: every latency
+    /// iteration as a histogram, the bandwidth as a gauge): one JSON file per test, device,
+    /// peer and size in DIR [default DIR: /run/podnet/bench; give another as --publish=DIR].
+    #[arg(long, value_name = "DIR", num_args = 0..=1, require_equals = true,
+          default_missing_value = telemetry::bench::DEFAULT_DIR)]
+    pub(crate) publish: Option<PathBuf>,
+}
+
 /// `podnet qualify` flags.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct QualifyArgs {
@@ -232,11 +243,8 @@ pub(crate) struct QualifyArgs {
     #[arg(long, value_name = "DIR", default_value = "/sys")]
     pub(crate) sysfs_root: PathBuf,
 
-    /// Leave each performance check's result for `podnet agent` to export, as `podnet perf
-    /// --publish` does [default DIR: /run/podnet/bench; another as --publish=DIR].
-    #[arg(long, value_name = "DIR", num_args = 0..=1, require_equals = true,
-          default_missing_value = telemetry::bench::DEFAULT_DIR)]
-    pub(crate) publish: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) publish: PublishArg,
 
     /// Print the built-in plan and exit.
     #[arg(long)]
@@ -425,12 +433,8 @@ pub(crate) struct PerfArgs {
     #[arg(long)]
     pub(crate) json: bool,
 
-    /// Leave the result for `podnet agent` to export (`podnet_bench_*`: every latency
-    /// iteration as a histogram, the bandwidth as a gauge): one JSON file per test, device,
-    /// peer and size in DIR [default DIR: /run/podnet/bench; give another as --publish=DIR].
-    #[arg(long, value_name = "DIR", num_args = 0..=1, require_equals = true,
-          default_missing_value = telemetry::bench::DEFAULT_DIR)]
-    pub(crate) publish: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub(crate) publish: PublishArg,
 
     /// The IP traffic class (DSCP << 2 | ECN) of the QPs' packets.
     #[arg(long = "tclass", value_name = "TCLASS")]

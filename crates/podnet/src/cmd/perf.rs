@@ -394,7 +394,7 @@ pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
     if args.out_json {
         write_out_json(args, &opts, &p)?;
     }
-    if let Some(dir) = &args.publish {
+    if let Some(dir) = &args.publish.publish {
         // The peer is its RoCE address (its GID), not the side channel's source address.
         let rdma_peer = outcome
             .remote

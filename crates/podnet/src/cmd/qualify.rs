@@ -76,7 +76,7 @@ pub(crate) fn run(args: &QualifyArgs) -> anyhow::Result<ExitCode> {
     let mut report = qualify::run::run(&plan, &args.sysfs_root, &mut progress);
     progress.bar.finish_and_clear();
     let summary = report.summarize();
-    if let Some(dir) = &args.publish {
+    if let Some(dir) = &args.publish.publish {
         for r in &progress.records {
             telemetry::bench::publish(dir, r)?;
         }
