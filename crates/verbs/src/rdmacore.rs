@@ -327,7 +327,7 @@ impl RdmaCoreDevice {
         // SAFETY: sideway hands out the context pointer it owns; `ctx` (kept in the device)
         // keeps it open for as long as the pointer is used.
         let ctx_raw = Raw(unsafe { ctx.context() });
-        let gids = gid_table(&dev_name);
+        let gids = gid_table(ctx_raw.ptr(), &dev_name);
         let gid = match opts.gid_index {
             Some(i) => *gids.iter().find(|g| g.index == i).ok_or(Error::NoGid {
                 device: dev_name.clone(),
@@ -466,12 +466,58 @@ impl RdmaCoreDevice {
     }
 }
 
-/// The GID table of port 1, read from sysfs as `ibv_query_gid_table` does (zero GIDs left out).
-fn gid_table(dev: &str) -> Vec<GidEntry> {
-    let Some(d) = crate::sysfs::rdma_devices(std::path::Path::new("/sys"))
-        .into_iter()
-        .find(|d| d.name == dev)
-    else {
+/// The GID table of port 1 (zero GIDs left out): one `ibv_query_gid_table` (a single uverbs
+/// ioctl), or, where that is missing (a kernel before 5.9, an older libibverbs), the device's
+/// sysfs files. The ioctl matters where the table is long: rxe's has 1024 entries, a file
+/// each, and reading them took ~0.3 s per device in the QEMU guest, at every start.
+fn gid_table(ctx: *mut sys::ibv_context, dev: &str) -> Vec<GidEntry> {
+    let mut port = MaybeUninit::<sys::ibv_port_attr>::zeroed();
+    // SAFETY: the context is open (the caller's) and `port` is a writable ibv_port_attr.
+    let len = match unsafe { sys::ibv_query_port(ctx, PORT, port.as_mut_ptr()) } {
+        // SAFETY: filled by ibv_query_port.
+        0 => usize::try_from(unsafe { port.assume_init() }.gid_tbl_len).unwrap_or(0),
+        _ => 0,
+    };
+    let mut dev_attr = MaybeUninit::<sys::ibv_device_attr>::zeroed();
+    // SAFETY: the context is open and `dev_attr` is a writable ibv_device_attr.
+    let ports = match unsafe { sys::ibv_query_device(ctx, dev_attr.as_mut_ptr()) } {
+        // SAFETY: filled by ibv_query_device.
+        0 => usize::from(unsafe { dev_attr.assume_init() }.phys_port_cnt).max(1),
+        _ => 1,
+    };
+    // Room for every port's entries (the call fails with fewer), within what one ioctl
+    // attribute can carry (a 16-bit length: 2047 entries of 32 bytes); beyond it, sysfs.
+    let room = len * ports;
+    if room == 0 || room * size_of::<sys::ibv_gid_entry>() > usize::from(u16::MAX) {
+        return gid_table_sysfs(dev);
+    }
+    // SAFETY: all-zero is a valid ibv_gid_entry (integers and a byte array).
+    let mut raw = vec![unsafe { MaybeUninit::<sys::ibv_gid_entry>::zeroed().assume_init() }; room];
+    // SAFETY: the context is open and `raw` has room for `room` entries of the size passed.
+    let n = unsafe { sys::ibv_query_gid_table(ctx, raw.as_mut_ptr(), room, 0) };
+    let Ok(n) = usize::try_from(n) else { return gid_table_sysfs(dev) };
+    raw.truncate(n);
+    raw.iter()
+        .filter(|e| e.port_num == u32::from(PORT))
+        .filter_map(|e| {
+            // SAFETY: every bit pattern of the union is a valid byte array.
+            let gid = Gid(unsafe { e.gid.raw });
+            (gid.0 != [0; 16]).then_some(GidEntry {
+                index: e.gid_index as usize,
+                gid,
+                gid_type: match e.gid_type {
+                    sys::IBV_GID_TYPE_ROCE_V2 => GidType::RoceV2,
+                    sys::IBV_GID_TYPE_IB => GidType::Ib,
+                    _ => GidType::RoceV1,
+                },
+            })
+        })
+        .collect()
+}
+
+/// [`gid_table`] from sysfs, as `ibv_query_gid_table` reads it on older kernels.
+fn gid_table_sysfs(dev: &str) -> Vec<GidEntry> {
+    let Some(d) = crate::sysfs::rdma_device(std::path::Path::new("/sys"), dev) else {
         return Vec::new();
     };
     let Some(p) = d.ports.into_iter().find(|p| p.port == PORT) else { return Vec::new() };
