@@ -715,15 +715,18 @@ impl Provider for RdmaCoreDevice {
         if h == Handle::NONE {
             return self.mr_read(lkey, offset, out);
         }
+        let src = (h.get() as *const u8).wrapping_add(offset);
+        if let [b] = out {
+            // One byte is what a WRITE-latency side spins on: a single load, not a memcpy
+            // call, and a volatile one, since the device writes it behind the compiler's back.
+            // SAFETY: `h` is the region's mapping and `offset` lies inside the region (the
+            // caller's promise).
+            *b = unsafe { ptr::read_volatile(src) };
+            return Ok(());
+        }
         // SAFETY: `h` is the region's mapping and the range lies inside the region (the
         // caller's promise); the device may write concurrently, as with any RDMA buffer.
-        unsafe {
-            ptr::copy_nonoverlapping(
-                (h.get() as *const u8).add(offset),
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        };
+        unsafe { ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
         Ok(())
     }
 
@@ -737,10 +740,14 @@ impl Provider for RdmaCoreDevice {
         if h == Handle::NONE {
             return self.mr_write(lkey, offset, data);
         }
+        let dst = (h.get() as *mut u8).wrapping_add(offset);
+        if let [b] = data {
+            // SAFETY: as in mr_read_direct (a WRITE-latency side's counter byte).
+            unsafe { ptr::write_volatile(dst, *b) };
+            return Ok(());
+        }
         // SAFETY: as in mr_read_direct.
-        unsafe {
-            ptr::copy_nonoverlapping(data.as_ptr(), (h.get() as *mut u8).add(offset), data.len())
-        };
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
         Ok(())
     }
 
