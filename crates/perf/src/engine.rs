@@ -838,26 +838,28 @@ pub fn send_lat(
     let (mut sent, mut received) = (0u64, 0u64);
     let mut wc = [empty_wc(); 4];
     let mut last_report = Instant::now();
-    // The work requests, built once (as perftest's are): a post changes the id alone. With
-    // data validation each send is built as it goes (its payload is filled then).
+    // The work requests, built once (as perftest's are) and posted by reference: a post
+    // changes the id alone. With data validation each send is built as it goes (its
+    // payload is filled then).
     let recvs = (0..s.layout.slots).map(|k| recv_wr(s, 0, k)).collect::<Result<Vec<_>, _>>()?;
-    let template = send_wr(s, 0, 0, BwOp::Send, plan.size, &plan.peer, None)?;
-    let post = |sent: &mut u64, rec: &mut LatencyRecorder| -> Result<(), Error> {
+    let mut template = send_wr(s, 0, 0, BwOp::Send, plan.size, &plan.peer, None)?;
+    let mut post = |sent: &mut u64, rec: &mut LatencyRecorder| -> Result<(), Error> {
         rec.post();
-        let mut w = match plan.seeds {
-            Some(_) => send_wr(s, 0, *sent, BwOp::Send, plan.size, &plan.peer, plan.seeds)?,
-            None => {
-                let mut w = template.clone();
-                w.wr_id = wr_id(0, *sent);
-                w
+        let mut built;
+        let w = match plan.seeds {
+            Some(_) => {
+                built = send_wr(s, 0, *sent, BwOp::Send, plan.size, &plan.peer, plan.seeds)?;
+                &mut built
             }
+            None => &mut template,
         };
+        w.wr_id = wr_id(0, *sent);
         // Only every 16th send asks for a completion (the rest are freed with it, so the
         // send queue holds SIGNAL_EVERY: a NIC frees unsignaled slots only then): the
         // ping-pong waits for the peer's message, and a send completion per message would
         // wake an event-mode waiter for nothing.
         w.signaled = *sent % SIGNAL_EVERY == SIGNAL_EVERY - 1;
-        qp.post_send(w)?;
+        qp.post_send_batch(std::slice::from_ref(w))?;
         *sent += 1;
         Ok(())
     };
@@ -880,7 +882,7 @@ pub fn send_lat(
             }
             received += 1;
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                qp.post_recv(recvs[slot % recvs.len()].clone())?;
+                qp.post_recv_batch(std::slice::from_ref(&recvs[slot % recvs.len()]))?;
                 break 'run;
             }
             if sent < iters {
@@ -888,7 +890,7 @@ pub fn send_lat(
             }
             // The answer first, then the receive back in its slot: the ping-pong waits on the
             // send, and SEND_LAT_DEPTH - 1 others are still posted for the peer's next one.
-            qp.post_recv(recvs[slot % recvs.len()].clone())?;
+            qp.post_recv_batch(std::slice::from_ref(&recvs[slot % recvs.len()]))?;
         }
         if received.is_multiple_of(64) && last_report.elapsed() >= Duration::from_millis(250) {
             last_report = Instant::now();
@@ -975,9 +977,8 @@ pub fn write_lat(
                 s.mr.write(post_at + size - 1, &[(scnt + 1) as u8])?;
             }
             rec.post();
-            let mut w = template.clone();
-            w.wr_id = wr_id(0, scnt);
-            qp.post_send(w)?;
+            template.wr_id = wr_id(0, scnt);
+            qp.post_send_batch(std::slice::from_ref(&template))?;
             scnt += 1;
         }
         while ccnt < scnt && ccnt < iters {
