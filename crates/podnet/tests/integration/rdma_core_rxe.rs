@@ -169,7 +169,7 @@ fn median_and_spread(v: &mut [f64]) -> (f64, f64, f64) {
 
 fn compare(vm: &Vm, a_gid: u32, b_gid: u32) {
     let podnet = env!("CARGO_BIN_EXE_podnet");
-    let runs = 5;
+    let runs = 7;
     // (test, perftest tool, arguments, result column, unit, higher is better)
     let cases = [
         ("write-bw", "ib_write_bw", "-s 65536 -n 500", 3, "MB/s", true),
@@ -241,7 +241,7 @@ fn compare(vm: &Vm, a_gid: u32, b_gid: u32) {
         let _ = writeln!(
             report,
             "{test:<10} {args:<18} perftest {pt_med:>9.2} [{pt_lo:.2} .. {pt_hi:.2}]  podnet {pn_med:>9.2} \
-             [{pn_lo:.2} .. {pn_hi:.2}] {unit}  podnet/perftest {ratio:.2} ({target}: {})",
+             [{pn_lo:.2} .. {pn_hi:.2}] {unit}  podnet/perftest {ratio:.3} ({target}: {})",
             if met { "met" } else { "MISSED" }
         );
         assert!(pt_med > 0.0 && pn_med > 0.0, "{report}");
