@@ -233,10 +233,17 @@ fn state_from_ibv(s: u32) -> QpState {
     }
 }
 
+// Both conversions run for every completion polled. A compare for the common case and a
+// table load keep them free of the jump tables a `match` over many values compiles to: an
+// indirect jump is a hash lookup under QEMU's TCG (where the rxe tests run), and the two
+// took ~0.25 us of each poll there.
+#[inline]
 fn status_from_ibv(s: u32) -> WcStatus {
     use sys::ibv_wc_status::*;
+    if s == IBV_WC_SUCCESS {
+        return WcStatus::Success;
+    }
     match s {
-        IBV_WC_SUCCESS => WcStatus::Success,
         IBV_WC_LOC_LEN_ERR => WcStatus::LocLenErr,
         IBV_WC_LOC_QP_OP_ERR => WcStatus::LocQpOpErr,
         IBV_WC_LOC_PROT_ERR => WcStatus::LocProtErr,
@@ -254,17 +261,25 @@ fn status_from_ibv(s: u32) -> WcStatus {
     }
 }
 
+#[inline]
 fn opcode_from_ibv(o: u32) -> WcOpcode {
     use sys::ibv_wc_opcode::*;
-    match o {
-        IBV_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
-        IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
-        IBV_WC_COMP_SWAP => WcOpcode::CompSwap,
-        IBV_WC_FETCH_ADD => WcOpcode::FetchAdd,
-        IBV_WC_RECV => WcOpcode::Recv,
-        IBV_WC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
-        // IBV_WC_SEND, and the undefined opcode of some error completions.
-        _ => WcOpcode::Send,
+    // Send-side opcodes by value (IBV_WC_SEND 0 … IBV_WC_FETCH_ADD 4, IBV_WC_BIND_MW 5).
+    const SEND_SIDE: [WcOpcode; 6] = [
+        WcOpcode::Send,
+        WcOpcode::RdmaWrite,
+        WcOpcode::RdmaRead,
+        WcOpcode::CompSwap,
+        WcOpcode::FetchAdd,
+        WcOpcode::Send,
+    ];
+    if o == IBV_WC_RECV {
+        WcOpcode::Recv
+    } else if o == IBV_WC_RECV_RDMA_WITH_IMM {
+        WcOpcode::RecvRdmaWithImm
+    } else {
+        // The undefined opcode of some error completions reads as a SEND.
+        SEND_SIDE.get(o as usize).copied().unwrap_or(WcOpcode::Send)
     }
 }
 
