@@ -1241,7 +1241,7 @@ impl RdmaCoreDevice {
         {
             let mut sges = [sys::ibv_sge { addr: 0, length: 0, lkey: 0 }; FEW_SGES];
             for (d, s) in sges.iter_mut().zip(&wr.sgl) {
-                *d = sys::ibv_sge { addr: s.addr, length: s.length, lkey: s.lkey };
+                *d = raw_sge(s);
             }
             let mut r = raw_send_wr(wr, ud, ah)?;
             r.num_sge = wr.sgl.len() as i32;
@@ -1408,7 +1408,12 @@ unsafe fn poll_raw(cq: *mut sys::ibv_cq, out: &mut [WorkCompletion]) -> usize {
 
 /// Every scatter/gather element of `sgls`, in order, as libibverbs takes them.
 fn raw_sges<'a>(sgls: impl Iterator<Item = &'a transport::Sgl>) -> SmallVec<[sys::ibv_sge; 4]> {
-    sgls.flatten().map(|s| sys::ibv_sge { addr: s.addr, length: s.length, lkey: s.lkey }).collect()
+    sgls.flatten().map(raw_sge).collect()
+}
+
+/// One scatter/gather element as libibverbs takes it.
+fn raw_sge(s: &transport::Sge) -> sys::ibv_sge {
+    sys::ibv_sge { addr: s.addr, length: s.length, lkey: s.lkey }
 }
 
 /// Builds the `ibv_recv_wr` chain of `wrs` and calls `post` with its head.
