@@ -235,14 +235,13 @@ fn compare(vm: &Vm, a_gid: u32, b_gid: u32) {
         let [mut pt, mut pn] = got;
         // Every run in the order run (run i of each tool ran back to back), so a stretch
         // where the host was busy shows as such rather than only as a wide spread.
-        let in_order = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>();
-        let paired: Vec<String> =
-            pn.iter().zip(&pt).map(|(n, t)| format!("{:.2}", n / t)).collect();
+        let list = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ");
+        let paired: Vec<f64> = pn.iter().zip(&pt).map(|(n, t)| n / t).collect();
         let runs_line = format!(
-            "           runs in order: perftest {:?}, podnet {:?}, podnet/perftest {:?}",
-            in_order(&pt),
-            in_order(&pn),
-            paired
+            "           runs in order: perftest [{}], podnet [{}], podnet/perftest [{}]",
+            list(&pt),
+            list(&pn),
+            list(&paired)
         );
         let (pt_med, pt_lo, pt_hi) = median_and_spread(&mut pt);
         let (pn_med, pn_lo, pn_hi) = median_and_spread(&mut pn);
@@ -255,7 +254,7 @@ fn compare(vm: &Vm, a_gid: u32, b_gid: u32) {
              [{pn_lo:.2} .. {pn_hi:.2}] {unit}  podnet/perftest {ratio:.3} ({target}: {})",
             if met { "met" } else { "MISSED" }
         );
-        let _ = writeln!(report, "{}", runs_line.replace('"', ""));
+        let _ = writeln!(report, "{runs_line}");
         assert!(pt_med > 0.0 && pn_med > 0.0, "{report}");
     }
     let _ = writeln!(
