@@ -139,6 +139,14 @@ fn run_one(
     Some((v, what))
 }
 
+/// Runs allowed per case without loss, where only the teardown race can take the last ACK.
+const CLEAN_ATTEMPTS: u32 = 3;
+/// Runs allowed per case under 5 % loss: there the last ACK is also dropped (one run in
+/// twenty, by the drop rule alone), and ibv_rc_pingpong has exited before podnet retransmits,
+/// so nothing answers. One CI run met it twice in a row; six in a row, even at one run in
+/// five, happen about once in 15,000.
+const LOSSY_ATTEMPTS: u32 = 6;
+
 #[test]
 fn pingpong_interoperates_with_rxe() {
     let t0 = Instant::now();
@@ -160,14 +168,14 @@ fn pingpong_interoperates_with_rxe() {
             for podnet_serves in [true, false] {
                 let mut before = vm.rxe_counters("rxe_eth").unwrap();
                 let t = Instant::now();
-                let (v, what) = match run_one(&vm, gid, v6, size, podnet_serves, iters) {
-                    Some(r) => r,
-                    None => {
-                        before = vm.rxe_counters("rxe_eth").unwrap();
+                let (v, what) = (1..=CLEAN_ATTEMPTS)
+                    .find_map(|attempt| {
+                        if attempt > 1 {
+                            before = vm.rxe_counters("rxe_eth").unwrap();
+                        }
                         run_one(&vm, gid, v6, size, podnet_serves, iters)
-                            .expect("the teardown race twice in a row")
-                    }
-                };
+                    })
+                    .unwrap_or_else(|| panic!("the teardown race {CLEAN_ATTEMPTS} times in a row"));
                 let after = vm.rxe_counters("rxe_eth").unwrap();
                 let c = &v["counters"];
                 let sent = c["sent_pkts"].as_u64().unwrap();
@@ -215,9 +223,9 @@ fn pingpong_interoperates_with_rxe() {
         [(false, 65536, true), (false, 4096, false), (true, 65536, false), (true, 4096, true)]
     {
         let gid = if v6 { rxe.eth.gid6 } else { rxe.eth.gid4 };
-        let (v, what) = run_one(&vm, gid, v6, size, podnet_serves, iters)
-            .or_else(|| run_one(&vm, gid, v6, size, podnet_serves, iters))
-            .expect("the teardown race twice in a row");
+        let (v, what) = (0..LOSSY_ATTEMPTS)
+            .find_map(|_| run_one(&vm, gid, v6, size, podnet_serves, iters))
+            .unwrap_or_else(|| panic!("the last ACK lost {LOSSY_ATTEMPTS} times in a row"));
         let r = v["counters"]["retransmitted_pkts"].as_u64().unwrap();
         eprintln!("{what} under 5% loss: podnet retransmitted {r}");
         podnet_retrans += r;
