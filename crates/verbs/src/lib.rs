@@ -704,6 +704,15 @@ impl MemoryRegion {
         unsafe { self.dev.mr_read_direct(self.info.lkey, self.h, offset, out) }
     }
 
+    /// Reads the byte at `offset` up to `spins` times until it is `want`; whether it was.
+    /// How a WRITE-latency side waits for its peer's write to land: a tight loop on the
+    /// region's memory where the provider maps it (rdma-core), region reads otherwise.
+    pub fn watch_byte(&self, offset: usize, want: u8, spins: u32) -> Result<bool> {
+        self.check(offset, 1)?;
+        // SAFETY: as in `read`.
+        unsafe { self.dev.mr_watch_byte_direct(self.info.lkey, self.h, offset, want, spins) }
+    }
+
     /// Copies `data` into the region at `offset`.
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check(offset, data.len())?;

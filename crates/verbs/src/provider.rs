@@ -181,6 +181,29 @@ pub trait Provider: Send + Sync + fmt::Debug {
         let _ = h;
         self.mr_write(lkey, offset, data)
     }
+    /// Reads the byte at `offset` up to `spins` times until it is `want` (a WRITE-latency
+    /// side waiting for its peer's counter); whether it was.
+    ///
+    /// # Safety
+    /// As for [`Provider::mr_read_direct`], `offset` within the region.
+    unsafe fn mr_watch_byte_direct(
+        &self,
+        lkey: u32,
+        h: Handle,
+        offset: usize,
+        want: u8,
+        spins: u32,
+    ) -> Result<bool> {
+        let mut b = [0u8; 1];
+        for _ in 0..spins {
+            // SAFETY: the caller's promise, passed on.
+            unsafe { self.mr_read_direct(lkey, h, offset, &mut b)? };
+            if b[0] == want {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
     /// Waits for an asynchronous event.
     fn get_async_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent>;
     /// The device's counters.

@@ -745,6 +745,38 @@ impl Provider for RdmaCoreDevice {
         Ok(())
     }
 
+    unsafe fn mr_watch_byte_direct(
+        &self,
+        lkey: u32,
+        h: Handle,
+        offset: usize,
+        want: u8,
+        spins: u32,
+    ) -> Result<bool> {
+        if h == Handle::NONE {
+            let mut b = [0u8; 1];
+            for _ in 0..spins {
+                self.mr_read(lkey, offset, &mut b)?;
+                if b[0] == want {
+                    return Ok(true);
+                }
+            }
+            return Ok(false);
+        }
+        let at = (h.get() as *const u8).wrapping_add(offset);
+        // A loop of one load and one compare, as perftest's `while (*poll_buf != rcnt)`: under
+        // TCG it runs as one translated block chained to itself, where a call per read leaves
+        // it for a lookup at every return.
+        for _ in 0..spins {
+            // SAFETY: `h` is the region's mapping and `offset` lies inside it (the caller's
+            // promise); volatile, since the device writes it behind the compiler's back.
+            if unsafe { ptr::read_volatile(at) } == want {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     unsafe fn mr_write_direct(
         &self,
         lkey: u32,

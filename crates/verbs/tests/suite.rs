@@ -230,6 +230,25 @@ fn rc_carries_every_operation() {
     assert_eq!((fetched(&a), at_b(&b)), (99, 99), "a failed compare must not swap");
 }
 
+/// A WRITE's arrival seen by watching its last byte (how a WRITE-latency side waits): not
+/// there before the WRITE, there after it; a byte outside the region is an error.
+#[test]
+fn a_write_lands_where_watch_byte_sees_it() {
+    let (a, b) = rc_pair(ALL);
+    assert!(!b.mr.watch_byte(8199, 0x5a, 1000).unwrap(), "nothing written yet");
+    assert!(matches!(b.mr.watch_byte(1 << 16, 0, 1), Err(Error::OutOfBounds { .. })));
+    a.mr.write(0, &[1, 2, 3, 4, 5, 6, 7, 0x5a]).unwrap();
+    let (addr, rkey) = b.remote(8192);
+    a.send(1, SendOp::Write { remote_addr: addr, rkey }, 0, 8);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !b.mr.watch_byte(8199, 0x5a, 1 << 16).unwrap() {
+        assert!(Instant::now() < deadline, "the WRITE never landed");
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    ok(a.wc(), WcOpcode::RdmaWrite);
+    assert_eq!(b.mr.to_vec(8192, 8).unwrap(), [1, 2, 3, 4, 5, 6, 7, 0x5a]);
+}
+
 /// Inline SEND and WRITE (`IBV_SEND_INLINE`): the payload is taken at the post, so the
 /// buffer may change at once; past `max_inline_data` the post is refused; a
 /// `max_inline_data` beyond the device's is refused when the QP is created.
