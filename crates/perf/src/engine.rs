@@ -18,7 +18,7 @@ use verbs::{
     UdDest, WcOpcode, WcStatus, WorkCompletion, empty_wc,
 };
 
-use crate::stats::{Bandwidth, Latency, LatencyBuckets, LatencyRecorder};
+use crate::stats::{Bandwidth, Latency, LatencyBuckets, LatencyRecorder, ticks};
 
 /// Why a measurement stopped.
 #[derive(Debug, thiserror::Error)]
@@ -309,15 +309,47 @@ fn split(id: u64) -> (usize, u64) {
     (((id & !RECV_BIT) >> QP_SHIFT) as usize, id & SEQ_MASK)
 }
 
-/// A busy-polling loop reads the OS clock (for its deadline and stall limit) once per this
-/// many empty polls, so a completion that is already there or comes soon costs no clock read
-/// at all. The clock is a system call where the kernel's clocksource is not the TSC (HPET in
-/// VMs: ~3 µs in the QEMU guest), and one that lands while the awaited completion arrives
-/// delays the loop's answer by as much. A poll costs well under a microsecond (~0.3 µs on rxe
-/// in the emulated guest), so the limits are still checked about every millisecond or
-/// sooner. (Every 64 polls, as before, was ~0.6 clock reads per SEND-latency message on rxe:
-/// 2,935 `clock_gettime` calls in 5,000, under strace.)
-const CLOCK_EVERY: u32 = 1024;
+/// A busy-polling loop looks at the tick counter (the TSC) once per this many empty polls,
+/// and reads the OS clock (for its deadline and stall limit) only once it has spun for
+/// [`CLOCK_TICKS`] ticks, and then once per as many: a completion that is already there or
+/// comes soon costs no clock read at all. The OS clock is a system call where the kernel's
+/// clocksource is not the TSC (HPET in VMs: ~3.4 µs in the QEMU guest, and it takes QEMU's
+/// global lock), and one that lands while the awaited completion arrives delays the answer by
+/// as much. Counting polls alone was not enough: how long a poll takes varies a hundredfold
+/// (a load of one byte, an `ibv_poll_cq`). On rxe in the guest, 8,000 iterations: WRITE
+/// latency made 4,065 `clock_gettime` calls with a clock read per 1,024 polls, 116,439 with
+/// its byte watch a tight loop, and 246 with this gate; SEND latency 2,151, then 586.
+const CLOCK_EVERY: u32 = 64;
+
+/// TSC ticks between a busy loop's OS clock reads: 2^21, 0.4–2 ms at 1–5 GHz.
+const CLOCK_TICKS: u64 = 1 << 21;
+
+/// Reads of the watched byte between looks at the tick counter in WRITE latency's wait.
+const WATCH_SPINS: u32 = 1024;
+
+/// When a busy loop reads the OS clock: [`ClockGate::due`] once [`CLOCK_TICKS`] ticks have
+/// passed since its first look, and every [`CLOCK_TICKS`] after.
+#[derive(Default)]
+struct ClockGate {
+    next: Option<u64>,
+}
+
+impl ClockGate {
+    fn due(&mut self) -> bool {
+        let t = ticks();
+        match self.next {
+            Some(n) if t < n => false,
+            Some(_) => {
+                self.next = Some(t + CLOCK_TICKS);
+                true
+            }
+            None => {
+                self.next = Some(t + CLOCK_TICKS);
+                false
+            }
+        }
+    }
+}
 
 /// Waits for completions: polling, or on the side's channel. Returns 0 when `until` passes
 /// first; fails after the side's stall limit without one.
@@ -328,6 +360,7 @@ fn wait_wc(
 ) -> Result<usize, Error> {
     let mut t0 = None::<Instant>;
     let mut spins = 0u32;
+    let mut gate = ClockGate::default();
     loop {
         let n = try_wc(s, out)?;
         if n > 0 {
@@ -338,7 +371,7 @@ fn wait_wc(
         // read of the CQ's memory already, and under TCG a PAUSE leaves the translated code
         // and takes QEMU's global lock — 0.27 µs each in the guest (0.3–0.5 µs with both
         // vCPUs pausing), a third of a SEND-latency client's profile samples.
-        if s.channel.is_none() && !spins.is_multiple_of(CLOCK_EVERY) {
+        if s.channel.is_none() && !(spins.is_multiple_of(CLOCK_EVERY) && gate.due()) {
             continue;
         }
         let now = Instant::now();
@@ -940,24 +973,30 @@ pub fn write_lat(
             let want = (rcnt + 1) as u8;
             let mut t0 = None::<Instant>;
             let mut spins = 0u32;
+            let mut gate = ClockGate::default();
             loop {
-                let mut b = [0u8; 1];
-                s.mr.read(poll_at, &mut b)?;
-                if b[0] == want {
-                    break;
-                }
-                // Polling the CQ is what drives a busy-polled soft device.
                 if s.polls_drive {
+                    // Polling the CQ is what drives a busy-polled soft device: a read, a poll.
+                    let mut b = [0u8; 1];
+                    s.mr.read(poll_at, &mut b)?;
+                    if b[0] == want {
+                        break;
+                    }
                     ccnt += try_wc(s, &mut wc)? as u64;
+                    spins += 1;
+                    if !(spins.is_multiple_of(CLOCK_EVERY) && gate.due()) {
+                        continue;
+                    }
+                } else if s.mr.watch_byte(poll_at, want, WATCH_SPINS)? {
+                    break;
+                } else if !gate.due() {
+                    continue;
                 }
-                spins += 1;
-                if spins.is_multiple_of(CLOCK_EVERY) {
-                    if past(deadline) {
-                        break 'run;
-                    }
-                    if t0.get_or_insert_with(Instant::now).elapsed() > s.stall {
-                        return Err(Error::Stalled(s.stall));
-                    }
+                if past(deadline) {
+                    break 'run;
+                }
+                if t0.get_or_insert_with(Instant::now).elapsed() > s.stall {
+                    return Err(Error::Stalled(s.stall));
                 }
             }
             if let Some(sd) = plan.seeds
@@ -1032,4 +1071,24 @@ pub fn one_sided_lat(
     let mut latency = rec.finish().ok_or(Error::Empty)?;
     latency.iters = i;
     Ok(LatOutcome { latency, buckets: rec.buckets(), completed: i, validation: v })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clock_gate_opens_after_its_ticks_and_not_before() {
+        let mut g = ClockGate::default();
+        let t0 = ticks();
+        assert!(!g.due(), "the first look starts the interval");
+        let mut looks = 0u64;
+        while !g.due() {
+            looks += 1;
+        }
+        let waited = ticks() - t0;
+        assert!(waited >= CLOCK_TICKS, "opened after {waited} ticks");
+        assert!(looks > 0);
+        assert!(!g.due(), "closed again at once");
+    }
 }
