@@ -367,12 +367,13 @@ pub(crate) struct PerfArgs {
     pub(crate) qp_timeout: u8,
 
     /// SENDs and WRITEs up to this many bytes go inline (IBV_SEND_INLINE: copied into the
-    /// work request at the post, no DMA read of the payload). perftest's `-I`; it defaults
-    /// to 220 (WRITE) or 236 (SEND) bytes for latency tests on the NICs it knows and to 0
-    /// elsewhere (rxe): give the same -I to compare like with like.
-    #[arg(short = 'I', long = "inline_size", value_name = "BYTES", default_value_t = 0,
+    /// work request at the post, no DMA read of the payload). perftest's `-I` [default:
+    /// perftest's — for the SEND and WRITE latency tests on the NICs it knows, 220 (WRITE),
+    /// 236 (SEND) or 188 (SEND over UD) bytes on mlx4/mlx5, its own figure on bnxt_re, efa,
+    /// erdma, hns, qedr and irdma; 0 for the other tests and on rxe, siw and soft devices].
+    #[arg(short = 'I', long = "inline_size", value_name = "BYTES",
           value_parser = clap::value_parser!(u32).range(0..=1024))]
-    pub(crate) inline_size: u32,
+    pub(crate) inline_size: Option<u32>,
 
     /// Operations in flight per QP [default: 128 for bandwidth, 1 for latency].
     #[arg(short = 't', long = "tx-depth")]

@@ -82,7 +82,7 @@ fn options(a: &PerfArgs) -> anyhow::Result<(Options, bool)> {
     o.gid_index = a.gid_index.unwrap_or(0);
     o.traffic_class = a.tclass;
     o.qp_timeout = a.qp_timeout;
-    o.inline_size = a.inline_size as usize;
+    o.inline_size = a.inline_size.unwrap_or(0) as usize;
     o.validate = a.data_validation;
     o.atomic = if a.atomic_type == "CMP_AND_SWAP" { BwOp::CompareSwap } else { BwOp::FetchAdd };
     let stall = match a.timeout {
@@ -357,6 +357,14 @@ pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
         &args.dev,
         &ContextOptions { progress, udp_offload, gid_index: args.gid_index, ..Default::default() },
     )?;
+    if args.inline_size.is_none() && ctx.provider_name() == "rdma-core" {
+        // perftest's default for this NIC, so the two compare like with like without -I.
+        if let Some(d) = verbs::sysfs::rdma_device(std::path::Path::new("/sys"), &ctx.device_name())
+        {
+            opts.inline_size =
+                perf::session::perftest_default_inline(opts.test, opts.connection, &d.provider);
+        }
+    }
     opts.gid_index = args.gid_index.unwrap_or(ctx.gid_index());
     ctx.query_gid(opts.gid_index)?; // a -x the device does not have fails before any peer is involved
     let role = if args.server.is_some() { Role::Client } else { Role::Server };
