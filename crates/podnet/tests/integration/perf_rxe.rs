@@ -148,6 +148,10 @@ fn perf_interoperates_with_perftest() {
                     if podnet_serves && row[3] <= 0.0 {
                         eprintln!("{what}: perftest's client reported {:?}:\n{}", row, r.guest);
                     }
+                } else if r.guest.contains("Correlation coefficient r^2") {
+                    // perftest's TSC calibration failed (get_clock.c: r^2 < 0.9 under TCG)
+                    // and it printed 0.00 for what it measured: its figure, not podnet's.
+                    eprintln!("{what}: perftest could not calibrate its clock: {row:?}");
                 } else {
                     assert!(row[3] > 0.0, "{what}: {}", r.guest);
                 }
