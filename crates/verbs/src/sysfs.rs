@@ -112,17 +112,28 @@ pub fn rdma_device(sys: &Path, name: &str) -> Option<DeviceInfo> {
     dir.is_dir().then(|| device(sys, &dir, name.to_string()))
 }
 
-fn device(sys: &Path, dir: &Path, name: String) -> DeviceInfo {
-    let parent = read(&dir.join("parent"));
+/// The provider of the RDMA device `name` under `sys` ([`DeviceInfo::provider`]), from its
+/// driver link alone: without the ports and GID tables [`rdma_device`] reads.
+pub fn rdma_provider(sys: &Path, name: &str) -> Option<String> {
+    let dir = sys.join("class/infiniband").join(name);
+    dir.is_dir().then(|| provider(&dir, name, read(&dir.join("parent")).is_some()))
+}
+
+fn provider(dir: &Path, name: &str, has_parent: bool) -> String {
     let driver = fs::read_link(dir.join("device/driver"))
         .ok()
         .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()));
-    let provider = match (&driver, &parent) {
-        (Some(d), _) => d.clone(),
-        (None, Some(_)) if name.starts_with("siw") => "siw".into(),
-        (None, Some(_)) => "rxe".into(),
-        (None, None) => "unknown".into(),
-    };
+    match driver {
+        Some(d) => d,
+        None if has_parent && name.starts_with("siw") => "siw".into(),
+        None if has_parent => "rxe".into(),
+        None => "unknown".into(),
+    }
+}
+
+fn device(sys: &Path, dir: &Path, name: String) -> DeviceInfo {
+    let parent = read(&dir.join("parent"));
+    let provider = provider(dir, &name, parent.is_some());
     let mut ports: Vec<u8> = fs::read_dir(dir.join("ports"))
         .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect::<Vec<u8>>())
         .unwrap_or_default();
@@ -333,5 +344,20 @@ mod tests {
             (m(1500), m(9000), m(65536), m(1100), m(300)),
             (Some(1024), Some(4096), Some(4096), Some(512), None)
         );
+    }
+
+    #[test]
+    fn the_provider_alone_agrees_with_the_whole_device() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/telemetry");
+        let mut seen = 0;
+        for fixture in ["mlx5", "rxe", "bnxt_re", "broken"] {
+            let sys = root.join(fixture).join("sys");
+            for d in rdma_devices(&sys) {
+                assert_eq!(rdma_provider(&sys, &d.name).as_deref(), Some(d.provider.as_str()));
+                seen += 1;
+            }
+        }
+        assert!(seen >= 6, "{seen} fixture devices");
+        assert_eq!(rdma_provider(&root.join("rxe/sys"), "mlx5_0"), None);
     }
 }

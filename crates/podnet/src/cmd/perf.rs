@@ -359,10 +359,12 @@ pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
     )?;
     if args.inline_size.is_none() && ctx.provider_name() == "rdma-core" {
         // perftest's default for this NIC, so the two compare like with like without -I.
-        if let Some(d) = verbs::sysfs::rdma_device(std::path::Path::new("/sys"), &ctx.device_name())
+        // The driver link alone: the GID tables `rdma_device` would read are a slow start.
+        if let Some(driver) =
+            verbs::sysfs::rdma_provider(std::path::Path::new("/sys"), &ctx.device_name())
         {
             opts.inline_size =
-                perf::session::perftest_default_inline(opts.test, opts.connection, &d.provider);
+                perf::session::perftest_default_inline(opts.test, opts.connection, &driver);
         }
     }
     opts.gid_index = args.gid_index.unwrap_or(ctx.gid_index());
