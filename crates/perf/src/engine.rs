@@ -332,9 +332,16 @@ const WATCH_SPINS: u32 = 1024;
 #[derive(Default)]
 struct ClockGate {
     next: Option<u64>,
+    polls: u32,
 }
 
 impl ClockGate {
+    /// After one more empty poll: [`ClockGate::due`], looked at every [`CLOCK_EVERY`] polls.
+    fn due_after_poll(&mut self) -> bool {
+        self.polls = self.polls.wrapping_add(1);
+        self.polls.is_multiple_of(CLOCK_EVERY) && self.due()
+    }
+
     fn due(&mut self) -> bool {
         let t = ticks();
         match self.next {
@@ -359,19 +366,17 @@ fn wait_wc(
     until: Option<Instant>,
 ) -> Result<usize, Error> {
     let mut t0 = None::<Instant>;
-    let mut spins = 0u32;
     let mut gate = ClockGate::default();
     loop {
         let n = try_wc(s, out)?;
         if n > 0 {
             return Ok(n);
         }
-        spins += 1;
         // No PAUSE (`spin_loop`) between polls, as perftest's loops have none: a poll is a
         // read of the CQ's memory already, and under TCG a PAUSE leaves the translated code
         // and takes QEMU's global lock — 0.27 µs each in the guest (0.3–0.5 µs with both
         // vCPUs pausing), a third of a SEND-latency client's profile samples.
-        if s.channel.is_none() && !(spins.is_multiple_of(CLOCK_EVERY) && gate.due()) {
+        if s.channel.is_none() && !gate.due_after_poll() {
             continue;
         }
         let now = Instant::now();
@@ -972,7 +977,6 @@ pub fn write_lat(
             // Wait for the peer's write number rcnt: its last byte turns rcnt + 1.
             let want = (rcnt + 1) as u8;
             let mut t0 = None::<Instant>;
-            let mut spins = 0u32;
             let mut gate = ClockGate::default();
             loop {
                 if s.polls_drive {
@@ -983,8 +987,7 @@ pub fn write_lat(
                         break;
                     }
                     ccnt += try_wc(s, &mut wc)? as u64;
-                    spins += 1;
-                    if !(spins.is_multiple_of(CLOCK_EVERY) && gate.due()) {
+                    if !gate.due_after_poll() {
                         continue;
                     }
                 } else if s.mr.watch_byte(poll_at, want, WATCH_SPINS)? {
@@ -1057,9 +1060,7 @@ pub fn one_sided_lat(
     // running up to a gate interval over costs nothing. The two-sided loops look every
     // iteration: there the side that stops late would post to a peer that has gone.
     let mut run_clock = ClockGate::default();
-    while i < iters
-        && !(deadline.is_some() && run_clock.due() && deadline.is_some_and(|d| Instant::now() >= d))
-    {
+    while i < iters && !deadline.is_some_and(|d| run_clock.due() && Instant::now() >= d) {
         rec.post();
         s.qps[0].post_send(send_wr(s, 0, i, op, size, &plan.peer, plan.seeds)?)?;
         next_wc(s, &mut wc)?;
@@ -1097,5 +1098,11 @@ mod tests {
         assert!(waited >= CLOCK_TICKS, "opened after {waited} ticks");
         assert!(looks > 0);
         assert!(!g.due(), "closed again at once");
+        // Counting polls: the tick counter is looked at only every CLOCK_EVERY of them.
+        let mut g = ClockGate::default();
+        assert!((1..CLOCK_EVERY).all(|_| !g.due_after_poll()));
+        assert_eq!(g.next, None, "no look at the ticks before the CLOCK_EVERY-th poll");
+        assert!(!g.due_after_poll(), "the first look starts the interval");
+        assert!(g.next.is_some());
     }
 }
