@@ -731,14 +731,6 @@ impl Provider for RdmaCoreDevice {
             return self.mr_read(lkey, offset, out);
         }
         let src = (h.get() as *const u8).wrapping_add(offset);
-        if let [b] = out {
-            // One byte is what a WRITE-latency side spins on: a single load, not a memcpy
-            // call, and a volatile one, since the device writes it behind the compiler's back.
-            // SAFETY: `h` is the region's mapping and `offset` lies inside the region (the
-            // caller's promise).
-            *b = unsafe { ptr::read_volatile(src) };
-            return Ok(());
-        }
         // SAFETY: `h` is the region's mapping and the range lies inside the region (the
         // caller's promise); the device may write concurrently, as with any RDMA buffer.
         unsafe { ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
