@@ -8,7 +8,9 @@ use transport::{
     WorkCompletion,
 };
 
-use crate::{AsyncEvent, GidEntry, PortAttr, QpSpec, Result};
+use crate::{
+    AsyncEvent, GidEntry, PortAttr, PreparedRaw, PreparedRecv, PreparedSend, QpSpec, Result,
+};
 
 /// A provider's direct reference to one of its objects (for rdma-core, the libibverbs
 /// pointer), for the hot paths: posting, polling and region access then need no lookup by
@@ -180,6 +182,35 @@ pub trait Provider: Send + Sync + fmt::Debug {
     ) -> Result<()> {
         let _ = h;
         self.mr_write(lkey, offset, data)
+    }
+    /// A send work request in this provider's own form, for
+    /// [`Provider::post_prepared_send`]; `None` where it keeps none (the request is then
+    /// posted as it is).
+    fn prepare_send(&self, wr: &SendWr) -> Result<Option<PreparedRaw>> {
+        let _ = wr;
+        Ok(None)
+    }
+    /// A receive work request in this provider's own form, as [`Provider::prepare_send`].
+    fn prepare_recv(&self, wr: &RecvWr) -> Result<Option<PreparedRaw>> {
+        let _ = wr;
+        Ok(None)
+    }
+    /// Posts a prepared send on the QP `qpn` (through its handle): its own form where it has
+    /// one, with the request's current id and signaled flag.
+    ///
+    /// # Safety
+    /// As for [`Provider::post_send_direct`].
+    unsafe fn post_prepared_send(&self, qpn: Qpn, h: Handle, p: &mut PreparedSend) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.post_send_direct(qpn, h, std::slice::from_ref(p.wr())) }
+    }
+    /// Posts a prepared receive on the QP `qpn`, as [`Provider::post_prepared_send`].
+    ///
+    /// # Safety
+    /// As for [`Provider::post_send_direct`].
+    unsafe fn post_prepared_recv(&self, qpn: Qpn, h: Handle, p: &mut PreparedRecv) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.post_recv_direct(qpn, h, std::slice::from_ref(p.wr())) }
     }
     /// Reads the byte at `offset` up to `spins` times until it is `want` (a WRITE-latency
     /// side waiting for its peer's counter); whether it was.

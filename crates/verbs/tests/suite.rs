@@ -285,6 +285,44 @@ fn inline_sends_take_their_payload_at_the_post() {
     assert!(a.pd.create_qp(&QpInit { caps: big, ..QpInit::new(QpType::Rc, &a.cq) }).is_err());
 }
 
+/// A prepared send and receive (the latency loops' posts) post again and again with only
+/// their ids and signaled flags changed: each completion carries the id of its post, an
+/// unsignaled send gives none, and a QP not ready refuses a prepared send as a plain one.
+#[test]
+fn prepared_work_requests_post_again_with_new_ids() {
+    let (a, b) = rc_pair(ALL);
+    let sgl = |s: &Side, offset, len| -> verbs::Sgl { vec![s.mr.sge(offset, len).unwrap()].into() };
+    let mut recv = b.qp.prepare_recv(RecvWr { sgl: sgl(&b, 0, 64), ..RecvWr::new(0) }).unwrap();
+    let send = SendWr { sgl: sgl(&a, 0, 8), ..SendWr::new(0, SendOp::Send) };
+    let mut send = a.qp.prepare_send(send).unwrap();
+    let (remote_addr, rkey) = b.remote(8192);
+    let write =
+        SendWr { sgl: sgl(&a, 0, 8), ..SendWr::new(0, SendOp::Write { remote_addr, rkey }) };
+    let mut write = a.qp.prepare_send(write).unwrap();
+    for k in 0..5u64 {
+        recv.set_wr_id(100 + k);
+        b.qp.post_prepared_recv(&mut recv).unwrap();
+        a.mr.write(0, &[k as u8; 8]).unwrap();
+        send.set_wr_id(200 + k);
+        send.set_signaled(k % 2 == 0);
+        a.qp.post_prepared_send(&mut send).unwrap();
+        let wc = ok(b.wc(), WcOpcode::Recv);
+        assert_eq!((wc.wr_id, wc.byte_len), (100 + k, 8));
+        assert_eq!(b.mr.to_vec(0, 8).unwrap(), [k as u8; 8], "message {k}");
+        if k % 2 == 0 {
+            assert_eq!(ok(a.wc(), WcOpcode::Send).wr_id, 200 + k);
+        }
+    }
+    write.set_wr_id(300);
+    a.qp.post_prepared_send(&mut write).unwrap();
+    // Sends 201 and 203 were unsignaled: the next completion is the WRITE's.
+    assert_eq!(ok(a.wc(), WcOpcode::RdmaWrite).wr_id, 300);
+    assert_eq!(b.mr.to_vec(8192, 8).unwrap(), [4u8; 8]);
+    let c = Side::new(&a.ctx, QpType::Rc, 4096, ALL);
+    let mut early = c.qp.prepare_send(SendWr::new(1, SendOp::Send)).unwrap();
+    assert!(c.qp.post_prepared_send(&mut early).is_err(), "a QP in Init posts nothing");
+}
+
 #[test]
 fn uc_carries_send_write_and_write_with_immediate() {
     let (ca, cb) = devices();
