@@ -410,6 +410,7 @@ fn next_wc(s: &Side<'_>, out: &mut [WorkCompletion]) -> Result<usize, Error> {
 }
 
 /// Polls once without waiting (for loops that must also watch memory or a clock).
+#[inline]
 fn try_wc(s: &Side<'_>, out: &mut [WorkCompletion]) -> Result<usize, Error> {
     let n = s.cq.poll(out);
     for wc in &out[..n] {
@@ -879,28 +880,30 @@ pub fn send_lat(
     let (mut sent, mut received) = (0u64, 0u64);
     let mut wc = [empty_wc(); 4];
     let mut last_report = Instant::now();
-    // The work requests, built once (as perftest's are) and posted by reference: a post
-    // changes the id alone. With data validation each send is built as it goes (its
-    // payload is filled then).
-    let recvs = (0..s.layout.slots).map(|k| recv_wr(s, 0, k)).collect::<Result<Vec<_>, _>>()?;
-    let mut template = send_wr(s, 0, 0, BwOp::Send, plan.size, &plan.peer, None)?;
+    // The work requests, built once into the provider's form (as perftest's are): a post
+    // changes the id and the signaled flag alone. With data validation each send is built
+    // as it goes (its payload is filled then).
+    let mut recvs = (0..s.layout.slots)
+        .map(|k| Ok(qp.prepare_recv(recv_wr(s, 0, k)?)?))
+        .collect::<Result<Vec<_>, Error>>()?;
+    let mut template =
+        qp.prepare_send(send_wr(s, 0, 0, BwOp::Send, plan.size, &plan.peer, None)?)?;
     let mut post = |sent: &mut u64, rec: &mut LatencyRecorder| -> Result<(), Error> {
         rec.post();
-        let mut built;
-        let w = match plan.seeds {
-            Some(_) => {
-                built = send_wr(s, 0, *sent, BwOp::Send, plan.size, &plan.peer, plan.seeds)?;
-                &mut built
-            }
-            None => &mut template,
-        };
-        w.wr_id = wr_id(0, *sent);
         // Only every 16th send asks for a completion (the rest are freed with it, so the
         // send queue holds SIGNAL_EVERY: a NIC frees unsignaled slots only then): the
         // ping-pong waits for the peer's message, and a send completion per message would
         // wake an event-mode waiter for nothing.
-        w.signaled = *sent % SIGNAL_EVERY == SIGNAL_EVERY - 1;
-        qp.post_send_batch(std::slice::from_ref(w))?;
+        let signaled = *sent % SIGNAL_EVERY == SIGNAL_EVERY - 1;
+        if plan.seeds.is_some() {
+            let mut w = send_wr(s, 0, *sent, BwOp::Send, plan.size, &plan.peer, plan.seeds)?;
+            w.signaled = signaled;
+            qp.post_send_batch(std::slice::from_ref(&w))?;
+        } else {
+            template.set_wr_id(wr_id(0, *sent));
+            template.set_signaled(signaled);
+            qp.post_prepared_send(&mut template)?;
+        }
         *sent += 1;
         Ok(())
     };
@@ -922,8 +925,9 @@ pub fn send_lat(
                 v.record(l, || e);
             }
             received += 1;
+            let k = slot % recvs.len();
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                qp.post_recv_batch(std::slice::from_ref(&recvs[slot % recvs.len()]))?;
+                qp.post_prepared_recv(&mut recvs[k])?;
                 break 'run;
             }
             if sent < iters {
@@ -931,7 +935,7 @@ pub fn send_lat(
             }
             // The answer first, then the receive back in its slot: the ping-pong waits on the
             // send, and SEND_LAT_DEPTH - 1 others are still posted for the peer's next one.
-            qp.post_recv_batch(std::slice::from_ref(&recvs[slot % recvs.len()]))?;
+            qp.post_prepared_recv(&mut recvs[k])?;
         }
         if received.is_multiple_of(64) && last_report.elapsed() >= Duration::from_millis(250) {
             last_report = Instant::now();
@@ -965,10 +969,12 @@ pub fn write_lat(
     let mut buf = vec![0u8; size];
     let mut last_report = Instant::now();
     let past = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
-    // One work request, built once (as perftest's is): each post changes its id alone.
-    let mut template = SendWr::new(0, SendOp::Write { remote_addr, rkey });
-    template.sgl.push(s.mr.sge(post_at, size)?);
-    template.inline = size <= s.inline_size;
+    // One work request, built once into the provider's form (as perftest's is): each post
+    // changes its id alone.
+    let mut w = SendWr::new(0, SendOp::Write { remote_addr, rkey });
+    w.sgl.push(s.mr.sge(post_at, size)?);
+    w.inline = size <= s.inline_size;
+    let mut template = qp.prepare_send(w)?;
     'run: while scnt < iters || ccnt < iters || rcnt < iters {
         if past(deadline) {
             break;
@@ -1022,8 +1028,8 @@ pub fn write_lat(
                 s.mr.write(post_at + size - 1, &[(scnt + 1) as u8])?;
             }
             rec.post();
-            template.wr_id = wr_id(0, scnt);
-            qp.post_send_batch(std::slice::from_ref(&template))?;
+            template.set_wr_id(wr_id(0, scnt));
+            qp.post_prepared_send(&mut template)?;
             scnt += 1;
         }
         while ccnt < scnt && ccnt < iters {
