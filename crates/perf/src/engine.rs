@@ -925,7 +925,9 @@ pub fn send_lat(
                 v.record(l, || e);
             }
             received += 1;
-            let k = slot % recvs.len();
+            // The slot is one of this side's receives (no division where it is in range:
+            // under TCG a `div` is a helper call).
+            let k = if slot < recvs.len() { slot } else { slot % recvs.len() };
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 qp.post_prepared_recv(&mut recvs[k])?;
                 break 'run;
