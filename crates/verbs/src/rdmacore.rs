@@ -1169,12 +1169,9 @@ impl Provider for RdmaCoreDevice {
         let no_ah = |_| Err(Error::Verb(transport::Error::InvalidWr("not a UD QP")));
         let mut r = Box::new(RawSend {
             wr: raw_send_wr(wr, false, &no_ah)?,
-            sges: [sys::ibv_sge { addr: 0, length: 0, lkey: 0 }; FEW_SGES],
+            sges: few_sges(&wr.sgl),
             flags: 0,
         });
-        for (d, s) in r.sges.iter_mut().zip(&wr.sgl) {
-            *d = raw_sge(s);
-        }
         r.wr.num_sge = wr.sgl.len() as i32;
         // Points into the same box, which does not move.
         r.wr.sg_list = if wr.sgl.is_empty() { ptr::null_mut() } else { r.sges.as_mut_ptr() };
@@ -1193,11 +1190,8 @@ impl Provider for RdmaCoreDevice {
                 sg_list: ptr::null_mut(),
                 num_sge: wr.sgl.len() as i32,
             },
-            sges: [sys::ibv_sge { addr: 0, length: 0, lkey: 0 }; FEW_SGES],
+            sges: few_sges(&wr.sgl),
         });
-        for (d, s) in r.sges.iter_mut().zip(&wr.sgl) {
-            *d = raw_sge(s);
-        }
         if !wr.sgl.is_empty() {
             // Points into the same box, which does not move.
             r.wr.sg_list = r.sges.as_mut_ptr();
@@ -1213,11 +1207,8 @@ impl Provider for RdmaCoreDevice {
             return unsafe { self.post_send_direct(qpn, h, std::slice::from_ref(p.wr())) };
         };
         let qp = h.get() as *mut sys::ibv_qp;
-        // SAFETY: the QP is alive (the caller's promise); libibverbs keeps `state` current.
-        let state = state_from_ibv(unsafe { (*qp).state });
-        if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
-            return Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_send" }));
-        }
+        // SAFETY: the QP is alive (the caller's promise).
+        unsafe { check_send_state(qp, qpn)? };
         r.wr.wr_id = wr_id;
         r.wr.send_flags =
             r.flags | if signaled { sys::ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 };
@@ -1237,10 +1228,7 @@ impl Provider for RdmaCoreDevice {
         };
         let qp = h.get() as *mut sys::ibv_qp;
         // SAFETY: the QP is alive (the caller's promise).
-        let state = state_from_ibv(unsafe { (*qp).state });
-        if state == QpState::Reset {
-            return Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_recv" }));
-        }
+        unsafe { check_recv_state(qp, qpn)? };
         r.wr.wr_id = wr_id;
         let mut bad = ptr::null_mut();
         // SAFETY: the QP is alive; `r.wr` is a one-WR chain whose scatter list is `r.sges`,
@@ -1338,21 +1326,15 @@ impl RdmaCoreDevice {
         ud: bool,
         ah: &dyn Fn(IpAddr) -> Result<Raw<sys::ibv_ah>>,
     ) -> Result<()> {
-        // SAFETY: the QP is alive (the caller's promise); libibverbs keeps `state` current.
-        let state = state_from_ibv(unsafe { (*qp).state });
-        if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
-            return Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_send" }));
-        }
+        // SAFETY: the QP is alive (the caller's promise).
+        unsafe { check_send_state(qp, qpn)? };
         let mut bad = ptr::null_mut();
         // One WR of a few SGEs (every latency test's post) is built on the stack, without
         // the general path's vectors: under TCG that was ~1 µs of each post.
         if let [wr] = wrs
             && wr.sgl.len() <= FEW_SGES
         {
-            let mut sges = [sys::ibv_sge { addr: 0, length: 0, lkey: 0 }; FEW_SGES];
-            for (d, s) in sges.iter_mut().zip(&wr.sgl) {
-                *d = raw_sge(s);
-            }
+            let mut sges = few_sges(&wr.sgl);
             let mut r = raw_send_wr(wr, ud, ah)?;
             r.num_sge = wr.sgl.len() as i32;
             r.sg_list = if wr.sgl.is_empty() { ptr::null_mut() } else { sges.as_mut_ptr() };
@@ -1397,10 +1379,7 @@ impl RdmaCoreDevice {
     /// `qp` is a live QP of this device.
     unsafe fn post_recv_raw(&self, qp: *mut sys::ibv_qp, qpn: Qpn, wrs: &[RecvWr]) -> Result<()> {
         // SAFETY: the QP is alive (the caller's promise).
-        let state = state_from_ibv(unsafe { (*qp).state });
-        if state == QpState::Reset {
-            return Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_recv" }));
-        }
+        unsafe { check_recv_state(qp, qpn)? };
         let post = |head| {
             let mut bad = ptr::null_mut();
             // SAFETY: the QP is alive and `head` is a valid, null-terminated chain.
@@ -1413,10 +1392,7 @@ impl RdmaCoreDevice {
         if let [wr] = wrs
             && wr.sgl.len() <= FEW_SGES
         {
-            let mut sges = [sys::ibv_sge { addr: 0, length: 0, lkey: 0 }; FEW_SGES];
-            for (d, s) in sges.iter_mut().zip(&wr.sgl) {
-                *d = raw_sge(s);
-            }
+            let mut sges = few_sges(&wr.sgl);
             let mut r = sys::ibv_recv_wr {
                 wr_id: wr.wr_id,
                 next: ptr::null_mut(),
@@ -1462,6 +1438,45 @@ unsafe impl Send for RawRecv {}
 /// Scatter/gather elements a single posted WR carries on the stack (the fast path of
 /// `post_send_raw`); more take the general path.
 const FEW_SGES: usize = 4;
+
+/// Up to [`FEW_SGES`] scatter/gather elements as libibverbs takes them, the rest zero.
+#[inline]
+fn few_sges(sgl: &transport::Sgl) -> [sys::ibv_sge; FEW_SGES] {
+    let mut sges = [sys::ibv_sge { addr: 0, length: 0, lkey: 0 }; FEW_SGES];
+    for (d, s) in sges.iter_mut().zip(sgl) {
+        *d = raw_sge(s);
+    }
+    sges
+}
+
+/// Refuses a send on a QP not yet ready to send (RESET, INIT, RTR) with the state error the
+/// soft provider gives.
+///
+/// # Safety
+/// `qp` is a live QP.
+#[inline]
+unsafe fn check_send_state(qp: *mut sys::ibv_qp, qpn: Qpn) -> Result<()> {
+    // SAFETY: the QP is alive (the caller's promise); libibverbs keeps `state` current.
+    let state = state_from_ibv(unsafe { (*qp).state });
+    if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+        return Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_send" }));
+    }
+    Ok(())
+}
+
+/// Refuses a receive on a QP in RESET, as [`check_send_state`].
+///
+/// # Safety
+/// `qp` is a live QP.
+#[inline]
+unsafe fn check_recv_state(qp: *mut sys::ibv_qp, qpn: Qpn) -> Result<()> {
+    // SAFETY: the QP is alive (the caller's promise).
+    let state = state_from_ibv(unsafe { (*qp).state });
+    if state == QpState::Reset {
+        return Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_recv" }));
+    }
+    Ok(())
+}
 
 /// `wr` as libibverbs takes it, without its scatter list (`num_sge`, `sg_list`) or chain
 /// link; `ud`: its destination's address handle comes from `ah`.
