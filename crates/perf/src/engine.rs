@@ -989,9 +989,7 @@ pub fn write_lat(
             loop {
                 if s.polls_drive {
                     // Polling the CQ is what drives a busy-polled soft device: a read, a poll.
-                    let mut b = [0u8; 1];
-                    s.mr.read(poll_at, &mut b)?;
-                    if b[0] == want {
+                    if s.mr.watch_byte(poll_at, want, 1)? {
                         break;
                     }
                     ccnt += try_wc(s, &mut wc)? as u64;
