@@ -839,10 +839,28 @@ pub struct LatOutcome {
     pub latency: Latency,
     /// Every interval, as histogram buckets.
     pub buckets: Option<LatencyBuckets>,
+    /// Every interval in the order measured, one way in µs (perftest's `-U`); `None` for a
+    /// run of a duration.
+    pub intervals: Option<Vec<f64>>,
     /// Operations completed.
     pub completed: u64,
     /// Data validation.
     pub validation: Validation,
+}
+
+/// A latency run's outcome from its recorder.
+fn lat_outcome(
+    rec: &LatencyRecorder,
+    completed: u64,
+    validation: Validation,
+) -> Result<LatOutcome, Error> {
+    Ok(LatOutcome {
+        latency: rec.finish().ok_or(Error::Empty)?,
+        buckets: rec.buckets(),
+        intervals: rec.intervals(),
+        completed,
+        validation,
+    })
 }
 
 fn lat_iters(stop: Stop) -> (u64, Option<Instant>) {
@@ -944,8 +962,7 @@ pub fn send_lat(
             progress(received, received * plan.size as u64);
         }
     }
-    let latency = rec.finish().ok_or(Error::Empty)?;
-    Ok(LatOutcome { latency, buckets: rec.buckets(), completed: sent, validation: v })
+    lat_outcome(&rec, sent, v)
 }
 
 /// WRITE latency as perftest measures it: each side WRITEs `size` bytes to the peer, the
@@ -1043,8 +1060,7 @@ pub fn write_lat(
     while ccnt < scnt {
         ccnt += next_wc(s, &mut wc)? as u64;
     }
-    let latency = rec.finish().ok_or(Error::Empty)?;
-    Ok(LatOutcome { latency, buckets: rec.buckets(), completed: scnt, validation: v })
+    lat_outcome(&rec, scnt, v)
 }
 
 /// READ or atomic latency (round-trip factor 1): one operation at a time.
@@ -1082,9 +1098,9 @@ pub fn one_sided_lat(
     }
     // The interval after the last operation ends with its completion.
     rec.post();
-    let mut latency = rec.finish().ok_or(Error::Empty)?;
-    latency.iters = i;
-    Ok(LatOutcome { latency, buckets: rec.buckets(), completed: i, validation: v })
+    let mut out = lat_outcome(&rec, i, v)?;
+    out.latency.iters = i;
+    Ok(out)
 }
 
 #[cfg(test)]

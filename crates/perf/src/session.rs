@@ -414,6 +414,9 @@ pub trait Observer {
     fn measuring(&mut self, _size: usize) {}
     /// Progress: messages and bytes done in the current measurement.
     fn progress(&mut self, _done: u64, _bytes: u64) {}
+    /// A latency run of a number of iterations measured these intervals, in order, one way
+    /// in µs (perftest's `-U` list); told just before its row.
+    fn intervals(&mut self, _intervals: &[f64]) {}
     /// A row is ready.
     fn row(&mut self, _row: &Row) {}
 }
@@ -737,6 +740,9 @@ pub fn run(
                     completed[0] = r.completed;
                     out.rows.push(Row::Lat(r.latency));
                     out.latency_buckets.extend(r.buckets);
+                    if let Some(v) = &r.intervals {
+                        obs.intervals(v);
+                    }
                     obs.row(&Row::Lat(r.latency));
                 }
             }

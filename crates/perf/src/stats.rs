@@ -287,6 +287,17 @@ impl LatencyRecorder {
         }
     }
 
+    /// Every interval in the order measured, one way in microseconds (divided by the
+    /// round-trip factor like the figures) — perftest's `-U` list. `None` for a run of a
+    /// duration (its intervals went into a histogram) or with fewer than two posts.
+    pub fn intervals(&self) -> Option<Vec<f64>> {
+        if self.hist.is_some() || self.posts.len() < 2 {
+            return None;
+        }
+        let k = self.clock.ns_per_tick() / 1e3 / self.rtt_factor;
+        Some(self.posts.windows(2).map(|w| w[1].saturating_sub(w[0]) as f64 * k).collect())
+    }
+
     /// The figures; `None` with fewer than two posts.
     pub fn finish(&self) -> Option<Latency> {
         let k = self.clock.ns_per_tick();
@@ -347,6 +358,30 @@ mod tests {
             assert_eq!(under_64us, 0, "{b:?}");
         }
         assert!(LatencyRecorder::new(2, 2.0, false).buckets().is_none());
+    }
+
+    #[test]
+    fn a_recorders_intervals_are_in_the_order_measured() {
+        let mut r = LatencyRecorder::new(2, 2.0, false);
+        // Intervals of ~2 ms, ~0 and ~6 ms between four posts: one way, 1 ms, ~0 and 3 ms.
+        for pause_ms in [2, 0, 6, 0] {
+            r.post();
+            std::thread::sleep(std::time::Duration::from_millis(pause_ms));
+        }
+        let v = r.intervals().unwrap();
+        assert_eq!(v.len(), 3, "{v:?}");
+        assert!((1000.0..1500.0).contains(&v[0]), "{v:?}");
+        assert!(v[1] < 200.0, "{v:?}");
+        assert!((3000.0..3500.0).contains(&v[2]), "{v:?}");
+        // Sorted, they are the figures' extremes (each reads the tick rate when called, so
+        // within a part in a thousand).
+        let l = r.finish().unwrap();
+        let near = |a: f64, b: f64| (a - b).abs() <= 1e-3 * b.max(1.0);
+        assert!(near(l.t_min, v[1]) && near(l.t_max, v[2]), "{l:?} vs {v:?}");
+        // A run of a duration keeps a histogram, not the list.
+        let mut h = LatencyRecorder::new(2, 2.0, true);
+        (0..3).for_each(|_| h.post());
+        assert!(h.intervals().is_none());
     }
 
     #[test]

@@ -413,6 +413,12 @@ pub(crate) struct PerfArgs {
     #[arg(long = "report_gbits")]
     pub(crate) report_gbits: bool,
 
+    /// Latency tests: also print every iteration's latency (one way, µs) in the order
+    /// measured, before the row, as perftest's `-U` does (with --json, the row's
+    /// `unsorted_usec`). Shows whether a run was slow throughout or in a stretch.
+    #[arg(short = 'U', long = "report-unsorted")]
+    pub(crate) report_unsorted: bool,
+
     /// Print only this figure, one line per size: bandwidth (average), message_rate or
     /// latency (typical).
     #[arg(long, value_parser = ["bandwidth", "message_rate", "latency"])]

@@ -1,6 +1,7 @@
 //! `podnet perf`: perftest's tests, options, banner and tables on podnet's verbs, talking
 //! perftest's TCP exchange (`perf::session`).
 
+use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::process::ExitCode;
@@ -100,6 +101,22 @@ fn options(a: &PerfArgs) -> anyhow::Result<(Options, bool)> {
     if a.output.is_some() && a.json {
         bail!("--output and --json exclude each other");
     }
+    if a.report_unsorted {
+        if test.is_bw() {
+            bail!(
+                "-U (--report-unsorted) lists a latency test's iterations; {} is a bandwidth test",
+                test.name()
+            );
+        }
+        if o.duration.is_some() {
+            bail!(
+                "-U (--report-unsorted) lists the iterations of a run of -n; a -D run keeps a histogram"
+            );
+        }
+        if a.output.is_some() {
+            bail!("-U (--report-unsorted) and --output exclude each other");
+        }
+    }
     o.validate_options().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok((o, a.events))
 }
@@ -117,6 +134,8 @@ struct Printer<'a> {
     connected: Option<Connected>,
     rows: Vec<Row>,
     header_done: bool,
+    /// The next row's intervals (`-U` with `--json`).
+    unsorted: Option<Vec<f64>>,
 }
 
 impl Printer<'_> {
@@ -246,6 +265,9 @@ impl Printer<'_> {
             "duration_mode": self.opts.duration.is_some(),
         });
         let mut v = base;
+        if let (Some(m), Some(u)) = (v.as_object_mut(), &self.unsorted) {
+            m.insert("unsorted_usec".into(), u.iter().map(|x| round(*x, 3)).collect());
+        }
         let extra = match r {
             Row::Bw(b) => bw_json(b),
             Row::Lat(l) => lat_json(l),
@@ -335,6 +357,27 @@ impl Observer for Printer<'_> {
         ));
     }
 
+    fn intervals(&mut self, intervals: &[f64]) {
+        if !self.args.report_unsorted {
+            return;
+        }
+        if self.args.json {
+            self.unsorted = Some(intervals.to_vec());
+            return;
+        }
+        // perftest's `-U`: the list, then the table's header again above the row.
+        self.header();
+        self.bar.suspend(|| {
+            let mut text = String::with_capacity(16 * (intervals.len() + 4));
+            text.push_str("#, usec\n");
+            for (i, v) in intervals.iter().enumerate() {
+                let _ = writeln!(text, "{}, {v:.3}", i + 1);
+            }
+            let _ = writeln!(text, "{LINE}\n{LAT_HEADER}");
+            let _ = std::io::stdout().write_all(text.as_bytes());
+        });
+    }
+
     fn row(&mut self, r: &Row) {
         self.header();
         self.bar.suspend(|| {
@@ -345,6 +388,7 @@ impl Observer for Printer<'_> {
             }
         });
         self.rows.push(r.clone());
+        self.unsorted = None;
     }
 }
 
@@ -391,6 +435,7 @@ pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
         connected: None,
         rows: Vec::new(),
         header_done: false,
+        unsorted: None,
     };
     let result = session::run(&ctx, &opts, role, &sock, peer, events, &mut p);
     p.bar.finish_and_clear();

@@ -294,6 +294,46 @@ fn text_tables_and_out_json_read_back() {
     assert!(line.trim().parse::<f64>().is_ok_and(|x| x > 0.0), "--output bandwidth: {line:?}");
 }
 
+/// `-U` (perftest's `--report-unsorted`): every iteration's one-way latency in the order
+/// measured, above the row in the text table and as the JSON row's `unsorted_usec`; the
+/// row's extremes are the list's.
+#[test]
+fn report_unsorted_lists_every_iteration_in_order() {
+    let o = in_netns(
+        "$PODNET perf send-lat -n 300 -U --timeout 20 > srv.txt & sleep 0.3\n\
+         $PODNET perf send-lat -n 300 -U --timeout 20 localhost; c=$?\n\
+         wait $!; s=$?; echo ===; cat srv.txt; rm -f srv.txt; exit $((c * 10 + s))",
+    );
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    for side in out.split("===\n") {
+        let mut lines = side.lines().skip_while(|l| *l != "#, usec").skip(1);
+        let list: Vec<(usize, f64)> = lines
+            .by_ref()
+            .map_while(|l| {
+                let (i, v) = l.split_once(", ")?;
+                Some((i.parse().ok()?, v.parse().ok()?))
+            })
+            .collect();
+        // 300 posts, 299 intervals between them, numbered from 1.
+        assert_eq!(list.len(), 299, "{side}");
+        assert!(list.iter().enumerate().all(|(k, (i, v))| *i == k + 1 && *v > 0.0), "{side}");
+        let row = side.lines().find(|l| l.starts_with(" 2       300 ")).expect("the row");
+        let f: Vec<f64> = row.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        let min = list.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
+        let max = list.iter().map(|x| x.1).fold(0.0, f64::max);
+        assert!((f[2] - min).abs() < 0.006 && (f[3] - max).abs() < 0.006, "{row} vs {min} {max}");
+    }
+    let (c, s) = pair("write-lat -n 200 -U");
+    for v in [&c, &s] {
+        let r = rows(v)[0];
+        let u = r["unsorted_usec"].as_array().expect("unsorted_usec");
+        assert_eq!(u.len(), 199, "{r}");
+        let min = u.iter().filter_map(Value::as_f64).fold(f64::INFINITY, f64::min);
+        assert!((min - r["t_min"].as_f64().unwrap()).abs() < 0.006, "{r}");
+    }
+}
+
 #[test]
 fn bad_flags_fail_with_a_message() {
     for (args, msg) in [
@@ -309,6 +349,8 @@ fn bad_flags_fail_with_a_message() {
         (&["perf", "write-bw", "--run_infinitely"][..], "needs a bandwidth test and -D"),
         (&["perf", "write-bw", "-d", "soft:10.0.0"][..], "bad device name"),
         (&["perf", "send-lat", "-x", "3"][..], "GID index 3 is not in the table"),
+        (&["perf", "write-bw", "-U"][..], "write-bw is a bandwidth test"),
+        (&["perf", "send-lat", "-U", "-D", "2"][..], "a -D run keeps a histogram"),
     ] {
         let o = podnet(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
