@@ -170,15 +170,19 @@ fn median_and_spread(v: &mut [f64]) -> (f64, f64, f64) {
 fn compare(vm: &Vm, a_gid: u32, b_gid: u32) {
     let podnet = env!("CARGO_BIN_EXE_podnet");
     // (test, perftest tool, arguments, result column, unit, higher is better, runs each).
-    // A latency run's typical figure moves by ~16 % from one run to the next of the same
-    // tool in the guest (the host's noise, and rxe's kernel path whose speed varies per run
-    // under TCG): more, shorter runs there make the medians steadier.
+    // A latency run's typical figure moves by ~10 % (sd) from one run to the next of the
+    // same tool in the guest, nearly independently of the run before it and no less for
+    // runs of 10,000 iterations than of 3,000 (perftest against itself, measured): the run,
+    // not its length, is the unit of noise, so the latency tests make many runs of
+    // perftest's default length (a run's fixed costs under TCG, ~2 s, dwarf its 0.15 s of
+    // ping-pong).
     let cases = [
         ("write-bw", "ib_write_bw", "-s 65536 -n 500", 3, "MB/s", true, 7),
-        ("send-lat", "ib_send_lat", "-s 2 -n 3000", 4, "usec (typical)", false, 13),
-        ("write-lat", "ib_write_lat", "-s 2 -n 3000", 4, "usec (typical)", false, 13),
+        ("send-lat", "ib_send_lat", "-s 2 -n 1000", 4, "usec (typical)", false, 15),
+        ("write-lat", "ib_write_lat", "-s 2 -n 1000", 4, "usec (typical)", false, 15),
     ];
     let mut uncalibrated = 0;
+    let mut repeated: Vec<String> = Vec::new();
     let mut report = String::from(
         "podnet perf (rdma-core) vs perftest 4.5 on rxeA <-> rxeB (veth) in the QEMU guest (TCG)\n",
     );
@@ -211,10 +215,29 @@ fn compare(vm: &Vm, a_gid: u32, b_gid: u32) {
                 // under TCG that sometimes fails and it prints `inf` for every figure. Such a
                 // run is repeated (at most twice) and counted.
                 let mut tries = 0;
+                let mut failed = false;
                 let v = loop {
-                    let out = vm
-                        .run(tool, &script, Duration::from_secs(150))
-                        .unwrap_or_else(|e| panic!("{test} run {i}: {e}"));
+                    let out = match vm.run(tool, &script, Duration::from_secs(150)) {
+                        Ok(out) => out,
+                        // In this guest rxe reorders a bandwidth run's packets (each vCPU
+                        // delivers what it transmits: the responder counts out-of-sequence
+                        // requests, the requester retries, in every such run of either tool),
+                        // and kernel 6.1's retry of a half-sent WRITE can end in a remote
+                        // invalid-request NAK. A run that ends in a work-completion error is
+                        // repeated once and listed; any other failure, or a second, fails.
+                        Err(rxevm::Error::JobFailed { output, .. }) if !failed => {
+                            let Some(why) = output.lines().find(|l| {
+                                l.contains("completed with") || l.contains("Completion with error")
+                            }) else {
+                                panic!("{test} run {i}: failed:\n{output}")
+                            };
+                            failed = true;
+                            let who = if k == 0 { "perftest" } else { "podnet" };
+                            repeated.push(format!("{test} run {i} of {who}: {}", why.trim()));
+                            continue;
+                        }
+                        Err(e) => panic!("{test} run {i}: {e}"),
+                    };
                     // The client's figures; for the latency ping-pongs, where both sides
                     // measure, the server's when the client's calibration failed.
                     let (server, client) =
@@ -268,7 +291,10 @@ fn compare(vm: &Vm, a_gid: u32, b_gid: u32) {
         report,
         "interleaved runs (latency: servers on vCPU 0, clients on vCPU 1); median \
          [min .. max]; perftest runs repeated after an \
-         `inf` (TSC calibration failed under TCG): {uncalibrated}"
+         `inf` (TSC calibration failed under TCG): {uncalibrated}; runs repeated after a \
+         work-completion error: {}{}",
+        repeated.len(),
+        repeated.iter().map(|r| format!("\n  {r}")).collect::<String>()
     );
     eprintln!("{report}");
     let path =
