@@ -277,7 +277,7 @@ impl LatencyRecorder {
             None if self.posts.len() < 2 => None,
             None => Some(LatencyBuckets::from_observations(
                 self.size,
-                self.posts.windows(2).map(|w| (w[1].saturating_sub(w[0]) as f64 * k, 1)),
+                self.posted_intervals(k).map(|x| (x, 1)),
             )),
             Some(h) if h.is_empty() => None,
             Some(h) => Some(LatencyBuckets::from_observations(
@@ -295,7 +295,13 @@ impl LatencyRecorder {
             return None;
         }
         let k = self.clock.ns_per_tick() / 1e3 / self.rtt_factor;
-        Some(self.posts.windows(2).map(|w| w[1].saturating_sub(w[0]) as f64 * k).collect())
+        Some(self.posted_intervals(k).collect())
+    }
+
+    /// The recorded intervals between consecutive posts, in order, each `per_tick` times its
+    /// ticks (a run of iterations; empty for a run of a duration).
+    fn posted_intervals(&self, per_tick: f64) -> impl Iterator<Item = f64> + '_ {
+        self.posts.windows(2).map(move |w| w[1].saturating_sub(w[0]) as f64 * per_tick)
     }
 
     /// The figures; `None` with fewer than two posts.
