@@ -264,6 +264,15 @@ pub struct BwPlan<'a> {
     pub size: usize,
     /// Operations in flight per QP.
     pub tx_depth: usize,
+    /// Work requests per `ibv_post_send` call, at most (perftest's `-l`, default 1: one
+    /// call per message).
+    pub post_list: usize,
+    /// A completion is asked for every this many messages per QP (perftest's `-Q`), and for
+    /// the last: RC, UC and UD send queues complete in order, so one completion accounts for
+    /// every message before it. In a run of a duration the last message of each posting pass
+    /// asks for one too, so the run's tail is never left without one when the clock stops.
+    /// At most `tx_depth`.
+    pub cq_mod: usize,
     /// One per QP.
     pub peers: &'a [Peer],
     /// When to stop.
@@ -634,6 +643,9 @@ pub fn bw(s: &Side<'_>, plan: &BwPlan<'_>, progress: OnProgress<'_>) -> Result<B
     let tx_depth =
         if plan.seeds.is_some() { plan.tx_depth.min(s.layout.slots) } else { plan.tx_depth };
     let tx_depth = tx_depth.max(1) as u64;
+    // Every window of tx_depth messages holds one that asks for a completion.
+    let cq_mod = (plan.cq_mod as u64).clamp(1, tx_depth);
+    let post_list = plan.post_list.max(1);
     let mut out = BwOutcome { completed: vec![0; nq], receives: vec![0; nq], ..Default::default() };
     let mut posted = vec![0u64; nq];
     let keep_times = deadline.is_none();
@@ -678,14 +690,22 @@ pub fn bw(s: &Side<'_>, plan: &BwPlan<'_>, progress: OnProgress<'_>) -> Result<B
             for q in 0..nq {
                 batch.clear();
                 while posted[q] < iters && posted[q] - out.completed[q] < tx_depth {
-                    batch.push(send_wr(s, q, posted[q], op, size, &plan.peers[q], plan.seeds)?);
+                    let seq = posted[q];
+                    let mut w = send_wr(s, q, seq, op, size, &plan.peers[q], plan.seeds)?;
+                    w.signaled = seq % cq_mod == cq_mod - 1 || seq + 1 == iters;
+                    batch.push(w);
                     posted[q] += 1;
                     if keep_times {
                         t_post.push(ns());
                     }
                 }
-                if !batch.is_empty() {
-                    s.qps[q].post_send_batch(&batch)?;
+                if deadline.is_some()
+                    && let Some(w) = batch.last_mut()
+                {
+                    w.signaled = true;
+                }
+                for list in batch.chunks(post_list) {
+                    s.qps[q].post_send_batch(list)?;
                 }
             }
         }
@@ -749,16 +769,21 @@ pub fn bw(s: &Side<'_>, plan: &BwPlan<'_>, progress: OnProgress<'_>) -> Result<B
             } else if marking && seq == SEQ_MASK {
                 markers_done += 1;
             } else {
-                out.completed[q] += 1;
-                done_total += 1;
+                // This completion and every unsignaled message before it.
+                let first = out.completed[q];
+                let k = (seq + 1).saturating_sub(first);
+                out.completed[q] += k;
+                done_total += k;
                 if keep_times {
-                    t_done.push(t);
+                    t_done.extend(std::iter::repeat_n(t, k as usize));
                 }
                 if let (Some(sd), Some(op)) = (plan.seeds, op)
                     && matches!(op, BwOp::Read | BwOp::FetchAdd | BwOp::CompareSwap)
                 {
-                    let (l, e) = check_completion(s, q, seq, op, size, sd);
-                    out.validation.record(l, || e);
+                    for seq in first..=seq {
+                        let (l, e) = check_completion(s, q, seq, op, size, sd);
+                        out.validation.record(l, || e);
+                    }
                 }
             }
         }

@@ -30,6 +30,13 @@ use crate::stats::{Bandwidth, Latency};
 pub const QKEY: u32 = 0x1111_1111;
 /// READs and atomics a podnet QP accepts at once (its key's `out_reads`).
 pub const OUT_READS: u8 = 16;
+/// perftest's CQ moderation for the bandwidth tests (`DEF_CQ_MOD`).
+pub const DEF_CQ_MOD: usize = 100;
+/// perftest's `MSG_SIZE_CQ_MOD_LIMIT`: above it, a single size over RC or UC is run without
+/// CQ moderation unless `-Q` asks for it.
+pub const MSG_SIZE_CQ_MOD_LIMIT: usize = 8192;
+/// perftest's largest `-Q` (`MAX_CQ_MOD`).
+pub const MAX_CQ_MOD: usize = 1024;
 /// The marker in the high half of podnet's key SRQ numbers.
 const TAG: u32 = 0x504e_0000;
 
@@ -189,6 +196,11 @@ pub struct Options {
     pub qps: usize,
     /// Operations in flight per QP (`-t`).
     pub tx_depth: usize,
+    /// Bandwidth tests: work requests per post call (`-l`, perftest's `--post_list`).
+    pub post_list: usize,
+    /// Bandwidth tests: a completion every this many messages (`-Q`, perftest's
+    /// `--cq-mod`); `None` for perftest's default, [`Options::cq_mod`].
+    pub cq_mod: Option<usize>,
     /// Receives posted per QP (`-r`).
     pub rx_depth: usize,
     /// Both directions at once (`-b`; bandwidth).
@@ -251,6 +263,8 @@ impl Options {
             run_infinitely: false,
             qps: 1,
             tx_depth: if bw { 128 } else { 1 },
+            post_list: 1,
+            cq_mod: None,
             rx_depth: 512,
             bidirectional: false,
             mtu: None,
@@ -263,6 +277,23 @@ impl Options {
             qp_timeout: 14,
             inline_size: 0,
         }
+    }
+
+    /// The bandwidth tests' CQ moderation, as perftest settles it: `-Q` if given; else the
+    /// post list when `-l` is more than 1; else 1 for one size above 8 KiB over RC or UC
+    /// (perftest turns moderation off for large messages, where it is not needed) and 100
+    /// otherwise; never more than the TX depth.
+    pub fn cq_mod(&self) -> usize {
+        let large = self.sizes.len() == 1
+            && self.sizes[0] > MSG_SIZE_CQ_MOD_LIMIT
+            && self.connection != QpType::Ud;
+        let m = match self.cq_mod {
+            Some(m) => m,
+            None if self.post_list > 1 => self.post_list,
+            None if large => 1,
+            None => DEF_CQ_MOD,
+        };
+        m.clamp(1, self.tx_depth.max(1))
     }
 
     /// `-a`'s sizes: 2 to 2²³ bytes, doubling.
@@ -318,6 +349,23 @@ impl Options {
         }
         if !t.is_bw() && self.bidirectional {
             return bad("-b is for the bandwidth tests".into());
+        }
+        if !t.is_bw() && (self.post_list != 1 || self.cq_mod.is_some()) {
+            return bad(format!(
+                "-l and -Q are for the bandwidth tests; {} posts one message at a time",
+                t.name()
+            ));
+        }
+        if self.post_list == 0 || self.post_list > self.tx_depth {
+            return bad(format!(
+                "-l {} must be from 1 to the TX depth ({})",
+                self.post_list, self.tx_depth
+            ));
+        }
+        if let Some(m) = self.cq_mod
+            && !(1..=MAX_CQ_MOD).contains(&m)
+        {
+            return bad(format!("-Q {m} must be from 1 to {MAX_CQ_MOD}"));
         }
         if self.run_infinitely && (self.duration.is_none() || !t.is_bw()) {
             return bad("--run_infinitely needs a bandwidth test and -D".into());
@@ -699,6 +747,8 @@ pub fn run(
                         sink,
                         size,
                         tx_depth: o.tx_depth,
+                        post_list: o.post_list,
+                        cq_mod: o.cq_mod(),
                         peers: &peers,
                         stop,
                         seeds,

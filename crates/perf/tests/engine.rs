@@ -63,6 +63,8 @@ fn plan(
         sink,
         size,
         tx_depth: depth,
+        post_list: 1,
+        cq_mod: 1,
         peers,
         stop: Stop::Iters(n),
         seeds: None,
@@ -126,6 +128,47 @@ fn write_bw_moves_what_it_reports() {
     assert_eq!(c.rdma_sends, 2000, "{c:?}");
     assert_eq!(c.sent_pkts, 2000 * 16, "{c:?}");
     eprintln!("write_bw 64 KiB: peak {:.1} avg {:.1} MB/s", s.bw_peak, s.bw_avg);
+}
+
+#[test]
+fn cq_moderation_and_post_lists_account_for_every_message() {
+    netns();
+    let size = 4096;
+    let (a, b) = pair(size);
+    let peers = [b.peer()];
+    // A completion every 100 messages, lists of 8 per post: every message is counted, once.
+    let p = BwPlan {
+        post_list: 8,
+        cq_mod: 100,
+        ..plan(Some(BwOp::Write), false, size, 2001, 128, &peers)
+    };
+    let r = engine::bw(&a.side(), &p, &mut |_, _| ()).unwrap();
+    let s = r.sent.unwrap();
+    assert_eq!((s.iters, r.completed[0]), (2001, 2001), "the last message asks for a completion");
+    assert!(s.bw_avg > 0.0 && s.bw_peak >= s.bw_avg, "{s:?}");
+    assert_eq!(a.ctx.counters().rdma_sends, 2001);
+    // Moderation deeper than the queue is clamped to it, or the run would wait for ever.
+    b.mr.write(b.layout.remote(0, 0), &[0; 8]).unwrap();
+    let p = BwPlan { cq_mod: 1000, ..plan(Some(BwOp::FetchAdd), false, 8, 1000, 16, &peers) };
+    let r = engine::bw(&a.side(), &p, &mut |_, _| ()).unwrap();
+    assert_eq!(r.completed[0], 1000);
+    let word = u64::from_ne_bytes(b.remote_bytes(8).try_into().unwrap());
+    assert_eq!(word, 1000, "each fetch-and-add ran exactly once");
+    // A run of a duration stops between completions: its tail still asks for one, so the
+    // run ends with every message it posted completed (not stalled on an unsignaled tail).
+    let before = a.ctx.counters().rdma_sends;
+    let mut side = a.side();
+    side.stall = std::time::Duration::from_secs(5);
+    let p = BwPlan {
+        stop: Stop::Duration(std::time::Duration::from_millis(300)),
+        cq_mod: 100,
+        ..plan(Some(BwOp::Write), false, size, 0, 128, &peers)
+    };
+    let t0 = std::time::Instant::now();
+    let r = engine::bw(&side, &p, &mut |_, _| ()).unwrap();
+    assert!(t0.elapsed() < std::time::Duration::from_secs(4), "{:?}", t0.elapsed());
+    assert!(r.completed[0] > 0);
+    assert_eq!(a.ctx.counters().rdma_sends - before, r.completed[0], "every posted message");
 }
 
 #[test]

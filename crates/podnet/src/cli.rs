@@ -379,6 +379,18 @@ pub(crate) struct PerfArgs {
     #[arg(short = 't', long = "tx-depth")]
     pub(crate) tx_depth: Option<usize>,
 
+    /// Bandwidth tests: post lists of up to N work requests per ibv_post_send call
+    /// (perftest's `--post_list`). The default, 1, is one call per message, as perftest
+    /// posts: on Linux rxe each call runs the kernel's requester in the caller's time.
+    #[arg(short = 'l', long = "post_list", value_name = "N", default_value_t = 1)]
+    pub(crate) post_list: usize,
+
+    /// Bandwidth tests: ask for a completion every N messages (perftest's `--cq-mod`, 1 to
+    /// 1024; at most the TX depth) [default: perftest's — the -l size when it is more than
+    /// 1; else 1 for one size above 8 KiB over RC/UC, 100 otherwise].
+    #[arg(short = 'Q', long = "cq-mod", value_name = "N")]
+    pub(crate) cq_mod: Option<usize>,
+
     /// Receives posted per QP (SEND tests).
     #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
     pub(crate) rx_depth: usize,

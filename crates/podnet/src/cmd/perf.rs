@@ -71,6 +71,8 @@ fn options(a: &PerfArgs) -> anyhow::Result<(Options, bool)> {
     if a.tx_depth.is_some() && !test.is_bw() && o.tx_depth != 1 {
         bail!("-t: the latency tests keep one message in flight");
     }
+    o.post_list = a.post_list;
+    o.cq_mod = a.cq_mod;
     o.rx_depth = a.rx_depth;
     o.bidirectional = a.bidirectional;
     o.mtu = match a.mtu {
@@ -173,7 +175,10 @@ impl Printer<'_> {
             l.push(format!(" RX depth        : {}", o.rx_depth));
         }
         if t.is_bw() {
-            l.push(" CQ Moderation   : 1".into());
+            if sends && o.post_list > 1 {
+                l.push(format!(" Post List       : {}", o.post_list));
+            }
+            l.push(format!(" CQ Moderation   : {}", o.cq_mod()));
         }
         l.push(format!(" Mtu             : {}[B]", c.mtu));
         l.push(" Link type       : Ethernet".into());
@@ -602,7 +607,7 @@ pub(crate) fn bench_records(
 /// perftest's `--out_json` file: `test_info` and `results` (one object, or a list for -a).
 fn write_out_json(args: &PerfArgs, o: &Options, p: &Printer<'_>) -> anyhow::Result<()> {
     let c = p.connected.as_ref();
-    let info = json!({
+    let mut info = json!({
         "test": o.test.title(o.atomic).replace(' ', "_"),
         "Dual_port": "OFF",
         "Device": c.map(|c| c.device.clone()),
@@ -620,6 +625,16 @@ fn write_out_json(args: &PerfArgs, o: &Options, p: &Printer<'_>) -> anyhow::Resu
         "Duration": o.duration.map(|d| d.as_secs_f64()),
         "Data_validation": o.validate,
     });
+    // As perftest writes them: the post list when it is more than 1, the CQ moderation for
+    // the bandwidth tests.
+    if let Some(m) = info.as_object_mut()
+        && o.test.is_bw()
+    {
+        if o.post_list > 1 {
+            m.insert("Post_List".into(), o.post_list.into());
+        }
+        m.insert("CQ_Moderation".into(), o.cq_mod().into());
+    }
     let mut results: Vec<Value> = p
         .rows
         .iter()

@@ -294,6 +294,39 @@ fn text_tables_and_out_json_read_back() {
     assert!(line.trim().parse::<f64>().is_ok_and(|x| x > 0.0), "--output bandwidth: {line:?}");
 }
 
+/// `-l` posts lists and `-Q` moderates completions, and the banner and `--out_json` say what
+/// was used: perftest's defaults (1, and 100 — or 1 for one size above 8 KiB) or the flags.
+#[test]
+fn post_lists_and_cq_moderation_as_perftest_sets_them() {
+    let o = in_netns(
+        "$PODNET perf send-bw -s 64 -n 1000 -l 8 -Q 50 --timeout 20 > /dev/null & sleep 0.3\n\
+         $PODNET perf send-bw -s 64 -n 1000 -l 8 -Q 50 --timeout 20 --out_json --out_json_file o.json \
+           localhost || exit 3; wait $! || exit 4; echo ===; cat o.json; echo ===\n\
+         for a in '-s 64' '-s 65536' '-a -n 20'; do\n\
+           $PODNET perf write-bw $a --timeout 20 > /dev/null & sleep 0.3\n\
+           $PODNET perf write-bw $a --timeout 20 localhost | grep 'CQ Moderation' || exit 5; wait $! || exit 6\n\
+         done; rm -f o.json",
+    );
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    let mut parts = out.split("===\n");
+    let table = parts.next().unwrap();
+    assert!(table.contains(" Post List       : 8\n"), "{table}");
+    assert!(table.contains(" CQ Moderation   : 50\n"), "{table}");
+    let row = table.lines().find(|l| l.starts_with(" 64         1000 ")).expect("the row");
+    assert!(row.split_whitespace().nth(3).unwrap().parse::<f64>().unwrap() > 0.0, "{row}");
+    let doc: Value = serde_json::from_str(parts.next().unwrap()).expect("--out_json is JSON");
+    assert_eq!(doc["test_info"]["Post_List"], 8, "{doc}");
+    assert_eq!(doc["test_info"]["CQ_Moderation"], 50, "{doc}");
+    // perftest's defaults: 100; off above 8 KiB; kept for a sweep.
+    let defaults: Vec<&str> = parts.next().unwrap().lines().collect();
+    assert_eq!(
+        defaults,
+        [" CQ Moderation   : 100", " CQ Moderation   : 1", " CQ Moderation   : 100"],
+        "{out}"
+    );
+}
+
 /// `-U` (perftest's `--report-unsorted`): every iteration's one-way latency in the order
 /// measured, above the row in the text table and as the JSON row's `unsorted_usec`; the
 /// row's extremes are the list's.
@@ -351,6 +384,12 @@ fn bad_flags_fail_with_a_message() {
         (&["perf", "send-lat", "-x", "3"][..], "GID index 3 is not in the table"),
         (&["perf", "write-bw", "-U"][..], "write-bw is a bandwidth test"),
         (&["perf", "send-lat", "-U", "-D", "2"][..], "a -D run keeps a histogram"),
+        (&["perf", "send-lat", "-l", "4"][..], "-l and -Q are for the bandwidth tests"),
+        (&["perf", "write-lat", "-Q", "10"][..], "-l and -Q are for the bandwidth tests"),
+        (&["perf", "write-bw", "-l", "0"][..], "-l 0 must be from 1 to the TX depth (128)"),
+        (&["perf", "write-bw", "-t", "16", "-l", "32"][..], "must be from 1 to the TX depth (16)"),
+        (&["perf", "send-bw", "-Q", "0"][..], "-Q 0 must be from 1 to 1024"),
+        (&["perf", "send-bw", "-Q", "2000"][..], "-Q 2000 must be from 1 to 1024"),
     ] {
         let o = podnet(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
