@@ -196,8 +196,9 @@ pub struct Options {
     pub qps: usize,
     /// Operations in flight per QP (`-t`).
     pub tx_depth: usize,
-    /// Bandwidth tests: work requests per post call (`-l`, perftest's `--post_list`).
-    pub post_list: usize,
+    /// Bandwidth tests: work requests per post call (`-l`, perftest's `--post_list`); `None`
+    /// for the device's default, [`Options::post_list_on`].
+    pub post_list: Option<usize>,
     /// Bandwidth tests: a completion every this many messages (`-Q`, perftest's
     /// `--cq-mod`); `None` for perftest's default, [`Options::cq_mod`].
     pub cq_mod: Option<usize>,
@@ -263,7 +264,7 @@ impl Options {
             run_infinitely: false,
             qps: 1,
             tx_depth: if bw { 128 } else { 1 },
-            post_list: 1,
+            post_list: None,
             cq_mod: None,
             rx_depth: 512,
             bidirectional: false,
@@ -289,11 +290,24 @@ impl Options {
             && self.connection != QpType::Ud;
         let m = match self.cq_mod {
             Some(m) => m,
-            None if self.post_list > 1 => self.post_list,
+            None if let Some(l @ 2..) = self.post_list => l,
             None if large => 1,
             None => DEF_CQ_MOD,
         };
         m.clamp(1, self.tx_depth.max(1))
+    }
+
+    /// The bandwidth tests' post list on `ctx`: `-l` if given; else perftest's 1 on an RDMA
+    /// device (on Linux rxe each `ibv_post_send` is a system call that runs the requester
+    /// in the caller's time, as perftest's loop expects), and on a soft device the whole TX
+    /// depth (its post transmits at once, one `sendmmsg` per list: one call per message
+    /// halves its small-message rate). 1 for the latency tests.
+    pub fn post_list_on(&self, ctx: &Context) -> usize {
+        match self.post_list {
+            Some(l) => l,
+            None if self.test.is_bw() && ctx.provider_name() == "soft" => self.tx_depth,
+            None => 1,
+        }
     }
 
     /// `-a`'s sizes: 2 to 2²³ bytes, doubling.
@@ -350,17 +364,16 @@ impl Options {
         if !t.is_bw() && self.bidirectional {
             return bad("-b is for the bandwidth tests".into());
         }
-        if !t.is_bw() && (self.post_list != 1 || self.cq_mod.is_some()) {
+        if !t.is_bw() && (self.post_list.is_some() || self.cq_mod.is_some()) {
             return bad(format!(
                 "-l and -Q are for the bandwidth tests; {} posts one message at a time",
                 t.name()
             ));
         }
-        if self.post_list == 0 || self.post_list > self.tx_depth {
-            return bad(format!(
-                "-l {} must be from 1 to the TX depth ({})",
-                self.post_list, self.tx_depth
-            ));
+        if let Some(l) = self.post_list
+            && (l == 0 || l > self.tx_depth)
+        {
+            return bad(format!("-l {l} must be from 1 to the TX depth ({})", self.tx_depth));
         }
         if let Some(m) = self.cq_mod
             && !(1..=MAX_CQ_MOD).contains(&m)
@@ -430,6 +443,8 @@ pub struct Connected {
     pub mtu: u32,
     /// Whether the peer is podnet.
     pub peer_is_podnet: bool,
+    /// Work requests per post call in a bandwidth test ([`Options::post_list_on`]).
+    pub post_list: usize,
 }
 
 /// One result row.
@@ -686,6 +701,7 @@ pub fn run(
         remote: peer.keys.clone(),
         mtu: mtu.bytes(),
         peer_is_podnet,
+        post_list: o.post_list_on(ctx),
     });
     let seeds =
         o.validate.then(|| Seeds { mine: seed(local[0].psn), peer: seed(peer.keys[0].psn) });
@@ -747,7 +763,7 @@ pub fn run(
                         sink,
                         size,
                         tx_depth: o.tx_depth,
-                        post_list: o.post_list,
+                        post_list: o.post_list_on(ctx),
                         cq_mod: o.cq_mod(),
                         peers: &peers,
                         stop,

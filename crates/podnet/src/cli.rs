@@ -380,10 +380,11 @@ pub(crate) struct PerfArgs {
     pub(crate) tx_depth: Option<usize>,
 
     /// Bandwidth tests: post lists of up to N work requests per ibv_post_send call
-    /// (perftest's `--post_list`). The default, 1, is one call per message, as perftest
-    /// posts: on Linux rxe each call runs the kernel's requester in the caller's time.
-    #[arg(short = 'l', long = "post_list", value_name = "N", default_value_t = 1)]
-    pub(crate) post_list: usize,
+    /// (perftest's `--post_list`) [default: perftest's 1 on an RDMA device — on Linux rxe
+    /// each call runs the kernel's requester in the caller's time; on a soft device all the
+    /// TX depth allows, as its post sends at once, one sendmmsg per list].
+    #[arg(short = 'l', long = "post_list", value_name = "N")]
+    pub(crate) post_list: Option<usize>,
 
     /// Bandwidth tests: ask for a completion every N messages (perftest's `--cq-mod`, 1 to
     /// 1024; at most the TX depth) [default: perftest's — the -l size when it is more than

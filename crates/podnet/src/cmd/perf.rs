@@ -175,8 +175,8 @@ impl Printer<'_> {
             l.push(format!(" RX depth        : {}", o.rx_depth));
         }
         if t.is_bw() {
-            if sends && o.post_list > 1 {
-                l.push(format!(" Post List       : {}", o.post_list));
+            if sends && c.post_list > 1 {
+                l.push(format!(" Post List       : {}", c.post_list));
             }
             l.push(format!(" CQ Moderation   : {}", o.cq_mod()));
         }
@@ -630,8 +630,8 @@ fn write_out_json(args: &PerfArgs, o: &Options, p: &Printer<'_>) -> anyhow::Resu
     if let Some(m) = info.as_object_mut()
         && o.test.is_bw()
     {
-        if o.post_list > 1 {
-            m.insert("Post_List".into(), o.post_list.into());
+        if let Some(l) = c.map(|c| c.post_list).filter(|l| *l > 1) {
+            m.insert("Post_List".into(), l.into());
         }
         m.insert("CQ_Moderation".into(), o.cq_mod().into());
     }

@@ -295,7 +295,8 @@ fn text_tables_and_out_json_read_back() {
 }
 
 /// `-l` posts lists and `-Q` moderates completions, and the banner and `--out_json` say what
-/// was used: perftest's defaults (1, and 100 — or 1 for one size above 8 KiB) or the flags.
+/// was used: the flags, or the defaults (perftest's moderation, 100 — or 1 for one size above
+/// 8 KiB; a soft device's post list, the TX depth).
 #[test]
 fn post_lists_and_cq_moderation_as_perftest_sets_them() {
     let o = in_netns(
@@ -304,7 +305,7 @@ fn post_lists_and_cq_moderation_as_perftest_sets_them() {
            localhost || exit 3; wait $! || exit 4; echo ===; cat o.json; echo ===\n\
          for a in '-s 64' '-s 65536' '-a -n 20'; do\n\
            $PODNET perf write-bw $a --timeout 20 > /dev/null & sleep 0.3\n\
-           $PODNET perf write-bw $a --timeout 20 localhost | grep 'CQ Moderation' || exit 5; wait $! || exit 6\n\
+           $PODNET perf write-bw $a --timeout 20 localhost | grep -E 'Post List|CQ Moderation' || exit 5; wait $! || exit 6\n\
          done; rm -f o.json",
     );
     let out = stdout(&o);
@@ -318,11 +319,20 @@ fn post_lists_and_cq_moderation_as_perftest_sets_them() {
     let doc: Value = serde_json::from_str(parts.next().unwrap()).expect("--out_json is JSON");
     assert_eq!(doc["test_info"]["Post_List"], 8, "{doc}");
     assert_eq!(doc["test_info"]["CQ_Moderation"], 50, "{doc}");
-    // perftest's defaults: 100; off above 8 KiB; kept for a sweep.
+    // perftest's moderation: 100; off above 8 KiB; kept for a sweep. A soft device posts
+    // the whole TX depth per call (its post sends at once).
     let defaults: Vec<&str> = parts.next().unwrap().lines().collect();
+    let list = " Post List       : 128";
     assert_eq!(
         defaults,
-        [" CQ Moderation   : 100", " CQ Moderation   : 1", " CQ Moderation   : 100"],
+        [
+            list,
+            " CQ Moderation   : 100",
+            list,
+            " CQ Moderation   : 1",
+            list,
+            " CQ Moderation   : 100"
+        ],
         "{out}"
     );
 }
