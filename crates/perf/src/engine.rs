@@ -264,8 +264,8 @@ pub struct BwPlan<'a> {
     pub size: usize,
     /// Operations in flight per QP.
     pub tx_depth: usize,
-    /// Work requests per `ibv_post_send` call, at most (perftest's `-l`, default 1: one
-    /// call per message).
+    /// Work requests per `ibv_post_send` call, at most (perftest's `-l`; 1 is one call per
+    /// message, perftest's default; `session::Options::post_list_on` picks the device's).
     pub post_list: usize,
     /// A completion is asked for every this many messages per QP (perftest's `-Q`), and for
     /// the last: RC, UC and UD send queues complete in order, so one completion accounts for
