@@ -641,6 +641,7 @@ pub fn run(
             srqn: tag,
         })
         .collect();
+    let post_list = o.post_list_on(ctx);
     let port_mtu = ctx.query_port().active_mtu;
     let my_mtu = o.mtu.unwrap_or(port_mtu);
     let mut talk = Talk { ch: Channel::new(sock, role), sock, stall: o.stall, wait: o.wait };
@@ -701,7 +702,7 @@ pub fn run(
         remote: peer.keys.clone(),
         mtu: mtu.bytes(),
         peer_is_podnet,
-        post_list: o.post_list_on(ctx),
+        post_list,
     });
     let seeds =
         o.validate.then(|| Seeds { mine: seed(local[0].psn), peer: seed(peer.keys[0].psn) });
@@ -763,7 +764,7 @@ pub fn run(
                         sink,
                         size,
                         tx_depth: o.tx_depth,
-                        post_list: o.post_list_on(ctx),
+                        post_list,
                         cq_mod: o.cq_mod(),
                         peers: &peers,
                         stop,
