@@ -219,6 +219,9 @@ macro_rules! rc_tests {
     )*};
 }
 
+// Loss runs carry enough datagrams for ~20 drops or more: over IPv6 a message leaves as one
+// GSO datagram (64 KiB of WRITE too), so 60 WRITEs or 100 atomics at 5 % dropped ~5 on
+// average and now and then none, which the loss assertions (rightly) fail.
 rc_tests! {
     rc_send_v4: Send, V4, 0, Event, 120;
     rc_send_imm_v6: SendImm, V6, 0, Busy, 120;
@@ -229,12 +232,12 @@ rc_tests! {
     rc_cmp_swap_v4: CmpSwap, V4, 0, Event, 200;
     rc_fetch_add_v6: FetchAdd, V6, 0, Event, 200;
     rc_send_v4_5pct_loss: Send, V4, 5, Event, 60;
-    rc_write_v6_5pct_loss: Write, V6, 5, Event, 60;
+    rc_write_v6_5pct_loss: Write, V6, 5, Event, 300;
     rc_write_imm_v4_5pct_loss: WriteImm, V4, 5, Busy, 60;
     rc_read_v4_5pct_loss: Read, V4, 5, Event, 60;
     rc_read_v6_20pct_loss: Read, V6, 20, Event, 30;
     rc_fetch_add_v4_20pct_loss: FetchAdd, V4, 20, Event, 100;
-    rc_cmp_swap_v6_5pct_loss: CmpSwap, V6, 5, Busy, 100;
+    rc_cmp_swap_v6_5pct_loss: CmpSwap, V6, 5, Busy, 400;
 }
 
 #[test]
