@@ -177,7 +177,10 @@ fn duration_mode_reports_percentiles() {
     );
     assert_eq!(rows(&s).len(), 1);
     // Every latency loop ends at its deadline (each looks at the clock only now and then).
-    for test in ["write-lat", "read-lat", "atomic-lat"] {
+    // Write latency has no barrier after it: a side that stops first leaves the other's last
+    // WRITE unanswered, and that side must not wait for it (before it did, one run in three
+    // here failed with a retry error on the last message), so it runs three times.
+    for test in ["write-lat", "write-lat", "write-lat", "read-lat", "atomic-lat"] {
         let t = Instant::now();
         let (c, _) = pair(&format!("{test} -D 1"));
         let r = rows(&c)[0];
@@ -190,7 +193,7 @@ fn duration_mode_reports_percentiles() {
         r["BW_average"].as_f64().unwrap() > 0.0
             && r["BW_peak"].as_f64() >= r["BW_average"].as_f64()
     );
-    assert!(t0.elapsed() < Duration::from_secs(50), "the runs took {:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(60), "the runs took {:?}", t0.elapsed());
 }
 
 #[test]
