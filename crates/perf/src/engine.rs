@@ -993,8 +993,8 @@ pub fn send_lat(
 /// WRITE latency as perftest measures it: each side WRITEs `size` bytes to the peer, the
 /// last byte a counter, and polls its own buffer for the peer's counter before the next.
 /// The peer's writes land at this side's remote slot 0; the last byte of write `k` is
-/// `k + 1` (mod 256). In duration mode each side stops at its own deadline, leaving a message in flight then
-/// unanswered (as perftest does).
+/// `k + 1` (mod 256). In duration mode each side stops at its own deadline and leaves the
+/// message in flight then unanswered (as perftest does).
 pub fn write_lat(
     s: &Side<'_>,
     plan: &LatPlan,
