@@ -380,6 +380,21 @@ impl Options {
         {
             return bad(format!("-Q {m} must be from 1 to {MAX_CQ_MOD}"));
         }
+        // perftest's rules for a post list the user asked for: whole lists of messages, and
+        // a completion at the end of one.
+        if let Some(l @ 2..) = self.post_list {
+            if self.duration.is_none() && !self.iters.is_multiple_of(l as u64) {
+                return bad(format!(
+                    "-n {} must be a multiple of the post list (-l {l})",
+                    self.iters
+                ));
+            }
+            if let Some(m) = self.cq_mod
+                && !l.is_multiple_of(m)
+            {
+                return bad(format!("-l {l} must be a multiple of the CQ moderation (-Q {m})"));
+            }
+        }
         if self.run_infinitely && (self.duration.is_none() || !t.is_bw()) {
             return bad("--run_infinitely needs a bandwidth test and -D".into());
         }

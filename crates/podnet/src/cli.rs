@@ -382,7 +382,8 @@ pub(crate) struct PerfArgs {
     /// Bandwidth tests: post lists of up to N work requests per ibv_post_send call
     /// (perftest's `--post_list`) [default: perftest's 1 on an RDMA device — on Linux rxe
     /// each call runs the kernel's requester in the caller's time; on a soft device all the
-    /// TX depth allows, as its post sends at once, one sendmmsg per list].
+    /// TX depth allows, as its post sends at once, one sendmmsg per list]. As perftest
+    /// has it, -n must then be a multiple of N, and N of any -Q.
     #[arg(short = 'l', long = "post_list", value_name = "N")]
     pub(crate) post_list: Option<usize>,
 

@@ -303,8 +303,8 @@ fn text_tables_and_out_json_read_back() {
 #[test]
 fn post_lists_and_cq_moderation_as_perftest_sets_them() {
     let o = in_netns(
-        "$PODNET perf send-bw -s 64 -n 1000 -l 8 -Q 50 --timeout 20 > /dev/null & sleep 0.3\n\
-         $PODNET perf send-bw -s 64 -n 1000 -l 8 -Q 50 --timeout 20 --out_json --out_json_file o.json \
+        "$PODNET perf send-bw -s 64 -n 1000 -l 8 -Q 4 --timeout 20 > /dev/null & sleep 0.3\n\
+         $PODNET perf send-bw -s 64 -n 1000 -l 8 -Q 4 --timeout 20 --out_json --out_json_file o.json \
            localhost || exit 3; wait $! || exit 4; echo ===; cat o.json; echo ===\n\
          for a in '-s 64' '-s 65536' '-a -n 20'; do\n\
            $PODNET perf write-bw $a --timeout 20 > /dev/null & sleep 0.3\n\
@@ -316,12 +316,12 @@ fn post_lists_and_cq_moderation_as_perftest_sets_them() {
     let mut parts = out.split("===\n");
     let table = parts.next().unwrap();
     assert!(table.contains(" Post List       : 8\n"), "{table}");
-    assert!(table.contains(" CQ Moderation   : 50\n"), "{table}");
+    assert!(table.contains(" CQ Moderation   : 4\n"), "{table}");
     let row = table.lines().find(|l| l.starts_with(" 64         1000 ")).expect("the row");
     assert!(row.split_whitespace().nth(3).unwrap().parse::<f64>().unwrap() > 0.0, "{row}");
     let doc: Value = serde_json::from_str(parts.next().unwrap()).expect("--out_json is JSON");
     assert_eq!(doc["test_info"]["Post_List"], 8, "{doc}");
-    assert_eq!(doc["test_info"]["CQ_Moderation"], 50, "{doc}");
+    assert_eq!(doc["test_info"]["CQ_Moderation"], 4, "{doc}");
     // perftest's moderation: 100; off above 8 KiB; kept for a sweep. A soft device posts
     // the whole TX depth per call (its post sends at once).
     let defaults: Vec<&str> = parts.next().unwrap().lines().collect();
@@ -403,6 +403,14 @@ fn bad_flags_fail_with_a_message() {
         (&["perf", "write-bw", "-t", "16", "-l", "32"][..], "must be from 1 to the TX depth (16)"),
         (&["perf", "send-bw", "-Q", "0"][..], "-Q 0 must be from 1 to 1024"),
         (&["perf", "send-bw", "-Q", "2000"][..], "-Q 2000 must be from 1 to 1024"),
+        (
+            &["perf", "write-bw", "-l", "8", "-n", "1001"][..],
+            "-n 1001 must be a multiple of the post list (-l 8)",
+        ),
+        (
+            &["perf", "send-bw", "-l", "8", "-Q", "3"][..],
+            "-l 8 must be a multiple of the CQ moderation (-Q 3)",
+        ),
     ] {
         let o = podnet(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
