@@ -282,12 +282,14 @@ impl Options {
 
     /// The bandwidth tests' CQ moderation, as perftest settles it: `-Q` if given; else the
     /// post list when `-l` is more than 1; else 1 for one size above 8 KiB over RC or UC
-    /// (perftest turns moderation off for large messages, where it is not needed) and 100
-    /// otherwise; never more than the TX depth.
-    pub fn cq_mod(&self) -> usize {
+    /// when polling (perftest turns moderation off for large messages, where it is not
+    /// needed, but keeps it with `events`: fewer events to wait for) and 100 otherwise;
+    /// never more than the TX depth.
+    pub fn cq_mod(&self, events: bool) -> usize {
         let large = self.sizes.len() == 1
             && self.sizes[0] > MSG_SIZE_CQ_MOD_LIMIT
-            && self.connection != QpType::Ud;
+            && self.connection != QpType::Ud
+            && !events;
         let m = match self.cq_mod {
             Some(m) => m,
             None if let Some(l @ 2..) = self.post_list => l,
@@ -458,6 +460,8 @@ pub struct Connected {
     pub mtu: u32,
     /// Whether the peer is podnet.
     pub peer_is_podnet: bool,
+    /// The bandwidth tests' CQ moderation ([`Options::cq_mod`]).
+    pub cq_mod: usize,
     /// Work requests per post call in a bandwidth test ([`Options::post_list_on`]).
     pub post_list: usize,
 }
@@ -657,6 +661,7 @@ pub fn run(
         })
         .collect();
     let post_list = o.post_list_on(ctx);
+    let cq_mod = o.cq_mod(events);
     let port_mtu = ctx.query_port().active_mtu;
     let my_mtu = o.mtu.unwrap_or(port_mtu);
     let mut talk = Talk { ch: Channel::new(sock, role), sock, stall: o.stall, wait: o.wait };
@@ -718,6 +723,7 @@ pub fn run(
         mtu: mtu.bytes(),
         peer_is_podnet,
         post_list,
+        cq_mod,
     });
     let seeds =
         o.validate.then(|| Seeds { mine: seed(local[0].psn), peer: seed(peer.keys[0].psn) });
@@ -780,7 +786,7 @@ pub fn run(
                         size,
                         tx_depth: o.tx_depth,
                         post_list,
-                        cq_mod: o.cq_mod(),
+                        cq_mod,
                         peers: &peers,
                         stop,
                         seeds,

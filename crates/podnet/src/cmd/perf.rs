@@ -178,7 +178,7 @@ impl Printer<'_> {
             if sends && c.post_list > 1 {
                 l.push(format!(" Post List       : {}", c.post_list));
             }
-            l.push(format!(" CQ Moderation   : {}", o.cq_mod()));
+            l.push(format!(" CQ Moderation   : {}", c.cq_mod));
         }
         l.push(format!(" Mtu             : {}[B]", c.mtu));
         l.push(" Link type       : Ethernet".into());
@@ -633,7 +633,9 @@ fn write_out_json(args: &PerfArgs, o: &Options, p: &Printer<'_>) -> anyhow::Resu
         if let Some(l) = c.map(|c| c.post_list).filter(|l| *l > 1) {
             m.insert("Post_List".into(), l.into());
         }
-        m.insert("CQ_Moderation".into(), o.cq_mod().into());
+        if let Some(q) = c.map(|c| c.cq_mod) {
+            m.insert("CQ_Moderation".into(), q.into());
+        }
     }
     let mut results: Vec<Value> = p
         .rows

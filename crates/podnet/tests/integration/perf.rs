@@ -306,7 +306,7 @@ fn post_lists_and_cq_moderation_as_perftest_sets_them() {
         "$PODNET perf send-bw -s 64 -n 1000 -l 8 -Q 4 --timeout 20 > /dev/null & sleep 0.3\n\
          $PODNET perf send-bw -s 64 -n 1000 -l 8 -Q 4 --timeout 20 --out_json --out_json_file o.json \
            localhost || exit 3; wait $! || exit 4; echo ===; cat o.json; echo ===\n\
-         for a in '-s 64' '-s 65536' '-a -n 20'; do\n\
+         for a in '-s 64' '-s 65536' '-a -n 20' '-s 65536 -e'; do\n\
            $PODNET perf write-bw $a --timeout 20 > /dev/null & sleep 0.3\n\
            $PODNET perf write-bw $a --timeout 20 localhost | grep -E 'Post List|CQ Moderation' || exit 5; wait $! || exit 6\n\
          done; rm -f o.json",
@@ -322,8 +322,8 @@ fn post_lists_and_cq_moderation_as_perftest_sets_them() {
     let doc: Value = serde_json::from_str(parts.next().unwrap()).expect("--out_json is JSON");
     assert_eq!(doc["test_info"]["Post_List"], 8, "{doc}");
     assert_eq!(doc["test_info"]["CQ_Moderation"], 4, "{doc}");
-    // perftest's moderation: 100; off above 8 KiB; kept for a sweep. A soft device posts
-    // the whole TX depth per call (its post sends at once).
+    // perftest's moderation: 100; off above 8 KiB; kept for a sweep and with events. A
+    // soft device posts the whole TX depth per call (its post sends at once).
     let defaults: Vec<&str> = parts.next().unwrap().lines().collect();
     let list = " Post List       : 128";
     assert_eq!(
@@ -333,6 +333,8 @@ fn post_lists_and_cq_moderation_as_perftest_sets_them() {
             " CQ Moderation   : 100",
             list,
             " CQ Moderation   : 1",
+            list,
+            " CQ Moderation   : 100",
             list,
             " CQ Moderation   : 100"
         ],
