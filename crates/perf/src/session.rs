@@ -391,7 +391,8 @@ impl Options {
                     self.iters
                 ));
             }
-            if let Some(m) = self.cq_mod
+            // (-Q as it will be used: no more than the TX depth.)
+            if let Some(m) = self.cq_mod.map(|m| m.min(self.tx_depth))
                 && !l.is_multiple_of(m)
             {
                 return bad(format!("-l {l} must be a multiple of the CQ moderation (-Q {m})"));
@@ -979,5 +980,31 @@ mod inline_tests {
             assert_eq!(d(WriteLat, QpType::Rc, drv), 0, "{drv}");
             assert_eq!(d(SendLat, QpType::Rc, drv), 0, "{drv}");
         }
+    }
+
+    #[test]
+    fn post_lists_follow_perftests_rules() {
+        let o = |l: usize, q: Option<usize>, n: u64| Options {
+            post_list: Some(l),
+            cq_mod: q,
+            iters: n,
+            tx_depth: 8,
+            ..Options::new(PerfTest::SendBw)
+        };
+        assert!(o(8, None, 1000).validate_options().is_ok());
+        assert!(o(8, Some(4), 1000).validate_options().is_ok());
+        // -Q above the TX depth is the TX depth, as perftest clamps it before its check.
+        assert!(o(8, Some(16), 1000).validate_options().is_ok());
+        assert_eq!(o(8, Some(16), 1000).cq_mod(false), 8);
+        assert!(o(8, Some(3), 1000).validate_options().is_err());
+        assert!(o(8, None, 1001).validate_options().is_err());
+        // A run of a duration has no count to divide; a list of 1 is no list.
+        let timed = Options { duration: Some(Duration::from_secs(1)), ..o(8, None, 1001) };
+        assert!(timed.validate_options().is_ok());
+        assert!(o(1, Some(3), 1001).validate_options().is_ok());
+        // Large messages: moderation off when polling, perftest's 100 (here the TX depth)
+        // with events.
+        let big = Options { sizes: vec![65536], post_list: None, ..o(8, None, 1000) };
+        assert_eq!((big.cq_mod(false), big.cq_mod(true)), (1, 8));
     }
 }
