@@ -303,10 +303,10 @@ impl Session {
                 }
                 let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                 if ch.get_cq_event(left).is_none() {
-                    bail!("no completion for {:?}", self.timeout.unwrap_or_default());
+                    bail!(self.stalled());
                 }
             } else if deadline.is_some_and(|d| Instant::now() >= d) {
-                bail!("no completion for {:?}", self.timeout.unwrap_or_default());
+                bail!(self.stalled());
             } else {
                 std::hint::spin_loop();
             }
@@ -447,6 +447,19 @@ impl Session {
             return Ok(ExitCode::from(1));
         }
         Ok(ExitCode::SUCCESS)
+    }
+
+    /// The error of a wait that timed out, with the device's counters that moved: what a
+    /// stalled exchange's cause is read from (lost packets, NAKs, retransmissions).
+    fn stalled(&self) -> String {
+        let c = self.ctx.counters();
+        let moved: Vec<String> =
+            c.iter().filter(|(_, v)| *v > 0).map(|(k, v)| format!("{k} {v}")).collect();
+        format!(
+            "no completion for {:?} (device counters: {})",
+            self.timeout.unwrap_or_default(),
+            if moved.is_empty() { "all 0".into() } else { moved.join(", ") }
+        )
     }
 
     /// Keeps the QP until the peer has been quiet for a while. Our last completion does not

@@ -73,6 +73,16 @@ fn bad_input_and_an_absent_peer_fail_cleanly() {
     let o = in_netns("$PODNET pingpong --timeout 1");
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("no client connected"), "{}", stderr(&o));
+    // A peer that stops answering mid-exchange (stopped, not gone: its QP still exists) and
+    // a timeout shorter than the retries: the error says so with the counters that moved.
+    let o = in_netns(
+        "$PODNET pingpong -n 100000000 > /dev/null 2>&1 & s=$!; sleep 0.3\n\
+         $PODNET pingpong -n 100000000 --timeout 0.2 localhost > /dev/null & c=$!\n\
+         sleep 0.5; kill -STOP $s; wait $c; r=$?; kill -9 $s; exit $r",
+    );
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("no completion for 200ms (device counters: sent_pkts "), "{err}");
     assert!(t0.elapsed() < Duration::from_secs(20));
 }
 
@@ -128,7 +138,12 @@ fn run_one(
         eprintln!("{what}: rc_pingpong exited before its last ACK reached podnet; rerun");
         return None;
     }
-    assert!(o.status.success(), "{what}: podnet {}\nguest:\n{guest_out}", stderr(&o));
+    if !o.status.success() {
+        // What rxe counted, beside podnet's own counters in its error.
+        let rxe =
+            vm.rxe_counters("rxe_eth").map(|c| format!("{c:?}")).unwrap_or_else(|e| e.to_string());
+        panic!("{what}: podnet {}\nguest:\n{guest_out}\nrxe_eth counters: {rxe}", stderr(&o));
+    }
     assert!(guest_out.contains(&format!("{iters} iters in")), "{what}\nguest:\n{guest_out}");
     let v: Value =
         serde_json::from_str(stdout(&o).trim()).unwrap_or_else(|e| panic!("{e}: {what}"));
