@@ -157,30 +157,67 @@ impl Net {
         (0..self.nodes.len()).find(|&i| ip(i) == addr)
     }
 
+    /// The IPv4 header of a packet from node `from` to node `to`, its ICRC sealed into
+    /// `payload` (BTH … ICRC); `None` off IPv4.
+    fn seal(
+        &mut self,
+        from: usize,
+        to: usize,
+        tos: u8,
+        src_port: u16,
+        payload: &mut [u8],
+    ) -> Option<[u8; 20]> {
+        let (IpAddr::V4(src), IpAddr::V4(dst)) = (ip(from), ip(to)) else { return None };
+        let mut h = [0u8; 20];
+        let total = (20 + 8 + payload.len()) as u16;
+        h[0] = 0x45;
+        h[1] = tos;
+        h[2..4].copy_from_slice(&total.to_be_bytes());
+        self.ip_id = self.ip_id.wrapping_add(1);
+        h[4..6].copy_from_slice(&self.ip_id.to_be_bytes());
+        h[6] = 0x40;
+        h[8] = 64;
+        h[9] = 17;
+        h[12..16].copy_from_slice(&src.octets());
+        h[16..20].copy_from_slice(&dst.octets());
+        let mut udp = [0u8; 8];
+        udp[0..2].copy_from_slice(&src_port.to_be_bytes());
+        udp[2..4].copy_from_slice(&wire::ROCEV2_UDP_PORT.to_be_bytes());
+        udp[4..6].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        wire::icrc::seal(&h, &udp, payload).expect("seal");
+        Some(h)
+    }
+
+    /// Hands node `to` a packet as if node `from` had sent it now (`payload`: BTH … ICRC,
+    /// the ICRC recomputed here), bypassing the fault model; what it answers goes on the
+    /// wire at once.
+    pub fn inject(&mut self, from: usize, to: usize, payload: Vec<u8>) {
+        self.inject_quietly(from, to, payload);
+        self.transmit();
+    }
+
+    /// [`Net::inject`], leaving what `to` answers queued there (to be sent with what the
+    /// next packet brings).
+    pub fn inject_quietly(&mut self, from: usize, to: usize, mut payload: Vec<u8>) {
+        let h = self.seal(from, to, 0, 49152, &mut payload).expect("IPv4 nodes");
+        let meta = RecvMeta {
+            src: ip(from),
+            dst: ip(to),
+            src_port: 49152,
+            dst_port: 4791,
+            ecn: 0,
+            ip_header: Some(&h),
+        };
+        self.nodes[to].handle_datagram(self.now, &meta, &payload);
+    }
+
     /// Moves every ready packet onto the wire.
     fn transmit(&mut self) {
         for i in 0..self.nodes.len() {
             while let Some(t) = self.nodes[i].poll_transmit(self.now) {
                 let Some(to) = self.node_of(t.dst) else { continue };
                 let mut payload = t.payload;
-                let (IpAddr::V4(src), IpAddr::V4(dst)) = (ip(i), t.dst) else { continue };
-                let mut h = [0u8; 20];
-                let total = (20 + 8 + payload.len()) as u16;
-                h[0] = 0x45;
-                h[1] = t.tos;
-                h[2..4].copy_from_slice(&total.to_be_bytes());
-                self.ip_id = self.ip_id.wrapping_add(1);
-                h[4..6].copy_from_slice(&self.ip_id.to_be_bytes());
-                h[6] = 0x40;
-                h[8] = 64;
-                h[9] = 17;
-                h[12..16].copy_from_slice(&src.octets());
-                h[16..20].copy_from_slice(&dst.octets());
-                let mut udp = [0u8; 8];
-                udp[0..2].copy_from_slice(&t.src_port.to_be_bytes());
-                udp[2..4].copy_from_slice(&t.dst_port.to_be_bytes());
-                udp[4..6].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-                wire::icrc::seal(&h, &udp, &mut payload).expect("seal");
+                let Some(h) = self.seal(i, to, t.tos, t.src_port, &mut payload) else { continue };
                 self.sent += 1;
                 if self.keep_log {
                     self.log.push((i, to, payload.clone()));
