@@ -1821,9 +1821,11 @@ impl<M: Memory> Endpoint<M> {
         if let Some(RespOut::Ack { psn: p, syndrome: ACK_SYNDROME, msn: m }) =
             qp.resp_out.back_mut()
         {
-            // An ACK for a later PSN covers the earlier one: coalesce.
-            *p = psn;
-            *m = msn;
+            // ACKs are cumulative: the later PSN of the two covers the other.
+            if psn.diff(*p) > 0 {
+                *p = psn;
+                *m = msn;
+            }
             return;
         }
         qp.resp_out.push_back(RespOut::Ack { psn, syndrome: ACK_SYNDROME, msn });
@@ -1883,10 +1885,26 @@ impl<M: Memory> Endpoint<M> {
                         qp.resp_out.push_back(RespOut::Atomic { psn, orig, msn });
                     }
                 }
-                _ => {
+                Req::Send { last, .. } | Req::Write { last, .. } => {
+                    // Linux rxe's completer (6.1) stalls for good on a message it is
+                    // resending when an ACK of the message's last PSN comes while it is
+                    // still sending it: it takes that ACK as progress only and waits for
+                    // another once the last packet is out. If that one is lost it has
+                    // nothing unacknowledged left to retry and never re-arms its timer
+                    // (docs/rxe-reference.md). So a duplicate is ACKed at its own PSN,
+                    // never ahead of what the requester has sent again, and the ACK of a
+                    // duplicate that ends a message goes twice: that is the one ACK such
+                    // a requester still waits for. Both only ever follow a retransmission.
                     if b.ack_req() {
-                        let prev = qp.epsn.add(0xff_ffff);
-                        Self::queue_ack(qp, prev);
+                        Self::queue_ack(qp, psn);
+                        if last {
+                            let msn = qp.msn;
+                            qp.resp_out.push_back(RespOut::Ack {
+                                psn,
+                                syndrome: ACK_SYNDROME,
+                                msn,
+                            });
+                        }
                     }
                 }
             }

@@ -381,6 +381,59 @@ fn a_gap_is_naked_once() {
     assert_eq!(net.nodes[0].counters().rcvd_seq_err, 1);
 }
 
+/// The PSNs of the ACKs (opcode 0x11) node `from` put on the wire, in order.
+fn acks_from(net: &Net, from: usize) -> Vec<u32> {
+    net.log
+        .iter()
+        .filter(|(f, _, p)| *f == from && p[0] == 0x11)
+        .map(|(_, _, p)| wire::bth::Packet::new_checked(&p[..]).unwrap().psn().get())
+        .collect()
+}
+
+#[test]
+fn a_duplicate_is_acked_at_its_own_psn() {
+    // A requester that went back to a message's start resends it packet by packet. A
+    // duplicate is ACKed at its own PSN, never at the last PSN received: Linux rxe's
+    // completer (6.1) takes an ACK of a message's last PSN that comes while it is still
+    // resending the message as progress only, and if the ACK it then waits for is lost it
+    // has nothing left to retry and never re-arms its timer — the QP stalls.
+    let (mut net, a, b) = rc_pair(Params { mtu: Mtu::Mtu256, ..Params::default() });
+    net.keep_log = true;
+    net.nodes[0].post_send(a.qpn, write(1, &b, BUF_ADDR, 16 * 256, &a)).unwrap();
+    let wc = next_wc(&mut net, 0, &a, Duration::from_secs(1)).unwrap();
+    assert_eq!(wc.status, WcStatus::Success);
+    let requests: Vec<Vec<u8>> =
+        net.log.iter().filter(|(f, _, _)| *f == 0).map(|(_, _, p)| p.clone()).collect();
+    assert_eq!(requests.len(), 16);
+    let psn = |p: &[u8]| wire::bth::Packet::new_checked(p).unwrap().psn().get();
+    let last = psn(&requests[15]);
+    assert_eq!(acks_from(&net, 1), [last], "one ACK, for the message's last packet");
+    // Packet 5 again, asking for an ACK (a resent packet does).
+    let again = |k: usize| {
+        let mut p = requests[k].clone();
+        p[8] |= 0x80;
+        p
+    };
+    net.inject(0, 1, again(4));
+    assert_eq!(acks_from(&net, 1), [last, psn(&requests[4])]);
+    // Two duplicates answered by one ACK: it covers the later PSN of the two, in whichever
+    // order they came.
+    for (x, y) in [(9, 6), (7, 11)] {
+        let n = acks_from(&net, 1).len();
+        let (px, py) = (again(x), again(y));
+        net.inject_quietly(0, 1, px);
+        net.inject(0, 1, py);
+        let acks = acks_from(&net, 1);
+        assert_eq!(acks[n..], [psn(&requests[x.max(y)])], "{acks:?}");
+    }
+    // The message's last packet again: its ACK goes twice (the one ACK an rxe requester
+    // that resent the whole message still waits for).
+    let n = acks_from(&net, 1).len();
+    net.inject(0, 1, again(15));
+    assert_eq!(acks_from(&net, 1)[n..], [last, last]);
+    assert_eq!(net.nodes[1].counters().duplicate_request, 6);
+}
+
 #[test]
 fn ud_drops_a_wrong_q_key_and_fills_the_grh_area() {
     let mut net = Net::new(2, 3, Faults::default());
