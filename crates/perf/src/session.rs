@@ -52,6 +52,15 @@ pub enum Error {
     /// The measurement failed.
     #[error(transparent)]
     Engine(#[from] engine::Error),
+    /// The measurement stalled or a work request failed, with the device's counters that
+    /// had moved: what the cause is read from (lost packets, NAKs, retransmissions).
+    #[error("{error} (device counters: {counters})")]
+    OnTheWire {
+        /// What the engine said.
+        error: engine::Error,
+        /// [`verbs::Counters::moved`] at the time.
+        counters: String,
+    },
     /// The two sides asked for different things.
     #[error(
         "the peer runs {peer}; this side runs {mine}: start both sides with the same test and flags"
@@ -625,6 +634,16 @@ impl Talk<'_> {
     }
 }
 
+/// An engine error; a stall or a failed work request with the device's counters that moved.
+fn on_the_wire(ctx: &Context, error: engine::Error) -> Error {
+    match error {
+        engine::Error::Stalled(_) | engine::Error::Completion { .. } => {
+            Error::OnTheWire { error, counters: ctx.counters().moved() }
+        }
+        e => Error::Engine(e),
+    }
+}
+
 /// Runs `o` as `role` with the peer at the other end of `sock`; `events` sleeps on a
 /// completion channel instead of busy-polling. `peer_ip` is where the peer's QPs are when
 /// its GID does not say.
@@ -796,7 +815,8 @@ pub fn run(
                             && o.test == PerfTest::SendBw
                             && matches!(stop, Stop::Duration(_)),
                     };
-                    let r = engine::bw(&side, &plan, &mut |d, b| obs.progress(d, b))?;
+                    let r = engine::bw(&side, &plan, &mut |d, b| obs.progress(d, b))
+                        .map_err(|e| on_the_wire(ctx, e))?;
                     size_validation.merge(&r.validation);
                     completed.clone_from(&r.completed);
                     let mut fig = if initiates { r.sent } else { r.received };
@@ -821,10 +841,11 @@ pub fn run(
                     let plan = LatPlan { size, stop, initiator: client, peer: peers[0], seeds };
                     let mut p = |d, b| obs.progress(d, b);
                     let r = match op {
-                        BwOp::Send => engine::send_lat(&side, &plan, &mut p)?,
-                        BwOp::Write => engine::write_lat(&side, &plan, &mut p)?,
-                        _ => engine::one_sided_lat(&side, &plan, op, &mut p)?,
-                    };
+                        BwOp::Send => engine::send_lat(&side, &plan, &mut p),
+                        BwOp::Write => engine::write_lat(&side, &plan, &mut p),
+                        _ => engine::one_sided_lat(&side, &plan, op, &mut p),
+                    }
+                    .map_err(|e| on_the_wire(ctx, e))?;
                     size_validation.merge(&r.validation);
                     completed[0] = r.completed;
                     out.rows.push(Row::Lat(r.latency));

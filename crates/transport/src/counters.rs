@@ -80,3 +80,27 @@ counters! {
     /// Messages completed by the requester (rxe: rdma_sends).
     rdma_sends,
 }
+
+impl Counters {
+    /// The counters above zero as `name value`, joined by ", " (`all 0` when none is): what
+    /// the cause of a stalled or failed exchange is read from (losses, NAKs, retries).
+    pub fn moved(&self) -> String {
+        let moved: Vec<String> =
+            self.iter().filter(|(_, v)| *v > 0).map(|(k, v)| format!("{k} {v}")).collect();
+        if moved.is_empty() { "all 0".into() } else { moved.join(", ") }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Counters;
+
+    #[test]
+    fn moved_lists_the_counters_above_zero_in_order() {
+        let mut c = Counters::default();
+        assert_eq!(c.moved(), "all 0");
+        c.rdma_sends = 3;
+        c.sent_pkts = 12;
+        assert_eq!(c.moved(), "sent_pkts 12, rdma_sends 3");
+    }
+}

@@ -452,13 +452,10 @@ impl Session {
     /// The error of a wait that timed out, with the device's counters that moved: what a
     /// stalled exchange's cause is read from (lost packets, NAKs, retransmissions).
     fn stalled(&self) -> String {
-        let c = self.ctx.counters();
-        let moved: Vec<String> =
-            c.iter().filter(|(_, v)| *v > 0).map(|(k, v)| format!("{k} {v}")).collect();
         format!(
             "no completion for {:?} (device counters: {})",
             self.timeout.unwrap_or_default(),
-            if moved.is_empty() { "all 0".into() } else { moved.join(", ") }
+            self.ctx.counters().moved()
         )
     }
 
