@@ -401,10 +401,15 @@ impl Options {
                 ));
             }
             // (-Q as it will be used: no more than the TX depth.)
-            if let Some(m) = self.cq_mod.map(|m| m.min(self.tx_depth))
+            if let Some(q) = self.cq_mod
+                && let m = q.min(self.tx_depth)
                 && !l.is_multiple_of(m)
             {
-                return bad(format!("-l {l} must be a multiple of the CQ moderation (-Q {m})"));
+                let used =
+                    if m < q { format!(", used as {m}: the TX depth") } else { String::new() };
+                return bad(format!(
+                    "-l {l} must be a multiple of the CQ moderation (-Q {q}{used})"
+                ));
             }
         }
         if self.run_infinitely && (self.duration.is_none() || !t.is_bw()) {
@@ -1018,6 +1023,16 @@ mod inline_tests {
         assert!(o(8, Some(16), 1000).validate_options().is_ok());
         assert_eq!(o(8, Some(16), 1000).cq_mod(false), 8);
         assert!(o(8, Some(3), 1000).validate_options().is_err());
+        // The message names -Q as given and as used.
+        let e = o(4, Some(16), 1000).validate_options().unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "-l 4 must be a multiple of the CQ moderation (-Q 16, used as 8: the TX depth)"
+            ),
+            "{e}"
+        );
+        let e = o(8, Some(3), 1000).validate_options().unwrap_err().to_string();
+        assert!(e.ends_with("(-Q 3)"), "{e}");
         assert!(o(8, None, 1001).validate_options().is_err());
         // A run of a duration has no count to divide; a list of 1 is no list.
         let timed = Options { duration: Some(Duration::from_secs(1)), ..o(8, None, 1001) };
