@@ -280,12 +280,8 @@ fn psns_wrap_around_24_bits() {
                 .all(|&x| x == i as u8 + 1)
         );
     }
-    let psns: Vec<u32> = net
-        .log
-        .iter()
-        .filter(|(from, _, _)| *from == 0)
-        .map(|(_, _, p)| wire::roce::Packet::new_checked(&p[..]).unwrap().bth().psn().get())
-        .collect();
+    let psns: Vec<u32> =
+        net.log.iter().filter(|(from, _, _)| *from == 0).map(|(_, _, p)| psn_of(p)).collect();
     assert!(
         psns.contains(&0xff_ffff) && psns.contains(&0) && psns.contains(&1),
         "no wrap in {psns:x?}"
@@ -381,12 +377,17 @@ fn a_gap_is_naked_once() {
     assert_eq!(net.nodes[0].counters().rcvd_seq_err, 1);
 }
 
+/// The PSN of a packet on the wire (BTH … ICRC).
+fn psn_of(p: &[u8]) -> u32 {
+    wire::bth::Packet::new_checked(p).unwrap().psn().get()
+}
+
 /// The PSNs of the ACKs (opcode 0x11) node `from` put on the wire, in order.
 fn acks_from(net: &Net, from: usize) -> Vec<u32> {
     net.log
         .iter()
         .filter(|(f, _, p)| *f == from && p[0] == 0x11)
-        .map(|(_, _, p)| wire::bth::Packet::new_checked(&p[..]).unwrap().psn().get())
+        .map(|(_, _, p)| psn_of(p))
         .collect()
 }
 
@@ -405,8 +406,7 @@ fn a_duplicate_is_acked_at_its_own_psn() {
     let requests: Vec<Vec<u8>> =
         net.log.iter().filter(|(f, _, _)| *f == 0).map(|(_, _, p)| p.clone()).collect();
     assert_eq!(requests.len(), 16);
-    let psn = |p: &[u8]| wire::bth::Packet::new_checked(p).unwrap().psn().get();
-    let last = psn(&requests[15]);
+    let last = psn_of(&requests[15]);
     assert_eq!(acks_from(&net, 1), [last], "one ACK, for the message's last packet");
     // Packet 5 again, asking for an ACK (a resent packet does).
     let again = |k: usize| {
@@ -415,7 +415,7 @@ fn a_duplicate_is_acked_at_its_own_psn() {
         p
     };
     net.inject(0, 1, again(4));
-    assert_eq!(acks_from(&net, 1), [last, psn(&requests[4])]);
+    assert_eq!(acks_from(&net, 1), [last, psn_of(&requests[4])]);
     // Two duplicates answered by one ACK: it covers the later PSN of the two, in whichever
     // order they came.
     for (x, y) in [(9, 6), (7, 11)] {
@@ -424,7 +424,7 @@ fn a_duplicate_is_acked_at_its_own_psn() {
         net.inject_quietly(0, 1, px);
         net.inject(0, 1, py);
         let acks = acks_from(&net, 1);
-        assert_eq!(acks[n..], [psn(&requests[x.max(y)])], "{acks:?}");
+        assert_eq!(acks[n..], [psn_of(&requests[x.max(y)])], "{acks:?}");
     }
     // The message's last packet again: its ACK goes twice (the one ACK an rxe requester
     // that resent the whole message still waits for).
