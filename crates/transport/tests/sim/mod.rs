@@ -164,7 +164,7 @@ impl Net {
         from: usize,
         to: usize,
         tos: u8,
-        src_port: u16,
+        (src_port, dst_port): (u16, u16),
         payload: &mut [u8],
     ) -> Option<[u8; 20]> {
         let (IpAddr::V4(src), IpAddr::V4(dst)) = (ip(from), ip(to)) else { return None };
@@ -182,7 +182,7 @@ impl Net {
         h[16..20].copy_from_slice(&dst.octets());
         let mut udp = [0u8; 8];
         udp[0..2].copy_from_slice(&src_port.to_be_bytes());
-        udp[2..4].copy_from_slice(&wire::ROCEV2_UDP_PORT.to_be_bytes());
+        udp[2..4].copy_from_slice(&dst_port.to_be_bytes());
         udp[4..6].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
         wire::icrc::seal(&h, &udp, payload).expect("seal");
         Some(h)
@@ -199,12 +199,14 @@ impl Net {
     /// [`Net::inject`], leaving what `to` answers queued there (to be sent with what the
     /// next packet brings).
     pub fn inject_quietly(&mut self, from: usize, to: usize, mut payload: Vec<u8>) {
-        let h = self.seal(from, to, 0, 49152, &mut payload).expect("IPv4 nodes");
+        // Any source port: a RoCEv2 receiver does not look at it.
+        let ports = (49152, wire::ROCEV2_UDP_PORT);
+        let h = self.seal(from, to, 0, ports, &mut payload).expect("IPv4 nodes");
         let meta = RecvMeta {
             src: ip(from),
             dst: ip(to),
-            src_port: 49152,
-            dst_port: 4791,
+            src_port: ports.0,
+            dst_port: ports.1,
             ecn: 0,
             ip_header: Some(&h),
         };
@@ -217,7 +219,10 @@ impl Net {
             while let Some(t) = self.nodes[i].poll_transmit(self.now) {
                 let Some(to) = self.node_of(t.dst) else { continue };
                 let mut payload = t.payload;
-                let Some(h) = self.seal(i, to, t.tos, t.src_port, &mut payload) else { continue };
+                let Some(h) = self.seal(i, to, t.tos, (t.src_port, t.dst_port), &mut payload)
+                else {
+                    continue;
+                };
                 self.sent += 1;
                 if self.keep_log {
                     self.log.push((i, to, payload.clone()));
