@@ -9,7 +9,8 @@ use transport::{
 };
 
 use crate::{
-    AsyncEvent, GidEntry, PortAttr, PreparedRaw, PreparedRecv, PreparedSend, QpSpec, Result,
+    AsyncEvent, Error, GidEntry, PortAttr, PostFailure, PreparedRaw, PreparedRecv, PreparedSend,
+    QpSpec, Result,
 };
 
 /// A provider's direct reference to one of its objects (for rdma-core, the libibverbs
@@ -129,6 +130,25 @@ pub trait Provider: Send + Sync + fmt::Debug {
     /// [`Provider::mr_write_direct`].
     fn mr_handle(&self, _lkey: u32) -> Handle {
         Handle::NONE
+    }
+    /// Where the region behind handle `h` lies in this process's memory, for
+    /// [`crate::MemoryRegion::mapped_byte`]; `None` where the provider does not map it there.
+    fn mr_mapping(&self, h: Handle) -> Option<*mut u8> {
+        let _ = h;
+        None
+    }
+    /// The error for a [`crate::DirectPost`] of `verb` on QP `qpn` that failed with `f`.
+    fn post_failure(&self, qpn: Qpn, verb: &'static str, f: PostFailure) -> Error {
+        match f {
+            PostFailure::State(state) => {
+                Error::Verb(transport::Error::BadState { qpn, state, verb })
+            }
+            PostFailure::Errno(rc) => Error::Call {
+                device: self.device_name(),
+                verb,
+                source: std::io::Error::from_raw_os_error(rc),
+            },
+        }
     }
     /// [`Provider::post_send`] through the QP's handle.
     ///

@@ -37,7 +37,7 @@ use transport::{
 
 use crate::{
     AsyncEvent, ContextOptions, Error, Gid, GidEntry, GidType, Handle, Mtu, PortAttr, PortState,
-    PreparedRaw, PreparedRecv, PreparedSend, Provider, Psn, QpSpec, Result,
+    PostFailure, PreparedRaw, PreparedRecv, PreparedSend, Provider, Psn, QpSpec, Result,
 };
 
 /// The port every RoCE device here is driven on.
@@ -721,6 +721,21 @@ impl Provider for RdmaCoreDevice {
         self.host_bytes(&t, lkey).map_or(Handle::NONE, |(p, _)| Handle::new(p as usize))
     }
 
+    fn mr_mapping(&self, h: Handle) -> Option<*mut u8> {
+        (h != Handle::NONE).then_some(h.get() as *mut u8)
+    }
+
+    fn post_failure(&self, qpn: Qpn, verb: &'static str, f: PostFailure) -> Error {
+        match f {
+            PostFailure::State(state) => {
+                Error::Verb(transport::Error::BadState { qpn, state, verb })
+            }
+            PostFailure::Errno(rc) => {
+                self.errno(if verb == "post_recv" { "ibv_post_recv" } else { "ibv_post_send" }, rc)
+            }
+        }
+    }
+
     unsafe fn mr_read_direct(
         &self,
         lkey: u32,
@@ -1176,7 +1191,7 @@ impl Provider for RdmaCoreDevice {
         // Points into the same box, which does not move.
         r.wr.sg_list = if wr.sgl.is_empty() { ptr::null_mut() } else { r.sges.as_mut_ptr() };
         r.flags = r.wr.send_flags & !sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
-        Ok(Some(r))
+        Ok(Some(PreparedRaw::new(r, Some(direct_post_send))))
     }
 
     fn prepare_recv(&self, wr: &RecvWr) -> Result<Option<PreparedRaw>> {
@@ -1196,45 +1211,31 @@ impl Provider for RdmaCoreDevice {
             // Points into the same box, which does not move.
             r.wr.sg_list = r.sges.as_mut_ptr();
         }
-        Ok(Some(r))
+        Ok(Some(PreparedRaw::new(r, Some(direct_post_recv))))
     }
 
     unsafe fn post_prepared_send(&self, qpn: Qpn, h: Handle, p: &mut PreparedSend) -> Result<()> {
         let (wr_id, signaled) = (p.wr().wr_id, p.wr().signaled);
-        let raw = p.raw.as_mut().and_then(|b| b.downcast_mut::<RawSend>());
+        let raw = p.raw.as_mut().and_then(|b| b.form_mut::<RawSend>());
         let Some(r) = raw.filter(|_| h != Handle::NONE) else {
             // SAFETY: the caller's promise, passed on.
             return unsafe { self.post_send_direct(qpn, h, std::slice::from_ref(p.wr())) };
         };
-        let qp = h.get() as *mut sys::ibv_qp;
-        // SAFETY: the QP is alive (the caller's promise).
-        unsafe { check_send_state(qp, qpn)? };
-        r.wr.wr_id = wr_id;
-        r.wr.send_flags =
-            r.flags | if signaled { sys::ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 };
-        let mut bad = ptr::null_mut();
-        // SAFETY: the QP is alive; `r.wr` is a one-WR chain whose scatter list is `r.sges`,
-        // in the same box (the device copies WQEs at post).
-        let rc = unsafe { sys::ibv_post_send(qp, &mut r.wr, &mut bad) };
-        if rc == 0 { Ok(()) } else { Err(self.errno("ibv_post_send", rc)) }
+        // SAFETY: `r` is a `RawSend`; the QP is alive (the caller's promise).
+        unsafe { direct_post_send((r as *mut RawSend).cast(), h, wr_id, signaled) }
+            .map_err(|f| self.post_failure(qpn, "post_send", f))
     }
 
     unsafe fn post_prepared_recv(&self, qpn: Qpn, h: Handle, p: &mut PreparedRecv) -> Result<()> {
         let wr_id = p.wr().wr_id;
-        let raw = p.raw.as_mut().and_then(|b| b.downcast_mut::<RawRecv>());
+        let raw = p.raw.as_mut().and_then(|b| b.form_mut::<RawRecv>());
         let Some(r) = raw.filter(|_| h != Handle::NONE) else {
             // SAFETY: the caller's promise, passed on.
             return unsafe { self.post_recv_direct(qpn, h, std::slice::from_ref(p.wr())) };
         };
-        let qp = h.get() as *mut sys::ibv_qp;
-        // SAFETY: the QP is alive (the caller's promise).
-        unsafe { check_recv_state(qp, qpn)? };
-        r.wr.wr_id = wr_id;
-        let mut bad = ptr::null_mut();
-        // SAFETY: the QP is alive; `r.wr` is a one-WR chain whose scatter list is `r.sges`,
-        // in the same box.
-        let rc = unsafe { sys::ibv_post_recv(qp, &mut r.wr, &mut bad) };
-        if rc == 0 { Ok(()) } else { Err(self.errno("ibv_post_recv", rc)) }
+        // SAFETY: `r` is a `RawRecv`; the QP is alive (the caller's promise).
+        unsafe { direct_post_recv((r as *mut RawRecv).cast(), h, wr_id, false) }
+            .map_err(|f| self.post_failure(qpn, "post_recv", f))
     }
 
     unsafe fn post_recv_direct(&self, qpn: Qpn, h: Handle, wrs: &[RecvWr]) -> Result<()> {
@@ -1449,33 +1450,108 @@ fn few_sges(sgl: &transport::Sgl) -> [sys::ibv_sge; FEW_SGES] {
     sges
 }
 
-/// Refuses a send on a QP not yet ready to send (RESET, INIT, RTR) with the state error the
-/// soft provider gives.
+/// The state of a QP not yet ready to send (RESET, INIT, RTR), which refuses a send with the
+/// state error the soft provider gives; `None` when it takes one.
+///
+/// # Safety
+/// `qp` is a live QP.
+#[inline]
+unsafe fn refuses_sends(qp: *mut sys::ibv_qp) -> Option<QpState> {
+    // SAFETY: the QP is alive (the caller's promise); libibverbs keeps `state` current.
+    let state = state_from_ibv(unsafe { (*qp).state });
+    matches!(state, QpState::Reset | QpState::Init | QpState::Rtr).then_some(state)
+}
+
+/// The state of a QP in RESET, which refuses a receive, as [`refuses_sends`].
+///
+/// # Safety
+/// `qp` is a live QP.
+#[inline]
+unsafe fn refuses_receives(qp: *mut sys::ibv_qp) -> Option<QpState> {
+    // SAFETY: the QP is alive (the caller's promise).
+    let state = state_from_ibv(unsafe { (*qp).state });
+    (state == QpState::Reset).then_some(state)
+}
+
+/// Refuses a send on a QP not yet ready to send ([`refuses_sends`]).
 ///
 /// # Safety
 /// `qp` is a live QP.
 #[inline]
 unsafe fn check_send_state(qp: *mut sys::ibv_qp, qpn: Qpn) -> Result<()> {
-    // SAFETY: the QP is alive (the caller's promise); libibverbs keeps `state` current.
-    let state = state_from_ibv(unsafe { (*qp).state });
-    if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
-        return Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_send" }));
+    // SAFETY: the caller's promise, passed on.
+    match unsafe { refuses_sends(qp) } {
+        Some(state) => {
+            Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_send" }))
+        }
+        None => Ok(()),
     }
-    Ok(())
 }
 
-/// Refuses a receive on a QP in RESET, as [`check_send_state`].
+/// Refuses a receive on a QP in RESET ([`refuses_receives`]).
 ///
 /// # Safety
 /// `qp` is a live QP.
 #[inline]
 unsafe fn check_recv_state(qp: *mut sys::ibv_qp, qpn: Qpn) -> Result<()> {
-    // SAFETY: the QP is alive (the caller's promise).
-    let state = state_from_ibv(unsafe { (*qp).state });
-    if state == QpState::Reset {
-        return Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_recv" }));
+    // SAFETY: the caller's promise, passed on.
+    match unsafe { refuses_receives(qp) } {
+        Some(state) => {
+            Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_recv" }))
+        }
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// [`crate::DirectPost`] for a [`RawSend`]: its id and signaled flag set, one `ibv_post_send`.
+///
+/// # Safety
+/// As for [`crate::DirectPost`]: `form` points at a `RawSend`, `qp` is a live QP's handle.
+unsafe fn direct_post_send(
+    form: *mut (),
+    qp: Handle,
+    wr_id: u64,
+    signaled: bool,
+) -> std::result::Result<(), PostFailure> {
+    let qp = qp.get() as *mut sys::ibv_qp;
+    // SAFETY: the QP is alive (the caller's promise).
+    if let Some(state) = unsafe { refuses_sends(qp) } {
+        return Err(PostFailure::State(state));
+    }
+    // SAFETY: `form` is a `RawSend`'s box, not otherwise borrowed during the call.
+    let r = unsafe { &mut *form.cast::<RawSend>() };
+    r.wr.wr_id = wr_id;
+    r.wr.send_flags = r.flags | if signaled { sys::ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 };
+    let mut bad = ptr::null_mut();
+    // SAFETY: the QP is alive; `r.wr` is a one-WR chain whose scatter list is `r.sges`, in the
+    // same box (the device copies WQEs at post).
+    let rc = unsafe { sys::ibv_post_send(qp, &mut r.wr, &mut bad) };
+    if rc == 0 { Ok(()) } else { Err(PostFailure::Errno(rc)) }
+}
+
+/// [`crate::DirectPost`] for a [`RawRecv`]: its id set, one `ibv_post_recv`.
+///
+/// # Safety
+/// As for [`direct_post_send`], `form` pointing at a `RawRecv`.
+unsafe fn direct_post_recv(
+    form: *mut (),
+    qp: Handle,
+    wr_id: u64,
+    _signaled: bool,
+) -> std::result::Result<(), PostFailure> {
+    let qp = qp.get() as *mut sys::ibv_qp;
+    // SAFETY: the QP is alive (the caller's promise).
+    if let Some(state) = unsafe { refuses_receives(qp) } {
+        return Err(PostFailure::State(state));
+    }
+    // SAFETY: `form` is a `RawRecv`'s box, not otherwise borrowed during the call.
+    let r = unsafe { &mut *form.cast::<RawRecv>() };
+    r.wr.wr_id = wr_id;
+    let mut bad = ptr::null_mut();
+    // SAFETY: the QP is alive; `r.wr` is a one-WR chain whose scatter list is `r.sges`, in the
+    // same box.
+    let rc = unsafe { sys::ibv_post_recv(qp, &mut r.wr, &mut bad) };
+    if rc == 0 { Ok(()) } else { Err(PostFailure::Errno(rc)) }
 }
 
 /// `wr` as libibverbs takes it, without its scatter list (`num_sge`, `sg_list`) or chain

@@ -247,6 +247,17 @@ fn a_write_lands_where_watch_byte_sees_it() {
     }
     ok(a.wc(), WcOpcode::RdmaWrite);
     assert_eq!(b.mr.to_vec(8192, 8).unwrap(), [1, 2, 3, 4, 5, 6, 7, 0x5a]);
+    // In place, where the provider maps the region (rdma-core: host memory): the byte the
+    // WRITE left, and a store the region's reads see. The soft provider maps nothing.
+    assert!(matches!(b.mr.mapped_byte(1 << 16), Err(Error::OutOfBounds { .. })));
+    let mapped = b.mr.mapped_byte(8199).unwrap();
+    assert_eq!(mapped.is_some(), b.ctx.provider_name() == "rdma-core", "{mapped:?}");
+    if let Some(m) = mapped {
+        assert_eq!(m.load(), 0x5a);
+        m.store(0x11);
+        assert_eq!(b.mr.to_vec(8192, 8).unwrap(), [1, 2, 3, 4, 5, 6, 7, 0x11]);
+        assert!(b.mr.watch_byte(8199, 0x11, 1).unwrap());
+    }
 }
 
 /// Inline SEND and WRITE (`IBV_SEND_INLINE`): the payload is taken at the post, so the
@@ -320,7 +331,9 @@ fn prepared_work_requests_post_again_with_new_ids() {
     assert_eq!(b.mr.to_vec(8192, 8).unwrap(), [4u8; 8]);
     let c = Side::new(&a.ctx, QpType::Rc, 4096, ALL);
     let mut early = c.qp.prepare_send(SendWr::new(1, SendOp::Send)).unwrap();
-    assert!(c.qp.post_prepared_send(&mut early).is_err(), "a QP in Init posts nothing");
+    let e = c.qp.post_prepared_send(&mut early).unwrap_err();
+    assert!(e.to_string().contains("post_send"), "a QP in Init posts nothing: {e}");
+    assert!(matches!(e, Error::Verb(_)), "the state error, not a call's: {e:?}");
 }
 
 #[test]
