@@ -919,6 +919,7 @@ pub fn send_lat(
     // ping-pong with it) and each is reposted as it completes, so the next size of a sweep
     // finds them too.
     let mut rec = LatencyRecorder::new(plan.size as u64, 2.0, deadline.is_some());
+    rec.reserve(iters.saturating_add(1));
     let mut v = Validation::default();
     let (mut sent, mut received) = (0u64, 0u64);
     let mut wc = [empty_wc(); 4];
@@ -1008,6 +1009,7 @@ pub fn write_lat(
     let remote_addr = plan.peer.buffer.addr;
     let rkey = plan.peer.buffer.rkey;
     let mut rec = LatencyRecorder::new(size as u64, 2.0, deadline.is_some());
+    rec.reserve(iters.saturating_add(1));
     let mut v = Validation::default();
     let (mut scnt, mut ccnt, mut rcnt) = (0u64, 0u64, 0u64);
     let mut wc = [empty_wc(); 2];
@@ -1020,6 +1022,11 @@ pub fn write_lat(
     w.sgl.push(s.mr.sge(post_at, size)?);
     w.inline = size <= s.inline_size;
     let mut template = qp.prepare_send(w)?;
+    // The peer's counter and this side's, in place where the provider maps the region (as
+    // perftest's `poll_buf` and `post_buf`): no call between seeing the peer's write and
+    // posting this side's.
+    let watched = s.mr.mapped_byte(poll_at)?.filter(|_| !s.polls_drive);
+    let counter = s.mr.mapped_byte(post_at + size - 1)?;
     'run: while scnt < iters || ccnt < iters || rcnt < iters {
         if past(deadline) {
             break;
@@ -1037,6 +1044,13 @@ pub fn write_lat(
                     }
                     ccnt += try_wc(s, &mut wc)? as u64;
                     if !gate.due_after_poll() {
+                        continue;
+                    }
+                } else if let Some(b) = &watched {
+                    if (0..WATCH_SPINS).any(|_| b.load() == want) {
+                        break;
+                    }
+                    if !gate.due() {
                         continue;
                     }
                 } else if s.mr.watch_byte(poll_at, want, WATCH_SPINS)? {
@@ -1066,8 +1080,10 @@ pub fn write_lat(
                 pattern::fill(sd.mine, 0, scnt, &mut buf);
                 buf[size - 1] = (scnt + 1) as u8;
                 s.mr.write(post_at, &buf)?;
-            } else {
+            } else if let Some(c) = &counter {
                 // The counter byte alone (the rest never changes), as perftest writes it.
+                c.store((scnt + 1) as u8);
+            } else {
                 s.mr.write(post_at + size - 1, &[(scnt + 1) as u8])?;
             }
             rec.post();
@@ -1110,6 +1126,7 @@ pub fn one_sided_lat(
     let (iters, deadline) = lat_iters(plan.stop);
     let size = if op.is_atomic() { 8 } else { plan.size };
     let mut rec = LatencyRecorder::new(size as u64, 1.0, deadline.is_some());
+    rec.reserve(iters.saturating_add(1));
     let mut v = Validation::default();
     let mut wc = [empty_wc(); 1];
     let mut last_report = Instant::now();
