@@ -970,6 +970,9 @@ impl QueuePair {
 pub struct PreparedRaw {
     form: Box<dyn std::any::Any + Send>,
     post: Option<DirectPost>,
+    /// The QP it was prepared on: the only one [`DirectPost`] posts it on (another QP takes
+    /// it through its provider's table, which looks at what the form is).
+    qp: Handle,
 }
 
 /// How a provider posts its prepared form without a call through its method table: `form`
@@ -999,8 +1002,16 @@ pub enum PostFailure {
 
 impl PreparedRaw {
     /// A provider's form, with the function that posts it directly where there is one.
-    pub fn new<T: std::any::Any + Send>(form: Box<T>, post: Option<DirectPost>) -> PreparedRaw {
-        PreparedRaw { form, post }
+    ///
+    /// # Safety
+    /// `post`, if given, takes a pointer to a `T` as its form, and a handle of a live QP of the
+    /// provider that returns this from [`Provider::prepare_send`] or
+    /// [`Provider::prepare_recv`].
+    pub unsafe fn new<T: std::any::Any + Send>(
+        form: Box<T>,
+        post: Option<DirectPost>,
+    ) -> PreparedRaw {
+        PreparedRaw { form, post, qp: Handle::NONE }
     }
 
     /// The form, if it is a `T`.
@@ -1008,10 +1019,11 @@ impl PreparedRaw {
         self.form.downcast_mut()
     }
 
-    /// Posts through [`DirectPost`], where the provider gave one and `qp` is a handle.
+    /// Posts through [`DirectPost`] on `qp`, where the provider gave one and `qp` is the
+    /// handle of the QP it was prepared on; `None` otherwise.
     ///
     /// # Safety
-    /// `qp` is [`Handle::NONE`] or the live QP's handle, from the provider that made `self`.
+    /// `qp` is [`Handle::NONE`] or a live QP's handle.
     #[inline]
     unsafe fn post_direct(
         &mut self,
@@ -1019,10 +1031,11 @@ impl PreparedRaw {
         wr_id: u64,
         signaled: bool,
     ) -> Option<Result<(), PostFailure>> {
-        let post = self.post.filter(|_| qp != Handle::NONE)?;
+        let post = self.post.filter(|_| qp != Handle::NONE && qp == self.qp)?;
         let form = (&mut *self.form as *mut dyn std::any::Any).cast::<()>();
-        // SAFETY: `form` is this form's, `post` the function its provider gave with it, and
-        // `qp` a live QP of that provider (the caller's promise).
+        // SAFETY: `form` is this form's and `post` the function its provider gave with it
+        // (`new`'s promise); `qp` is live (the caller's) and the QP it was prepared on, so
+        // that provider's.
         Some(unsafe { post(form, qp, wr_id, signaled) })
     }
 }
@@ -1085,7 +1098,10 @@ impl QueuePair {
     /// Builds `wr` into the provider's form once, to be posted many times with
     /// [`QueuePair::post_prepared_send`].
     pub fn prepare_send(&self, wr: SendWr) -> Result<PreparedSend> {
-        let raw = self.dev.prepare_send(&wr)?;
+        let mut raw = self.dev.prepare_send(&wr)?;
+        if let Some(r) = &mut raw {
+            r.qp = self.h;
+        }
         Ok(PreparedSend { wr, raw })
     }
 
@@ -1094,8 +1110,7 @@ impl QueuePair {
     pub fn post_prepared_send(&self, p: &mut PreparedSend) -> Result<()> {
         let (wr_id, signaled) = (p.wr.wr_id, p.wr.signaled);
         if let Some(raw) = &mut p.raw
-            // SAFETY: the handle is this QP's, which only `self`'s drop destroys, and the form
-            // was made by this QP's provider (`prepare_send`).
+            // SAFETY: the handle is this QP's, which only `self`'s drop destroys.
             && let Some(r) = unsafe { raw.post_direct(self.h, wr_id, signaled) }
         {
             return r.map_err(|f| self.dev.post_failure(self.qpn, "post_send", f));
@@ -1107,7 +1122,10 @@ impl QueuePair {
     /// Builds `wr` into the provider's form once, to be posted many times with
     /// [`QueuePair::post_prepared_recv`].
     pub fn prepare_recv(&self, wr: RecvWr) -> Result<PreparedRecv> {
-        let raw = self.dev.prepare_recv(&wr)?;
+        let mut raw = self.dev.prepare_recv(&wr)?;
+        if let Some(r) = &mut raw {
+            r.qp = self.h;
+        }
         Ok(PreparedRecv { wr, raw })
     }
 

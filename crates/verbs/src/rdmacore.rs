@@ -1191,7 +1191,8 @@ impl Provider for RdmaCoreDevice {
         // Points into the same box, which does not move.
         r.wr.sg_list = if wr.sgl.is_empty() { ptr::null_mut() } else { r.sges.as_mut_ptr() };
         r.flags = r.wr.send_flags & !sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
-        Ok(Some(PreparedRaw::new(r, Some(direct_post_send))))
+        // SAFETY: `direct_post_send` takes a `RawSend` and this provider's QP handles.
+        Ok(Some(unsafe { PreparedRaw::new(r, Some(direct_post_send)) }))
     }
 
     fn prepare_recv(&self, wr: &RecvWr) -> Result<Option<PreparedRaw>> {
@@ -1211,7 +1212,8 @@ impl Provider for RdmaCoreDevice {
             // Points into the same box, which does not move.
             r.wr.sg_list = r.sges.as_mut_ptr();
         }
-        Ok(Some(PreparedRaw::new(r, Some(direct_post_recv))))
+        // SAFETY: `direct_post_recv` takes a `RawRecv` and this provider's QP handles.
+        Ok(Some(unsafe { PreparedRaw::new(r, Some(direct_post_recv)) }))
     }
 
     unsafe fn post_prepared_send(&self, qpn: Qpn, h: Handle, p: &mut PreparedSend) -> Result<()> {
