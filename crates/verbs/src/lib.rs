@@ -981,9 +981,9 @@ pub struct PreparedRaw {
 /// failure comes back as [`PostFailure`], which [`Provider::post_failure`] names.
 ///
 /// On a latency test's critical path each call through the table, and each look at a boxed
-/// form's type, costs under TCG what a handful of instructions cost natively: posting this way
-/// took podnet's WRITE latency on rxe in the guest from ~1.3 µs over perftest's to level with it
-/// (with [`MappedByte`], BENCHMARKS.md).
+/// form's type, costs under TCG what a handful of instructions cost natively: posting this way,
+/// with [`MappedByte`], took podnet's fastest WRITE-latency iteration on rxe in the guest from
+/// 1.2 µs over perftest's to 0.35 µs (BENCHMARKS.md).
 ///
 /// # Safety
 /// `form` is the pointer [`PreparedRaw`] holds for this function's own form, and `qp` is a
