@@ -978,7 +978,7 @@ pub struct PreparedRaw {
 /// How a provider posts its prepared form without a call through its method table: `form`
 /// points at the form [`PreparedRaw::new`] boxed, `qp` is the QP's handle (never
 /// [`Handle::NONE`]), with the request's current id and (for a send) signaled flag. A
-/// failure comes back as [`PostFailure`], which [`Provider::post_failure`] names.
+/// failure comes back as [`PostFailure`] ([`PostFailure::into_error`] names it).
 ///
 /// On a latency test's critical path each call through the table, and each look at a boxed
 /// form's type, costs under TCG what a handful of instructions cost natively: posting this way,
@@ -998,6 +998,20 @@ pub enum PostFailure {
     State(QpState),
     /// The provider's verb failed with this error number.
     Errno(i32),
+}
+
+impl PostFailure {
+    /// The error a post of `verb` (`post_send`, `post_recv`) on QP `qpn` of `dev` gives for
+    /// this failure: the state error, as the soft provider's, or the provider's
+    /// ([`Provider::post_errno`]).
+    pub fn into_error(self, dev: &(impl Provider + ?Sized), qpn: Qpn, verb: &'static str) -> Error {
+        match self {
+            PostFailure::State(state) => {
+                Error::Verb(transport::Error::BadState { qpn, state, verb })
+            }
+            PostFailure::Errno(rc) => dev.post_errno(verb, rc),
+        }
+    }
 }
 
 impl PreparedRaw {
@@ -1113,7 +1127,7 @@ impl QueuePair {
             // SAFETY: the handle is this QP's, which only `self`'s drop destroys.
             && let Some(r) = unsafe { raw.post_direct(self.h, wr_id, signaled) }
         {
-            return r.map_err(|f| self.dev.post_failure(self.qpn, "post_send", f));
+            return r.map_err(|f| f.into_error(&*self.dev, self.qpn, "post_send"));
         }
         // SAFETY: as in `post_send_batch`.
         unsafe { self.dev.post_prepared_send(self.qpn, self.h, p) }
@@ -1137,7 +1151,7 @@ impl QueuePair {
             // SAFETY: as in `post_prepared_send`.
             && let Some(r) = unsafe { raw.post_direct(self.h, wr_id, false) }
         {
-            return r.map_err(|f| self.dev.post_failure(self.qpn, "post_recv", f));
+            return r.map_err(|f| f.into_error(&*self.dev, self.qpn, "post_recv"));
         }
         // SAFETY: as in `post_send_batch`.
         unsafe { self.dev.post_prepared_recv(self.qpn, self.h, p) }

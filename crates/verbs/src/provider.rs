@@ -9,8 +9,7 @@ use transport::{
 };
 
 use crate::{
-    AsyncEvent, Error, GidEntry, PortAttr, PostFailure, PreparedRaw, PreparedRecv, PreparedSend,
-    QpSpec, Result,
+    AsyncEvent, Error, GidEntry, PortAttr, PreparedRaw, PreparedRecv, PreparedSend, QpSpec, Result,
 };
 
 /// A provider's direct reference to one of its objects (for rdma-core, the libibverbs
@@ -137,17 +136,13 @@ pub trait Provider: Send + Sync + fmt::Debug {
         let _ = h;
         None
     }
-    /// The error for a [`crate::DirectPost`] of `verb` on QP `qpn` that failed with `f`.
-    fn post_failure(&self, qpn: Qpn, verb: &'static str, f: PostFailure) -> Error {
-        match f {
-            PostFailure::State(state) => {
-                Error::Verb(transport::Error::BadState { qpn, state, verb })
-            }
-            PostFailure::Errno(rc) => Error::Call {
-                device: self.device_name(),
-                verb,
-                source: std::io::Error::from_raw_os_error(rc),
-            },
+    /// The error for a post of `verb` (`post_send`, `post_recv`) that the provider's verb
+    /// refused with error number `rc` ([`crate::PostFailure::Errno`]).
+    fn post_errno(&self, verb: &'static str, rc: i32) -> Error {
+        Error::Call {
+            device: self.device_name(),
+            verb,
+            source: std::io::Error::from_raw_os_error(rc),
         }
     }
     /// [`Provider::post_send`] through the QP's handle.

@@ -725,15 +725,8 @@ impl Provider for RdmaCoreDevice {
         (h != Handle::NONE).then_some(h.get() as *mut u8)
     }
 
-    fn post_failure(&self, qpn: Qpn, verb: &'static str, f: PostFailure) -> Error {
-        match f {
-            PostFailure::State(state) => {
-                Error::Verb(transport::Error::BadState { qpn, state, verb })
-            }
-            PostFailure::Errno(rc) => {
-                self.errno(if verb == "post_recv" { "ibv_post_recv" } else { "ibv_post_send" }, rc)
-            }
-        }
+    fn post_errno(&self, verb: &'static str, rc: i32) -> Error {
+        self.errno(if verb == "post_recv" { "ibv_post_recv" } else { "ibv_post_send" }, rc)
     }
 
     unsafe fn mr_read_direct(
@@ -1225,7 +1218,7 @@ impl Provider for RdmaCoreDevice {
         };
         // SAFETY: `r` is a `RawSend`; the QP is alive (the caller's promise).
         unsafe { direct_post_send((r as *mut RawSend).cast(), h, wr_id, signaled) }
-            .map_err(|f| self.post_failure(qpn, "post_send", f))
+            .map_err(|f| f.into_error(self, qpn, "post_send"))
     }
 
     unsafe fn post_prepared_recv(&self, qpn: Qpn, h: Handle, p: &mut PreparedRecv) -> Result<()> {
@@ -1237,7 +1230,7 @@ impl Provider for RdmaCoreDevice {
         };
         // SAFETY: `r` is a `RawRecv`; the QP is alive (the caller's promise).
         unsafe { direct_post_recv((r as *mut RawRecv).cast(), h, wr_id, false) }
-            .map_err(|f| self.post_failure(qpn, "post_recv", f))
+            .map_err(|f| f.into_error(self, qpn, "post_recv"))
     }
 
     unsafe fn post_recv_direct(&self, qpn: Qpn, h: Handle, wrs: &[RecvWr]) -> Result<()> {
