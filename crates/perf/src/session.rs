@@ -568,7 +568,7 @@ fn create(ctx: &Context, o: &Options, events: bool) -> Result<Resources, Error> 
     for _ in 0..o.qps {
         let mut init = QpInit::new(o.connection, &cq);
         init.caps = QpCaps {
-            // Room for SEND latency's unsignaled run (engine::SIGNAL_EVERY) too.
+            // Room for the latency loops' unsignaled runs (engine::SIGNAL_EVERY) too.
             max_send_wr: o.tx_depth.max(engine::SIGNAL_EVERY as usize) as u32 + 1,
             max_recv_wr: rx as u32,
             max_inline_data: o.inline_size as u32,

@@ -219,6 +219,26 @@ fn a_failing_work_request_stops_the_loop() {
     );
 }
 
+/// WRITE latency asks for one completion in 16: a WRITE that fails unsignaled still
+/// completes (with its error), and the wait for the peer's answer, which never comes, ends
+/// with that error rather than at the stall limit.
+#[test]
+fn a_failing_unsignaled_write_stops_write_latency() {
+    netns();
+    let (a, b) = pair(4096);
+    let mut peer = b.peer();
+    peer.buffer.rkey = RKey(peer.buffer.rkey.0 ^ 1);
+    // Watching the byte without polling, as on a device that its own thread or a NIC drives.
+    let side = Side { polls_drive: false, stall: std::time::Duration::from_secs(5), ..a.side() };
+    // Not the initiator: it WRITEs first (WRITE 0 is unsignaled), then waits for the answer.
+    let p = LatPlan { size: 2, stop: Stop::Iters(100), initiator: false, peer, seeds: None };
+    let e = engine::write_lat(&side, &p, &mut |_, _| ()).unwrap_err();
+    assert!(
+        matches!(e, engine::Error::Completion { qp: 0, seq: 0, status: WcStatus::RemAccessErr }),
+        "{e}"
+    );
+}
+
 #[test]
 fn read_bw_brings_the_peers_bytes_and_fetch_add_runs_once_each() {
     netns();
