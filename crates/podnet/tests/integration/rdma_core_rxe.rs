@@ -4,9 +4,10 @@
 //!   perf test on every transport it runs on, each side as server and as client, every
 //!   message checked (`--data-validation`) at both ends;
 //! - podnet perf against perftest on the same rxe devices (`rxeA` ↔ `rxeB` over a veth),
-//!   interleaved runs of the same test and size, medians and spread printed side by side and
+//!   interleaved runs of the same test and size, medians and spread printed side by side with
+//!   the median of the pairs' ratios (each podnet run over the perftest run beside it), and
 //!   written to `target/rxe-perf-compare.txt` (the guest is emulated: the figures are
-//!   reported, the ratio is not asserted).
+//!   reported, the ratios are not asserted).
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -281,26 +282,29 @@ fn compare(vm: &Vm, a_gid: u32, b_gid: u32) {
         let (pt_med, pt_lo, pt_hi) = median_and_spread(&mut pt);
         let (pn_med, pn_lo, pn_hi) = median_and_spread(&mut pn);
         let ratio = pn_med / pt_med;
-        let target = if higher { "target >= 0.90" } else { "target <= 1.10" };
-        let met = if higher { ratio >= 0.9 } else { ratio <= 1.1 };
-        let _ = writeln!(
-            report,
-            "{test:<10} {args:<18} perftest {pt_med:>9.2} [{pt_lo:.2} .. {pt_hi:.2}]  podnet {pn_med:>9.2} \
-             [{pn_lo:.2} .. {pn_hi:.2}] {unit}  podnet/perftest {ratio:.3} ({target}: {})",
-            if met { "met" } else { "MISSED" }
-        );
-        let _ = writeln!(report, "{runs_line}");
         // The host's own noise only ever slows a run (a busy neighbour, a preempted vCPU), so
         // each tool's best run is the nearest thing to its undisturbed figure.
         let best = if higher { pn_hi / pt_hi } else { pn_lo / pt_lo };
         // Run i of each tool ran back to back, in the same stretch of the host's speed: the
-        // median of the pairs' ratios is what interleaving measures.
+        // median of the pairs' ratios is what interleaving measures, and what the target is
+        // judged on. The ratio of the two medians is printed beside it: where the host was
+        // slow for about half of each tool's runs (in stretches of seconds to a minute), each
+        // median is a draw between its fast and its slow runs, and so is their ratio.
         let (pair_med, ..) = median_and_spread(&mut paired);
+        let target = if higher { "target >= 0.90" } else { "target <= 1.10" };
+        let met = if higher { pair_med >= 0.9 } else { pair_med <= 1.1 };
         let _ = writeln!(
             report,
-            "           best runs: podnet/perftest {best:.3}; median of the pairs {pair_med:.3} \
-             ({runs} runs each)"
+            "{test:<10} {args:<18} perftest {pt_med:>9.2} [{pt_lo:.2} .. {pt_hi:.2}]  podnet {pn_med:>9.2} \
+             [{pn_lo:.2} .. {pn_hi:.2}] {unit}"
         );
+        let _ = writeln!(
+            report,
+            "           podnet/perftest: median of the pairs {pair_med:.3} ({target}: {}); \
+             ratio of the medians {ratio:.3}; best runs {best:.3} ({runs} runs each)",
+            if met { "met" } else { "MISSED" }
+        );
+        let _ = writeln!(report, "{runs_line}");
         assert!(pt_med > 0.0 && pn_med > 0.0, "{report}");
     }
     let _ = writeln!(
