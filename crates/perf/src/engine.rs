@@ -896,8 +896,8 @@ fn lat_iters(stop: Stop) -> (u64, Option<Instant>) {
 }
 
 /// SEND and WRITE latency ask for every this many sends' completion; the send queue must
-/// hold that many (a NIC such as mlx5 frees an unsignaled send's slot only when a later signaled one's
-/// completion is polled).
+/// hold that many (a NIC such as mlx5 frees an unsignaled send's slot only when a later
+/// signaled one's completion is polled).
 pub const SIGNAL_EVERY: u64 = 16;
 
 /// Receives a SEND-latency side keeps posted (see [`send_lat`]).
@@ -1093,8 +1093,8 @@ pub fn write_lat(
             }
             rec.post();
             // Only every 16th WRITE, and the last, asks for a completion (as SEND latency's
-            // sends): its poll then is off the ping-pong's path the other 15 times — under TCG
-            // the calls of a poll after each post cost the round trip ~1.5 % (measured).
+            // sends): the poll is then off the ping-pong's path 15 times in 16 — on rxe under
+            // TCG a poll after each post cost the round trip 1.5–5 % (BENCHMARKS.md).
             let signaled = scnt % SIGNAL_EVERY == SIGNAL_EVERY - 1 || scnt + 1 == iters;
             template.set_wr_id(wr_id(0, scnt));
             template.set_signaled(signaled);

@@ -203,20 +203,30 @@ fn send_lat_figures_are_ordered() {
     eprintln!("send_lat 2 B: typical {:.2} usec, p99.9 {:.2}", l.t_typical, l.p99_9);
 }
 
-#[test]
-fn a_failing_work_request_stops_the_loop() {
-    netns();
-    let (a, b) = pair(4096);
+/// `b`'s remote area under a wrong rkey: every access the peer makes fails.
+fn wrong_rkey(b: &End) -> Peer {
     let mut peer = b.peer();
     peer.buffer.rkey = RKey(peer.buffer.rkey.0 ^ 1);
-    let peers = [peer];
-    let e =
-        engine::bw(&a.side(), &plan(Some(BwOp::Write), false, 4096, 10, 4, &peers), &mut |_, _| ())
-            .unwrap_err();
+    peer
+}
+
+/// The error a loop must stop with when the first WRITE meets a wrong rkey.
+fn assert_first_write_refused(e: engine::Error) {
     assert!(
         matches!(e, engine::Error::Completion { qp: 0, seq: 0, status: WcStatus::RemAccessErr }),
         "{e}"
     );
+}
+
+#[test]
+fn a_failing_work_request_stops_the_loop() {
+    netns();
+    let (a, b) = pair(4096);
+    let peers = [wrong_rkey(&b)];
+    let e =
+        engine::bw(&a.side(), &plan(Some(BwOp::Write), false, 4096, 10, 4, &peers), &mut |_, _| ())
+            .unwrap_err();
+    assert_first_write_refused(e);
 }
 
 /// WRITE latency asks for one completion in 16: a WRITE that fails unsignaled still
@@ -226,17 +236,12 @@ fn a_failing_work_request_stops_the_loop() {
 fn a_failing_unsignaled_write_stops_write_latency() {
     netns();
     let (a, b) = pair(4096);
-    let mut peer = b.peer();
-    peer.buffer.rkey = RKey(peer.buffer.rkey.0 ^ 1);
+    let peer = wrong_rkey(&b);
     // Watching the byte without polling, as on a device that its own thread or a NIC drives.
     let side = Side { polls_drive: false, stall: std::time::Duration::from_secs(5), ..a.side() };
     // Not the initiator: it WRITEs first (WRITE 0 is unsignaled), then waits for the answer.
     let p = LatPlan { size: 2, stop: Stop::Iters(100), initiator: false, peer, seeds: None };
-    let e = engine::write_lat(&side, &p, &mut |_, _| ()).unwrap_err();
-    assert!(
-        matches!(e, engine::Error::Completion { qp: 0, seq: 0, status: WcStatus::RemAccessErr }),
-        "{e}"
-    );
+    assert_first_write_refused(engine::write_lat(&side, &p, &mut |_, _| ()).unwrap_err());
 }
 
 #[test]
