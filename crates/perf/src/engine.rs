@@ -1011,7 +1011,7 @@ pub fn write_lat(
     let mut rec = LatencyRecorder::new(size as u64, 2.0, deadline.is_some());
     rec.reserve(iters.saturating_add(1));
     let mut v = Validation::default();
-    let (mut scnt, mut ccnt, mut rcnt) = (0u64, 0u64, 0u64);
+    let (mut scnt, mut rcnt) = (0u64, 0u64);
     let mut wc = [empty_wc(); 1];
     let mut buf = vec![0u8; size];
     let mut last_report = Instant::now();
@@ -1027,7 +1027,9 @@ pub fn write_lat(
     // posting this side's.
     let watched = s.mr.mapped_byte(poll_at)?.filter(|_| !s.polls_drive);
     let counter = s.mr.mapped_byte(post_at + size - 1)?;
-    'run: while scnt < iters || ccnt < iters || rcnt < iters {
+    // The last WRITE is signaled and its completion waited for right after its post: the
+    // sends are done when they are all posted.
+    'run: while scnt < iters || rcnt < iters {
         if past(deadline) {
             break;
         }
@@ -1100,11 +1102,8 @@ pub fn write_lat(
             template.set_signaled(signaled);
             qp.post_prepared_send(&mut template)?;
             scnt += 1;
-            if signaled {
-                if wait_wc(s, &mut wc, deadline)? == 0 {
-                    break 'run;
-                }
-                ccnt = scnt;
+            if signaled && wait_wc(s, &mut wc, deadline)? == 0 {
+                break 'run;
             }
         }
         if scnt.is_multiple_of(64) && last_report.elapsed() >= Duration::from_millis(250) {
