@@ -10,17 +10,17 @@
 #   chromium                     renders qualify's report.html headless (its test)
 #   prometheus (promtool), prometheus-node-exporter
 #                                check the agent's exposition; the node_exporter comparison
-#   cmake, libclang-dev         build the rdma-core provider (sideway's rdma-mummy-sys: a
-#                                CMake-built shim and bindgen; libibverbs is loaded at run time)
+#   cmake, libclang-dev          build podnet at all (the rdma-core provider, on by default):
+#                                scripts/build-deps.sh, run first
 #   iproute2, tcpdump, nftables, python3, util-linux
 #                                the guest's network, captures, loss rules, and helpers
 set -euo pipefail
+"$(dirname "$0")/build-deps.sh"
 # command  package
 want="
 chromium chromium
 promtool prometheus
 prometheus-node-exporter prometheus-node-exporter
-cmake cmake
 tshark tshark
 qemu-system-x86_64 qemu-system-x86
 busybox busybox-static
@@ -42,9 +42,8 @@ while read -r cmd pkg; do
   [ -n "$cmd" ] || continue
   PATH="$PATH:/usr/sbin:/sbin" command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done <<< "$want"
-# Providers (the rxe plugin), rdma-core's udev/config files and libclang have no command to
-# look for.
-for pkg in ibverbs-providers rdma-core libclang-dev; do
+# Providers (the rxe plugin) and rdma-core's udev/config files have no command to look for.
+for pkg in ibverbs-providers rdma-core; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
 done
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)

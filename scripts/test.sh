@@ -9,6 +9,13 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features --locked -q -- -D warnings
 # The fuzz crate is outside the workspace (cargo-fuzz builds it with nightly); check it compiles.
 cargo check --manifest-path fuzz/Cargo.toml --locked -q
+# The binary a plain `cargo build` gives (default features: the rdma-core provider in it); the
+# rxe test opens rxe in the QEMU guest with it. Only the podnet crate differs from the
+# all-features build below.
+cargo build --locked -q -p podnet
+mkdir -p target/default-features
+cp target/debug/podnet target/default-features/podnet
+export PODNET_DEFAULT_BIN=$PWD/target/default-features/podnet
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --all-features --locked --no-fail-fast
 else

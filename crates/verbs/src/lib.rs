@@ -96,8 +96,8 @@ pub enum Error {
     },
     /// podnet was built without the rdma-core provider.
     #[error(
-        "this podnet was built without the rdma-core provider; rebuild with `--features rdma-core` \
-         (needs cmake and libclang-dev) to use RDMA devices"
+        "this podnet was built without the rdma-core provider (--no-default-features); rebuild \
+         with the default features (needs cmake and libclang-dev) to use RDMA devices"
     )]
     NotBuilt,
     /// libibverbs could not be loaded.

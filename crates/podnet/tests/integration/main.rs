@@ -2,6 +2,7 @@
 
 mod agent;
 mod agent_rxe;
+mod build;
 mod burnin;
 mod decode;
 mod devices;

@@ -40,10 +40,33 @@ fn check_side(what: &str, side: &str, out: &str, messages: u64, client: bool) {
     assert_eq!(val["messages"], messages, "{what}: {side}: {val}");
 }
 
+/// The podnet a plain `cargo build -p podnet` gives (default features), which must open rxe
+/// as it is: `PODNET_DEFAULT_BIN` (scripts/test.sh builds it before the tests), or built here
+/// into its own target folder when that is unset.
+fn default_features_binary() -> String {
+    if let Some(bin) = std::env::var_os("PODNET_DEFAULT_BIN") {
+        let bin = std::path::PathBuf::from(bin);
+        assert!(bin.is_file(), "PODNET_DEFAULT_BIN={} is not a file", bin.display());
+        return bin.display().to_string();
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let target = root.join("target/default-features");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .current_dir(&root)
+        .args(["build", "--locked", "-q", "-p", "podnet", "--target-dir"])
+        .arg(&target)
+        .output()
+        .expect("run cargo");
+    assert!(out.status.success(), "cargo build -p podnet failed: {}", stderr(&out));
+    target.join("debug/podnet").display().to_string()
+}
+
 /// `podnet pingpong` (rdma-core, `rxe_eth`) against `podnet pingpong` (soft, the host), each
-/// side as server and client, every byte of every message checked (`--verify`).
+/// side as server and client, every byte of every message checked (`--verify`). The guest side
+/// is the default-features binary: what `cargo build`/`cargo install` give opens rxe.
 fn pingpong(vm: &Vm, gid: u32) {
-    let podnet = env!("CARGO_BIN_EXE_podnet");
+    let podnet = default_features_binary();
     for podnet_serves in [true, false] {
         let what =
             format!("pingpong ({} serves)", if podnet_serves { "soft" } else { "rdma-core" });
