@@ -184,23 +184,9 @@ fn split_gso<'a>(index: u64, edge: &Frame<'a>) -> Option<Vec<Record<'a>>> {
 
 /// Checks one segment's ICRC with the IP and UDP lengths it had on the wire.
 fn segment_icrc_ok(edge: &Frame<'_>, bytes: &[u8]) -> bool {
-    let udp_len = (8 + bytes.len()) as u16;
-    let mut ip = [0u8; 60];
-    let h = edge.ip.header;
-    let ip = &mut ip[..h.len().min(60)];
-    ip.copy_from_slice(&h[..ip.len()]);
-    match ip.first().map(|b| b >> 4) {
-        Some(4) => {
-            let total = (ip.len() as u16 + udp_len).to_be_bytes();
-            ip[2..4].copy_from_slice(&total);
-        }
-        Some(6) if ip.len() >= 40 => ip[4..6].copy_from_slice(&udp_len.to_be_bytes()),
-        _ => return false,
-    }
-    let mut udp = [0u8; 8];
-    udp.copy_from_slice(&edge.udp.header[..8]);
-    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    wire::icrc::verify(ip, &udp, bytes).unwrap_or(false)
+    wire::icrc::PseudoHeader::captured(edge.ip.header, edge.udp.header)
+        .and_then(|h| h.for_each_segment().verify(bytes))
+        .unwrap_or(false)
 }
 
 /// Counts over a whole capture.

@@ -11,6 +11,7 @@ use transport::{
     Access, Endpoint, EndpointConfig, Instant, ModifyQp, Mtu, Path, QpCaps, QpState, QpType,
     RecvMeta, SendOp, SendWr, VecMemory,
 };
+use wire::icrc::PseudoHeader;
 use wire::{Psn, RKey};
 
 const MSG: u32 = 64 * 1024;
@@ -69,9 +70,6 @@ fn run(messages: u64, icrc: bool) -> (Duration, u64, u64) {
     }
     let (cq, mr, qpn) = info[0];
     let rkey = RKey(info[1].1.rkey);
-    let mut ip = [0u8; 20];
-    ip[0] = 0x45;
-    ip[9] = 17;
     let (mut posted, mut done, mut packets) = (0u64, 0u64, 0u64);
     let now = Instant::ZERO;
     let start = Clock::now();
@@ -89,23 +87,21 @@ fn run(messages: u64, icrc: bool) -> (Duration, u64, u64) {
         for i in 0..2 {
             while let Some(mut t) = eps[i].poll_transmit(now) {
                 packets += 1;
-                let udp = {
-                    let mut u = [0u8; 8];
-                    u[0..2].copy_from_slice(&t.src_port.to_be_bytes());
-                    u[2..4].copy_from_slice(&4791u16.to_be_bytes());
-                    u[4..6].copy_from_slice(&((8 + t.payload.len()) as u16).to_be_bytes());
-                    u
-                };
-                if icrc {
-                    wire::icrc::seal(&ip, &udp, &mut t.payload).unwrap();
-                }
+                // What a driver does: seal with the headers the packet goes out with; the
+                // receiver verifies against the real IP header.
+                let h = icrc.then(|| {
+                    let h = PseudoHeader::between(ips[i], ips[1 - i], t.src_port, 4791)
+                        .expect("one family");
+                    h.seal(&mut t.payload).unwrap();
+                    h.for_payload(t.payload.len())
+                });
                 let meta = RecvMeta {
                     src: ips[i],
                     dst: ips[1 - i],
                     src_port: t.src_port,
                     dst_port: 4791,
                     ecn: 2,
-                    ip_header: if icrc { Some(&ip) } else { None },
+                    ip_header: h.as_ref().map(PseudoHeader::ip_header),
                 };
                 eps[1 - i].handle_datagram(now, &meta, &t.payload);
             }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use wire::bth;
 use wire::ext::{Aeth, AtomicAckEth, AtomicEth, Deth, ImmDt, NakCode, Reth, Syndrome};
+use wire::icrc::PseudoHeader;
 use wire::{Opcode, Psn, Qpn, RKey, roce};
 
 use crate::counters::Counters;
@@ -1469,21 +1470,13 @@ impl<M: Memory> Endpoint<M> {
         };
         // The ICRC: over the real IP header when the driver has it; an IPv6 header can be
         // rebuilt from what the socket tells (every field it covers is known).
-        let len = 8 + bytes.len();
-        let mut udp = [0u8; 8];
-        udp[0..2].copy_from_slice(&meta.src_port.to_be_bytes());
-        udp[2..4].copy_from_slice(&meta.dst_port.to_be_bytes());
-        udp[4..6].copy_from_slice(&(len as u16).to_be_bytes());
+        let (sp, dp) = (meta.src_port, meta.dst_port);
         let verdict = match (meta.ip_header, meta.src, meta.dst) {
-            (Some(h), _, _) => wire::icrc::verify(h, &udp, bytes).ok(),
+            (Some(h), _, _) => {
+                PseudoHeader::with_ip_header(h, sp, dp).and_then(|h| h.verify(bytes)).ok()
+            }
             (None, IpAddr::V6(s), IpAddr::V6(d)) => {
-                let mut h = [0u8; 40];
-                h[0] = 0x60;
-                h[4..6].copy_from_slice(&(len as u16).to_be_bytes());
-                h[6] = 17;
-                h[8..24].copy_from_slice(&s.octets());
-                h[24..40].copy_from_slice(&d.octets());
-                wire::icrc::verify(&h, &udp, bytes).ok()
+                PseudoHeader::ipv6(s, d, sp, dp).verify(bytes).ok()
             }
             _ => None,
         };
@@ -2212,32 +2205,20 @@ impl<M: Memory> Endpoint<M> {
         };
         qp.ud_seen.insert(key, psn);
         let data = pkt.payload();
+        // The GRH area: the real IP header when the driver has it, else one rebuilt from what
+        // it knows (an IPv4 Identification is then unknown: 0). IPv4 fills its last 20 bytes.
         let mut grh = [0u8; 40];
-        let total = 8 + pkt.covered().len() + roce::ICRC_LEN;
-        match (meta.ip_header, meta.src, meta.dst) {
-            (Some(h), IpAddr::V4(_), _) if h.len() >= 20 => grh[20..40].copy_from_slice(&h[..20]),
-            (Some(h), IpAddr::V6(_), _) if h.len() >= 40 => grh.copy_from_slice(&h[..40]),
-            (_, IpAddr::V4(s), IpAddr::V4(d)) => {
-                // Rebuilt from what the driver knows (the ID is unknown).
-                let h = &mut grh[20..40];
-                h[0] = 0x45;
-                h[2..4].copy_from_slice(&((20 + total) as u16).to_be_bytes());
-                h[6] = 0x40;
-                h[8] = 64;
-                h[9] = 17;
-                h[12..16].copy_from_slice(&s.octets());
-                h[16..20].copy_from_slice(&d.octets());
-            }
-            (_, s, d) => {
-                grh[0] = 0x60;
-                grh[4..6].copy_from_slice(&(total as u16).to_be_bytes());
-                grh[6] = 17;
-                grh[7] = 64;
-                if let (IpAddr::V6(s), IpAddr::V6(d)) = (s, d) {
-                    grh[8..24].copy_from_slice(&s.octets());
-                    grh[24..40].copy_from_slice(&d.octets());
-                }
-            }
+        let built = PseudoHeader::between(meta.src, meta.dst, meta.src_port, meta.dst_port)
+            .map(|h| h.for_payload(pkt.covered().len() + roce::ICRC_LEN));
+        let ip = match (meta.ip_header, &built) {
+            (Some(h), _) => h,
+            (None, Some(b)) => b.ip_header(),
+            (None, None) => &[],
+        };
+        match ip.first().map(|b| b >> 4) {
+            Some(4) if ip.len() >= 20 => grh[20..40].copy_from_slice(&ip[..20]),
+            Some(6) if ip.len() >= 40 => grh.copy_from_slice(&ip[..40]),
+            _ => {}
         }
         let status = match scatter(&self.mrs, &mut self.mem, &recv.sgl, 0, &grh)
             .and_then(|()| scatter(&self.mrs, &mut self.mem, &recv.sgl, 40, data))

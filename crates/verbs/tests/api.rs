@@ -250,45 +250,23 @@ fn inject(src: IpAddr, dst: IpAddr, good: bool) {
     let r = wire::roce::Repr::new(b);
     let mut pkt = vec![0u8; r.buffer_len(8)];
     r.emit(&[7u8; 8], &mut pkt).unwrap();
-    let udp_len = (8 + pkt.len()) as u16;
-    let mut udp = [0u8; 8];
-    udp[0..2].copy_from_slice(&4791u16.to_be_bytes());
-    udp[2..4].copy_from_slice(&4791u16.to_be_bytes());
-    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let mut h = [0u8; 20];
-            h[0] = 0x45;
-            h[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
-            h[6] = 0x40;
-            h[9] = 17;
-            h[12..16].copy_from_slice(&s.octets());
-            h[16..20].copy_from_slice(&d.octets());
-            let v: i32 = libc::IP_PMTUDISC_DO;
-            // SAFETY: passes a live i32 and its size; the kernel only reads it.
-            let rc = unsafe {
-                libc::setsockopt(
-                    std::os::fd::AsRawFd::as_raw_fd(&sock),
-                    libc::IPPROTO_IP,
-                    libc::IP_MTU_DISCOVER,
-                    (&raw const v).cast(),
-                    4,
-                )
-            };
-            assert_eq!(rc, 0, "DF, so Linux sends Identification 0");
-            wire::icrc::seal(&h, &udp, &mut pkt).unwrap();
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let mut h = [0u8; 40];
-            h[0] = 0x60;
-            h[4..6].copy_from_slice(&udp_len.to_be_bytes());
-            h[6] = 17;
-            h[8..24].copy_from_slice(&s.octets());
-            h[24..40].copy_from_slice(&d.octets());
-            wire::icrc::seal(&h, &udp, &mut pkt).unwrap();
-        }
-        _ => unreachable!(),
+    if src.is_ipv4() {
+        let v: i32 = libc::IP_PMTUDISC_DO;
+        // SAFETY: passes a live i32 and its size; the kernel only reads it.
+        let rc = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&sock),
+                libc::IPPROTO_IP,
+                libc::IP_MTU_DISCOVER,
+                (&raw const v).cast(),
+                4,
+            )
+        };
+        assert_eq!(rc, 0, "DF, so Linux sends Identification 0");
     }
+    // What Linux sends on this socket: IPv4 with DF and Identification 0, or IPv6.
+    let h = wire::icrc::PseudoHeader::between(src, dst, 4791, 4791).expect("one family");
+    h.seal(&mut pkt).unwrap();
     if !good {
         pkt[13] ^= 0x10;
     }

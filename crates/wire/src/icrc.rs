@@ -11,7 +11,223 @@
 //! `testdata/roce` include a ConnectX-4 Lx capture. The IPv4 Identification field is covered:
 //! whoever verifies must see the real IP header.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
 use crate::{Error, Result, bth};
+
+/// The IP and UDP headers of a RoCEv2 packet as its ICRC covers them: the one place podnet
+/// builds those bytes, for the drivers that seal what they send, the transport that verifies
+/// what it receives, capture analysis and the tests.
+///
+/// Built from addresses and ports ([`PseudoHeader::ipv4`], [`PseudoHeader::ipv6`],
+/// [`PseudoHeader::between`]) or around a real IP header ([`PseudoHeader::with_ip_header`]),
+/// its length fields (IPv4 total length, IPv6 payload length, UDP length) are those of the
+/// packet being sealed or verified, derived from its RoCE payload. [`PseudoHeader::captured`]
+/// takes both headers exactly as they were on the wire. Fields the ICRC masks (TOS or traffic
+/// class and flow label, TTL or hop limit, both checksums) may hold anything; built headers
+/// carry TTL 64 and zero checksums, as a UD receive's GRH shows them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PseudoHeader {
+    ip: [u8; 60],
+    ip_len: u8,
+    udp: [u8; 8],
+    /// Whether the length fields follow the payload (else they are as given).
+    derived_lengths: bool,
+}
+
+impl core::fmt::Debug for PseudoHeader {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PseudoHeader")
+            .field("ip", &self.ip_header())
+            .field("udp", &self.udp)
+            .field("derived_lengths", &self.derived_lengths)
+            .finish()
+    }
+}
+
+impl PseudoHeader {
+    /// An IPv4 header without options (`identification`; `dont_fragment`: the DF flag) and a
+    /// UDP header between those ports.
+    pub fn ipv4(
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        identification: u16,
+        dont_fragment: bool,
+        src_port: u16,
+        dst_port: u16,
+    ) -> PseudoHeader {
+        let mut ip = [0u8; 60];
+        ip[0] = 0x45;
+        ip[4..6].copy_from_slice(&identification.to_be_bytes());
+        ip[6] = if dont_fragment { 0x40 } else { 0 };
+        ip[8] = 64;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&src.octets());
+        ip[16..20].copy_from_slice(&dst.octets());
+        PseudoHeader { ip, ip_len: 20, udp: udp(src_port, dst_port), derived_lengths: true }
+    }
+
+    /// An IPv6 header (no extension headers) and a UDP header between those ports.
+    pub fn ipv6(src: Ipv6Addr, dst: Ipv6Addr, src_port: u16, dst_port: u16) -> PseudoHeader {
+        let mut ip = [0u8; 60];
+        ip[0] = 0x60;
+        ip[6] = 17;
+        ip[7] = 64;
+        ip[8..24].copy_from_slice(&src.octets());
+        ip[24..40].copy_from_slice(&dst.octets());
+        PseudoHeader { ip, ip_len: 40, udp: udp(src_port, dst_port), derived_lengths: true }
+    }
+
+    /// The headers Linux builds for a UDP socket sending from `src` to `dst`: IPv4 with DF
+    /// and Identification 0 (what an unconnected socket sends), or IPv6. `None` when the
+    /// addresses are of different families.
+    pub fn between(src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16) -> Option<Self> {
+        match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                Some(PseudoHeader::ipv4(s, d, 0, true, src_port, dst_port))
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => Some(PseudoHeader::ipv6(s, d, src_port, dst_port)),
+            _ => None,
+        }
+    }
+
+    /// A received packet's real IP header (IPv4 with its options, or IPv6) and a UDP header
+    /// between those ports; the length fields follow the payload.
+    pub fn with_ip_header(ip_header: &[u8], src_port: u16, dst_port: u16) -> Result<Self> {
+        let mut h = PseudoHeader::copy_ip(ip_header)?;
+        h.udp = udp(src_port, dst_port);
+        Ok(h)
+    }
+
+    /// Both headers exactly as they were on the wire, length fields included.
+    pub fn captured(ip_header: &[u8], udp_header: &[u8]) -> Result<Self> {
+        if udp_header.len() < 8 {
+            return Err(Error::Truncated { needed: 8, available: udp_header.len() });
+        }
+        let mut h = PseudoHeader::copy_ip(ip_header)?;
+        h.udp.copy_from_slice(&udp_header[..8]);
+        h.derived_lengths = false;
+        Ok(h)
+    }
+
+    /// The same headers with length fields that follow the payload: for one segment of a
+    /// GSO or GRO run captured as one buffer.
+    pub fn for_each_segment(mut self) -> Self {
+        self.derived_lengths = true;
+        self
+    }
+
+    fn copy_ip(ip_header: &[u8]) -> Result<Self> {
+        let len = match ip_header.first().map(|b| b >> 4) {
+            Some(4) => usize::from(ip_header[0] & 0x0f) * 4,
+            Some(6) => 40,
+            _ => return Err(Error::BadIpHeader),
+        };
+        if len < 20 || ip_header.len() < len {
+            return Err(Error::BadIpHeader);
+        }
+        let mut ip = [0u8; 60];
+        ip[..len].copy_from_slice(&ip_header[..len]);
+        Ok(PseudoHeader { ip, ip_len: len as u8, udp: [0; 8], derived_lengths: true })
+    }
+
+    /// The same headers with `tos` as the IPv4 TOS or IPv6 traffic class (ECN in its low two
+    /// bits), which the ICRC masks but a receiver reads.
+    pub fn with_tos(mut self, tos: u8) -> Self {
+        if self.is_ipv4() {
+            self.ip[1] = tos;
+        } else {
+            self.ip[0] = 0x60 | (tos >> 4);
+            self.ip[1] = (self.ip[1] & 0x0f) | (tos << 4);
+        }
+        self
+    }
+
+    /// Whether the IP header is IPv4.
+    pub fn is_ipv4(&self) -> bool {
+        self.ip[0] >> 4 == 4
+    }
+
+    /// The IPv4 Identification (0 for IPv6).
+    pub fn ipv4_id(&self) -> u16 {
+        if self.is_ipv4() { u16::from_be_bytes([self.ip[4], self.ip[5]]) } else { 0 }
+    }
+
+    /// Sets the IPv4 Identification (nothing for IPv6).
+    pub fn set_ipv4_id(&mut self, id: u16) {
+        if self.is_ipv4() {
+            self.ip[4..6].copy_from_slice(&id.to_be_bytes());
+        }
+    }
+
+    /// The IP header as it stands (length fields as last derived or given).
+    pub fn ip_header(&self) -> &[u8] {
+        &self.ip[..usize::from(self.ip_len)]
+    }
+
+    /// The UDP header as it stands.
+    pub fn udp_header(&self) -> &[u8; 8] {
+        &self.udp
+    }
+
+    /// The headers with the length fields of a packet whose RoCE payload (BTH … ICRC) is
+    /// `roce_len` bytes; as given for [`PseudoHeader::captured`] headers.
+    pub fn for_payload(mut self, roce_len: usize) -> Self {
+        if self.derived_lengths {
+            let udp_len = (8 + roce_len) as u16;
+            self.udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+            if self.is_ipv4() {
+                let total = u16::from(self.ip_len) + udp_len;
+                self.ip[2..4].copy_from_slice(&total.to_be_bytes());
+            } else {
+                self.ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
+            }
+        }
+        self
+    }
+
+    /// The ICRC of a packet whose RoCE payload without its ICRC field is `covered`.
+    pub fn compute(&self, covered: &[u8]) -> Result<u32> {
+        let h = self.for_payload(covered.len() + 4);
+        compute(h.ip_header(), &h.udp, covered)
+    }
+
+    /// Computes the ICRC of `roce` (a whole RoCE payload whose last four bytes are the ICRC
+    /// field) and writes it there.
+    pub fn seal(&self, roce: &mut [u8]) -> Result<u32> {
+        let split = icrc_split(roce.len())?;
+        let (covered, trailer) = roce.split_at_mut(split);
+        let icrc = self.compute(covered)?;
+        trailer.copy_from_slice(&icrc.to_le_bytes());
+        Ok(icrc)
+    }
+
+    /// Whether the ICRC at the end of `roce` matches.
+    pub fn verify(&self, roce: &[u8]) -> Result<bool> {
+        let split = icrc_split(roce.len())?;
+        let (covered, trailer) = roce.split_at(split);
+        let want = u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]);
+        Ok(self.compute(covered)? == want)
+    }
+
+    /// The IPv4 Identification that makes the ICRC at the end of `roce` match (the one in
+    /// these headers is ignored), or `None` when none does; see [`recover_ipv4_id`].
+    pub fn recover_ipv4_id(&self, roce: &[u8]) -> Result<Option<u16>> {
+        let h = self.for_payload(roce.len());
+        recover_ipv4_id(h.ip_header(), &h.udp, roce)
+    }
+}
+
+fn udp(src_port: u16, dst_port: u16) -> [u8; 8] {
+    let mut u = [0u8; 8];
+    u[0..2].copy_from_slice(&src_port.to_be_bytes());
+    u[2..4].copy_from_slice(&dst_port.to_be_bytes());
+    u
+}
+
+fn icrc_split(len: usize) -> Result<usize> {
+    len.checked_sub(4).ok_or(Error::Truncated { needed: 4, available: len })
+}
 
 /// The CRC state after the 8 bytes of 0xFF that stand in for the LRH.
 fn seeded() -> crc32fast::Hasher {
@@ -77,26 +293,16 @@ pub fn compute(ip_header: &[u8], udp_header: &[u8], covered: &[u8]) -> Result<u3
     Ok(h.finalize())
 }
 
-/// Checks the ICRC of a whole RoCEv2 UDP payload (`roce` ends with the four ICRC bytes).
+/// Checks the ICRC of a whole RoCEv2 UDP payload (`roce` ends with the four ICRC bytes),
+/// over the IP and UDP headers exactly as captured ([`PseudoHeader::captured`]).
 pub fn verify(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) -> Result<bool> {
-    let Some(split) = roce.len().checked_sub(4) else {
-        return Err(Error::Truncated { needed: 4, available: roce.len() });
-    };
-    let (covered, trailer) = roce.split_at(split);
-    let want = u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]);
-    Ok(compute(ip_header, udp_header, covered)? == want)
+    PseudoHeader::captured(ip_header, udp_header)?.verify(roce)
 }
 
 /// Computes the ICRC of `roce` (a whole RoCEv2 UDP payload whose last four bytes are the ICRC
-/// field) and writes it there.
+/// field) over the IP and UDP headers as given, and writes it there.
 pub fn seal(ip_header: &[u8], udp_header: &[u8], roce: &mut [u8]) -> Result<u32> {
-    let Some(split) = roce.len().checked_sub(4) else {
-        return Err(Error::Truncated { needed: 4, available: roce.len() });
-    };
-    let (covered, trailer) = roce.split_at_mut(split);
-    let icrc = compute(ip_header, udp_header, covered)?;
-    trailer.copy_from_slice(&icrc.to_le_bytes());
-    Ok(icrc)
+    PseudoHeader::captured(ip_header, udp_header)?.seal(roce)
 }
 
 #[cfg(test)]
@@ -139,6 +345,48 @@ mod tests {
         // The IPv4 Identification is covered.
         ip2[4] ^= 1;
         assert!(!verify(&ip2, &udp2, &roce2).unwrap());
+    }
+
+    #[test]
+    fn built_headers_match_the_wire() {
+        // Vector 1 again: 192.168.0.7 to itself, ID 0x0478, DF, UDP 0xc000 -> 4791.
+        let frame = hex::decode(
+            "248a07a8fa22248a07a8fa22080045010040047840004011b4d5c0a80007c0a80007c00012b7002caca2\
+             2460ffff000000d300cf17104630818be28935d90e9a95505401be885e50000078f353f3",
+        )
+        .unwrap();
+        let (ip, udp, roce) = (&frame[14..34], &frame[34..42], &frame[42..]);
+        let a = Ipv4Addr::new(192, 168, 0, 7);
+        let built = PseudoHeader::ipv4(a, a, 0x0478, true, 0xc000, 4791);
+        assert!(built.verify(roce).unwrap());
+        assert!(PseudoHeader::with_ip_header(ip, 0xc000, 4791).unwrap().verify(roce).unwrap());
+        assert!(PseudoHeader::captured(ip, udp).unwrap().verify(roce).unwrap());
+        // The lengths are the packet's: the built header, sized for it, is the captured one
+        // but for the fields the ICRC masks (TOS 0x01, the checksums).
+        let sized = built.with_tos(0x01).for_payload(roce.len());
+        assert_eq!(&sized.ip_header()[..10], &ip[..10]);
+        assert_eq!(&sized.ip_header()[12..], &ip[12..]);
+        assert_eq!(&sized.udp_header()[..6], &udp[..6]);
+        // The Identification is covered, and recovered.
+        let mut other = built;
+        other.set_ipv4_id(0x0479);
+        assert!(!other.verify(roce).unwrap());
+        assert_eq!(other.recover_ipv4_id(roce).unwrap(), Some(0x0478));
+        // Sealed with built headers, verified against them; IPv6 too.
+        let (s6, d6) = ("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap());
+        let h6 = PseudoHeader::between(IpAddr::V6(s6), IpAddr::V6(d6), 0xc001, 4791).unwrap();
+        let mut pkt = roce.to_vec();
+        h6.seal(&mut pkt).unwrap();
+        assert!(h6.verify(&pkt).unwrap() && !built.verify(&pkt).unwrap());
+        assert!(h6.with_tos(0xff).verify(&pkt).unwrap(), "the traffic class is masked");
+        assert!(PseudoHeader::between(IpAddr::V4(a), IpAddr::V6(d6), 1, 2).is_none());
+        // A captured header keeps its lengths; one segment of a GSO run takes its own.
+        let mut seg = roce.to_vec();
+        seg.extend_from_slice(&[0; 4]);
+        built.seal(&mut seg).unwrap();
+        let run = PseudoHeader::captured(ip, udp).unwrap();
+        assert!(!run.verify(&seg).unwrap());
+        assert!(run.for_each_segment().verify(&seg).unwrap());
     }
 
     #[test]

@@ -14,6 +14,7 @@ use transport::{
     QpCaps, QpState, QpType, Qpn, RecvMeta, VecMemory,
 };
 use wire::Psn;
+use wire::icrc::PseudoHeader;
 
 /// A small, fast, seeded generator (xorshift64*).
 #[derive(Debug, Clone)]
@@ -168,24 +169,11 @@ impl Net {
         payload: &mut [u8],
     ) -> Option<[u8; 20]> {
         let (IpAddr::V4(src), IpAddr::V4(dst)) = (ip(from), ip(to)) else { return None };
-        let mut h = [0u8; 20];
-        let total = (20 + 8 + payload.len()) as u16;
-        h[0] = 0x45;
-        h[1] = tos;
-        h[2..4].copy_from_slice(&total.to_be_bytes());
         self.ip_id = self.ip_id.wrapping_add(1);
-        h[4..6].copy_from_slice(&self.ip_id.to_be_bytes());
-        h[6] = 0x40;
-        h[8] = 64;
-        h[9] = 17;
-        h[12..16].copy_from_slice(&src.octets());
-        h[16..20].copy_from_slice(&dst.octets());
-        let mut udp = [0u8; 8];
-        udp[0..2].copy_from_slice(&src_port.to_be_bytes());
-        udp[2..4].copy_from_slice(&dst_port.to_be_bytes());
-        udp[4..6].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-        wire::icrc::seal(&h, &udp, payload).expect("seal");
-        Some(h)
+        let h = PseudoHeader::ipv4(src, dst, self.ip_id, true, src_port, dst_port).with_tos(tos);
+        h.seal(payload).expect("seal");
+        let h = h.for_payload(payload.len());
+        Some(h.ip_header().try_into().expect("20 bytes"))
     }
 
     /// Hands node `to` a packet as if node `from` had sent it now (`payload`: BTH … ICRC,

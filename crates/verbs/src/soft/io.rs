@@ -22,6 +22,7 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use socket2::{Domain, Protocol, Socket, Type};
 use transport::{RecvMeta, Transmit};
+use wire::icrc::PseudoHeader;
 
 /// Datagrams per `recvmmsg`/`sendmmsg` (with segmentation offload: messages, each up to
 /// [`GSO_SEGMENTS`] datagrams).
@@ -407,26 +408,11 @@ impl Sockets {
     /// Writes the ICRC of `t` as it will be sent: over the IP and UDP headers Linux builds
     /// for this socket (IPv4: DF, Identification 0).
     pub(crate) fn seal(&self, t: &mut Transmit) {
-        let udp_len = (8 + t.payload.len()) as u16;
-        let mut udp = [0u8; 8];
-        udp[0..2].copy_from_slice(&self.port.to_be_bytes());
-        udp[2..4].copy_from_slice(&self.port.to_be_bytes());
-        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-        // The ICRC masks TOS/traffic class, TTL/hop limit, flow label and both checksums.
-        let r = match (self.ip, t.dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => {
-                // DF, Identification 0: what Linux sends on this socket.
-                let h = ipv4_header(s, d, udp_len, 0x40);
-                wire::icrc::seal(&h, &udp, &mut t.payload)
-            }
-            (IpAddr::V6(s), IpAddr::V6(d)) => {
-                let h = ipv6_header(s, d, udp_len);
-                wire::icrc::seal(&h, &udp, &mut t.payload)
-            }
-            // A peer of the other family: nothing will reach it; the send fails later.
-            _ => return,
-        };
-        debug_assert!(r.is_ok(), "a transmit too short to seal");
+        // A peer of the other family: nothing will reach it; the send fails later.
+        if let Some(h) = PseudoHeader::between(self.ip, t.dst, self.port, self.port) {
+            let r = h.seal(&mut t.payload);
+            debug_assert!(r.is_ok(), "a transmit too short to seal");
+        }
     }
 }
 
@@ -436,30 +422,6 @@ const UDP_NO_CHECK6_RX: i32 = 102;
 const UDP_SEGMENT: i32 = 103;
 const UDP_GRO: i32 = 104;
 
-/// An IPv4 header as the ICRC sees it (Identification 0; masked fields zero), with `flags`
-/// as byte 6 (0x40: DF).
-fn ipv4_header(s: Ipv4Addr, d: Ipv4Addr, udp_len: u16, flags: u8) -> [u8; 20] {
-    let mut h = [0u8; 20];
-    h[0] = 0x45;
-    h[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
-    h[6] = flags;
-    h[9] = 17;
-    h[12..16].copy_from_slice(&s.octets());
-    h[16..20].copy_from_slice(&d.octets());
-    h
-}
-
-/// An IPv6 header as the ICRC sees it (masked fields zero: the ICRC sets them to ones).
-pub(crate) fn ipv6_header(s: Ipv6Addr, d: Ipv6Addr, udp_len: u16) -> [u8; 40] {
-    let mut h = [0u8; 40];
-    h[0] = 0x60;
-    h[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    h[6] = 17;
-    h[8..24].copy_from_slice(&s.octets());
-    h[24..40].copy_from_slice(&d.octets());
-    h
-}
-
 /// IPv4 through a UDP socket: rebuild the header, recover the Identification from the ICRC.
 fn deliver_recovered(
     meta: &RecvMeta<'_>,
@@ -467,25 +429,22 @@ fn deliver_recovered(
     f: &mut impl FnMut(&RecvMeta<'_>, &[u8], Option<u16>),
 ) {
     let (IpAddr::V4(s), IpAddr::V4(d)) = (meta.src, meta.dst) else { return };
-    let udp_len = (8 + roce.len()) as u16;
-    let mut udp = [0u8; 8];
-    udp[0..2].copy_from_slice(&meta.src_port.to_be_bytes());
-    udp[2..4].copy_from_slice(&meta.dst_port.to_be_bytes());
-    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    let header = |df| PseudoHeader::ipv4(s, d, 0, df, meta.src_port, meta.dst_port);
     // rxe and podnet set DF; try that first.
-    for flags in [0x40, 0x00] {
-        let mut h = ipv4_header(s, d, udp_len, flags);
-        if let Ok(Some(id)) = wire::icrc::recover_ipv4_id(&h, &udp, roce) {
-            h[4..6].copy_from_slice(&id.to_be_bytes());
-            let m = RecvMeta { ip_header: Some(&h), ..*meta };
+    for df in [true, false] {
+        let mut h = header(df);
+        if let Ok(Some(id)) = h.recover_ipv4_id(roce) {
+            h.set_ipv4_id(id);
+            let h = h.for_payload(roce.len());
+            let m = RecvMeta { ip_header: Some(h.ip_header()), ..*meta };
             f(&m, roce, Some(id));
             return;
         }
     }
     // No Identification makes the ICRC match: hand it over with ID 0 so it is counted and
     // dropped as an ICRC error.
-    let h = ipv4_header(s, d, udp_len, 0x40);
-    let m = RecvMeta { ip_header: Some(&h), ..*meta };
+    let h = header(true).for_payload(roce.len());
+    let m = RecvMeta { ip_header: Some(h.ip_header()), ..*meta };
     f(&m, roce, None);
 }
 
