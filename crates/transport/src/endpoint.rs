@@ -11,7 +11,7 @@ use std::time::Duration;
 use wire::bth;
 use wire::ext::{Aeth, AtomicAckEth, AtomicEth, Deth, ImmDt, NakCode, Reth, Syndrome};
 use wire::icrc::PseudoHeader;
-use wire::{Opcode, Psn, Qpn, RKey, roce};
+use wire::{Opcode, Operation, Psn, Qpn, RKey, Transport, roce};
 
 use crate::counters::Counters;
 use crate::memory::{Access, Memory, MrId, MrInfo, PdId};
@@ -1102,13 +1102,18 @@ fn transmit(qp: &QueuePair, dst: IpAddr, buf: Vec<u8>) -> Transmit {
     }
 }
 
-fn transport_prefix(t: QpType) -> u8 {
+/// The BTH transport of a QP type.
+fn transport_of(t: QpType) -> Transport {
     match t {
-        QpType::Rc => 0x00,
-        QpType::Uc => 0x20,
-        QpType::Ud => 0x60,
+        QpType::Rc => Transport::Rc,
+        QpType::Uc => Transport::Uc,
+        QpType::Ud => Transport::Ud,
     }
 }
+
+/// The RC opcodes a responder answers with.
+const RC_ACKNOWLEDGE: Opcode = Opcode::new(Transport::Rc, Operation::Acknowledge);
+const RC_ATOMIC_ACKNOWLEDGE: Opcode = Opcode::new(Transport::Rc, Operation::AtomicAcknowledge);
 
 fn wc(
     qp: &QueuePair,
@@ -1161,13 +1166,13 @@ impl<M: Memory> Endpoint<M> {
         let front = qp.resp_out.front_mut()?;
         match front {
             RespOut::Ack { psn, syndrome, msn } => {
-                let mut r = roce::Repr::new(bth::Repr::new(Opcode(0x11), dest.qpn, *psn));
+                let mut r = roce::Repr::new(bth::Repr::new(RC_ACKNOWLEDGE, dest.qpn, *psn));
                 r.aeth = Some(Aeth { syndrome: *syndrome, msn: *msn & 0xff_ffff });
                 qp.resp_out.pop_front();
                 packet(&mut self.bufs, qp, dest.ip, &r, &[])
             }
             RespOut::Atomic { psn, orig, msn } => {
-                let mut r = roce::Repr::new(bth::Repr::new(Opcode(0x12), dest.qpn, *psn));
+                let mut r = roce::Repr::new(bth::Repr::new(RC_ATOMIC_ACKNOWLEDGE, dest.qpn, *psn));
                 r.aeth = Some(Aeth { syndrome: ACK_SYNDROME, msn: *msn & 0xff_ffff });
                 r.atomic_ack_eth = Some(AtomicAckEth { orig: *orig });
                 qp.resp_out.pop_front();
@@ -1180,13 +1185,14 @@ impl<M: Memory> Endpoint<M> {
                 let off = u64::from(k) * mtu;
                 let chunk = (*len - off.min(*len)).min(mtu) as usize;
                 let op = match (npkts, k) {
-                    (1, _) => 0x10,
-                    (_, 0) => 0x0d,
-                    (n, k) if k == n - 1 => 0x0f,
-                    _ => 0x0e,
+                    (1, _) => Operation::RdmaReadResponseOnly,
+                    (_, 0) => Operation::RdmaReadResponseFirst,
+                    (n, k) if k == n - 1 => Operation::RdmaReadResponseLast,
+                    _ => Operation::RdmaReadResponseMiddle,
                 };
-                let mut r = roce::Repr::new(bth::Repr::new(Opcode(op), dest.qpn, first_psn.add(k)));
-                if op != 0x0e {
+                let opcode = Opcode::new(Transport::Rc, op);
+                let mut r = roce::Repr::new(bth::Repr::new(opcode, dest.qpn, first_psn.add(k)));
+                if op != Operation::RdmaReadResponseMiddle {
                     r.aeth = Some(Aeth { syndrome: ACK_SYNDROME, msn: *msn & 0xff_ffff });
                 }
                 let (id, at) = (mr.id, *offset + off);
@@ -1242,8 +1248,8 @@ impl<M: Memory> Endpoint<M> {
             (_, _, Some(p)) => (p.ip, p.qpn),
             _ => return None,
         };
-        let prefix = transport_prefix(qp.qp_type);
-        let mut b = bth::Repr::new(Opcode(0), dest_qpn, psn);
+        let transport = transport_of(qp.qp_type);
+        let mut b = bth::Repr::new(Opcode::new(transport, Operation::SendFirst), dest_qpn, psn);
         let mut gather_at = None;
         let mut consumed = 1u32;
         let mut last_of_wqe = false;
@@ -1263,21 +1269,22 @@ impl<M: Memory> Endpoint<M> {
                     _ => None,
                 };
                 let write = matches!(w.wr.op, SendOp::Write { .. } | SendOp::WriteWithImm { .. });
-                let base: u8 = match (write, first, last, imm.is_some()) {
-                    (false, true, true, false) => 0x04,
-                    (false, true, true, true) => 0x05,
-                    (false, true, false, _) => 0x00,
-                    (false, false, false, _) => 0x01,
-                    (false, false, true, false) => 0x02,
-                    (false, false, true, true) => 0x03,
-                    (true, true, true, false) => 0x0a,
-                    (true, true, true, true) => 0x0b,
-                    (true, true, false, _) => 0x06,
-                    (true, false, false, _) => 0x07,
-                    (true, false, true, false) => 0x08,
-                    (true, false, true, true) => 0x09,
+                use Operation::*;
+                let op = match (write, first, last, imm.is_some()) {
+                    (false, true, true, false) => SendOnly,
+                    (false, true, true, true) => SendOnlyWithImmediate,
+                    (false, true, false, _) => SendFirst,
+                    (false, false, false, _) => SendMiddle,
+                    (false, false, true, false) => SendLast,
+                    (false, false, true, true) => SendLastWithImmediate,
+                    (true, true, true, false) => RdmaWriteOnly,
+                    (true, true, true, true) => RdmaWriteOnlyWithImmediate,
+                    (true, true, false, _) => RdmaWriteFirst,
+                    (true, false, false, _) => RdmaWriteMiddle,
+                    (true, false, true, false) => RdmaWriteLast,
+                    (true, false, true, true) => RdmaWriteLastWithImmediate,
                 };
-                b.opcode = Opcode(prefix | base);
+                b.opcode = Opcode::new(transport, op);
                 b.solicited = last && w.wr.solicited;
                 r = roce::Repr::new(b);
                 if let (
@@ -1299,7 +1306,7 @@ impl<M: Memory> Endpoint<M> {
             }
             SendOp::Read { remote_addr, rkey } => {
                 let off = u64::from(d) * mtu;
-                b.opcode = Opcode(0x0c);
+                b.opcode = Opcode::new(Transport::Rc, Operation::RdmaReadRequest);
                 r = roce::Repr::new(b);
                 r.reth = Some(Reth {
                     va: remote_addr + off,
@@ -1309,12 +1316,12 @@ impl<M: Memory> Endpoint<M> {
                 consumed = w.npkts - d;
             }
             SendOp::CompareSwap { remote_addr, rkey, compare, swap } => {
-                b.opcode = Opcode(0x13);
+                b.opcode = Opcode::new(Transport::Rc, Operation::CompareSwap);
                 r = roce::Repr::new(b);
                 r.atomic_eth = Some(AtomicEth { va: remote_addr, rkey, swap_add: swap, compare });
             }
             SendOp::FetchAdd { remote_addr, rkey, add } => {
-                b.opcode = Opcode(0x14);
+                b.opcode = Opcode::new(Transport::Rc, Operation::FetchAdd);
                 r = roce::Repr::new(b);
                 r.atomic_eth = Some(AtomicEth { va: remote_addr, rkey, swap_add: add, compare: 0 });
             }
@@ -1535,14 +1542,14 @@ impl<M: Memory> Endpoint<M> {
             }
         }
         let operation = op.operation();
-        if qp.qp_type == QpType::Rc && (0x0d..=0x12).contains(&operation) {
+        if qp.qp_type == QpType::Rc && operation.is_some_and(Operation::is_response) {
             self.on_response(now, qpn, &pkt);
         } else {
             // A packet that starts consuming a receive takes one from the SRQ, if the QP has
             // one and holds none already.
             if let Some(id) = qp.srq
                 && qp.rq.is_empty()
-                && matches!(operation, 0x00 | 0x04 | 0x05 | 0x09 | 0x0b | 0x17)
+                && operation.is_some_and(Operation::consumes_receive_at_start)
                 && let Some(r) = self.cqs.srq_pop(id)
             {
                 qp.rq.push_back(r);
@@ -1570,7 +1577,7 @@ impl<M: Memory> Endpoint<M> {
         let behind = psn.diff(qp.una);
         let rto = retransmit_timeout(qp.attr.timeout);
         match pkt.opcode().operation() {
-            0x11 => {
+            Some(Operation::Acknowledge) => {
                 let Some(aeth) = pkt.aeth() else { return };
                 let syndrome = aeth.syndrome();
                 match syndrome {
@@ -1627,7 +1634,7 @@ impl<M: Memory> Endpoint<M> {
                     Syndrome::Ack(_) | Syndrome::Reserved(_) => {}
                 }
             }
-            0x12 => {
+            Some(Operation::AtomicAcknowledge) => {
                 let Some(ack) = pkt.atomic_ack_eth() else { return };
                 let Some(w) = qp.sq.front() else { return };
                 let atomic =
@@ -1778,22 +1785,23 @@ enum Req {
     Atomic,
 }
 
-fn classify(operation: u8) -> Option<Req> {
-    Some(match operation {
-        0x00 => Req::Send { first: true, last: false, imm: false },
-        0x01 => Req::Send { first: false, last: false, imm: false },
-        0x02 | 0x16 => Req::Send { first: false, last: true, imm: false },
-        0x03 => Req::Send { first: false, last: true, imm: true },
-        0x04 | 0x17 => Req::Send { first: true, last: true, imm: false },
-        0x05 => Req::Send { first: true, last: true, imm: true },
-        0x06 => Req::Write { first: true, last: false, imm: false },
-        0x07 => Req::Write { first: false, last: false, imm: false },
-        0x08 => Req::Write { first: false, last: true, imm: false },
-        0x09 => Req::Write { first: false, last: true, imm: true },
-        0x0a => Req::Write { first: true, last: true, imm: false },
-        0x0b => Req::Write { first: true, last: true, imm: true },
-        0x0c => Req::Read,
-        0x13 | 0x14 => Req::Atomic,
+fn classify(operation: Option<Operation>) -> Option<Req> {
+    use Operation::*;
+    Some(match operation? {
+        SendFirst => Req::Send { first: true, last: false, imm: false },
+        SendMiddle => Req::Send { first: false, last: false, imm: false },
+        SendLast | SendLastWithInvalidate => Req::Send { first: false, last: true, imm: false },
+        SendLastWithImmediate => Req::Send { first: false, last: true, imm: true },
+        SendOnly | SendOnlyWithInvalidate => Req::Send { first: true, last: true, imm: false },
+        SendOnlyWithImmediate => Req::Send { first: true, last: true, imm: true },
+        RdmaWriteFirst => Req::Write { first: true, last: false, imm: false },
+        RdmaWriteMiddle => Req::Write { first: false, last: false, imm: false },
+        RdmaWriteLast => Req::Write { first: false, last: true, imm: false },
+        RdmaWriteLastWithImmediate => Req::Write { first: false, last: true, imm: true },
+        RdmaWriteOnly => Req::Write { first: true, last: true, imm: false },
+        RdmaWriteOnlyWithImmediate => Req::Write { first: true, last: true, imm: true },
+        RdmaReadRequest => Req::Read,
+        CompareSwap | FetchAdd => Req::Atomic,
         _ => return None,
     })
 }
@@ -1932,7 +1940,7 @@ impl<M: Memory> Endpoint<M> {
             Outcome::Nak(code) => {
                 self.counters.sent_nak_err += 1;
                 let Some(dest) = qp.attr.dest else { return };
-                let mut r = roce::Repr::new(bth::Repr::new(Opcode(0x11), dest.qpn, psn));
+                let mut r = roce::Repr::new(bth::Repr::new(RC_ACKNOWLEDGE, dest.qpn, psn));
                 r.aeth =
                     Some(Aeth { syndrome: Syndrome::Nak(code).to_raw(), msn: qp.msn & 0xff_ffff });
                 if let Some(t) = packet(&mut self.bufs, qp, dest.ip, &r, &[]) {
@@ -2104,7 +2112,7 @@ impl<M: Memory> Endpoint<M> {
                 else {
                     return Outcome::Nak(NakCode::RemoteAccessError);
                 };
-                let r = if pkt.opcode().operation() == 0x13 {
+                let r = if pkt.opcode().operation() == Some(Operation::CompareSwap) {
                     mem.compare_swap(mr.id, offset, a.compare, a.swap_add)
                 } else {
                     mem.fetch_add(mr.id, offset, a.swap_add)

@@ -237,6 +237,9 @@ fn an_unreachable_network_is_a_port_error_then_active_again() {
 
 /// A RoCE datagram to `dst`:4791 from a plain UDP socket: a SEND_ONLY to QP 0x99 with an
 /// ICRC over the header Linux will build (DF, ID 0), correct or with one bit flipped.
+const RC_SEND_ONLY: wire::Opcode =
+    wire::Opcode::new(wire::Transport::Rc, wire::Operation::SendOnly);
+
 fn inject(src: IpAddr, dst: IpAddr, good: bool) {
     let sock = socket2::Socket::new(
         if dst.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 },
@@ -245,7 +248,7 @@ fn inject(src: IpAddr, dst: IpAddr, good: bool) {
     )
     .unwrap();
     sock.bind(&std::net::SocketAddr::new(src, 4791).into()).unwrap();
-    let mut b = wire::bth::Repr::new(wire::Opcode(0x04), verbs::Qpn::new(0x99), verbs::Psn::new(1));
+    let mut b = wire::bth::Repr::new(RC_SEND_ONLY, verbs::Qpn::new(0x99), verbs::Psn::new(1));
     b.ack_req = true;
     let r = wire::roce::Repr::new(b);
     let mut pkt = vec![0u8; r.buffer_len(8)];

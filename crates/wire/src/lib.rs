@@ -32,7 +32,7 @@ pub mod opcode;
 pub mod roce;
 mod types;
 
-pub use opcode::{ExtHeaders, Opcode, Transport};
+pub use opcode::{ExtHeaders, Opcode, Operation, Transport};
 pub use types::{Psn, QKey, Qpn, RKey};
 
 /// UDP destination port that marks RoCEv2 (IANA).

@@ -149,6 +149,190 @@ impl fmt::Debug for ExtHeaders {
     }
 }
 
+impl Transport {
+    /// The opcode bits 7:5 of the transport, in place (`Uc` is `0x20`); `Manufacturer` is
+    /// `0xc0`, the first of its two.
+    pub const fn opcode_bits(self) -> u8 {
+        match self {
+            Transport::Rc => 0x00,
+            Transport::Uc => 0x20,
+            Transport::Rd => 0x40,
+            Transport::Ud => 0x60,
+            Transport::Cnp => 0x80,
+            Transport::Xrc => 0xa0,
+            Transport::Manufacturer => 0xc0,
+        }
+    }
+}
+
+/// The operation of an opcode (bits 4:0), the same for RC, UC, RD, UD and XRC: an opcode is a
+/// [`Transport`] and an `Operation` ([`Opcode::new`]). Which transports define which operation
+/// is the table's business ([`Opcode::info`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Operation {
+    /// SEND First (0x00).
+    SendFirst = 0x00,
+    /// SEND Middle.
+    SendMiddle,
+    /// SEND Last.
+    SendLast,
+    /// SEND Last with Immediate.
+    SendLastWithImmediate,
+    /// SEND Only.
+    SendOnly,
+    /// SEND Only with Immediate.
+    SendOnlyWithImmediate,
+    /// RDMA WRITE First.
+    RdmaWriteFirst,
+    /// RDMA WRITE Middle.
+    RdmaWriteMiddle,
+    /// RDMA WRITE Last.
+    RdmaWriteLast,
+    /// RDMA WRITE Last with Immediate.
+    RdmaWriteLastWithImmediate,
+    /// RDMA WRITE Only.
+    RdmaWriteOnly,
+    /// RDMA WRITE Only with Immediate.
+    RdmaWriteOnlyWithImmediate,
+    /// RDMA READ Request.
+    RdmaReadRequest,
+    /// RDMA READ Response First.
+    RdmaReadResponseFirst,
+    /// RDMA READ Response Middle.
+    RdmaReadResponseMiddle,
+    /// RDMA READ Response Last.
+    RdmaReadResponseLast,
+    /// RDMA READ Response Only.
+    RdmaReadResponseOnly,
+    /// Acknowledge (0x11).
+    Acknowledge,
+    /// ATOMIC Acknowledge.
+    AtomicAcknowledge,
+    /// CmpSwap.
+    CompareSwap,
+    /// FetchAdd.
+    FetchAdd,
+    /// Resync (RD).
+    Resync,
+    /// SEND Last with Invalidate.
+    SendLastWithInvalidate,
+    /// SEND Only with Invalidate (0x17).
+    SendOnlyWithInvalidate,
+}
+
+impl Operation {
+    /// Every operation, by its bits.
+    pub const ALL: [Operation; 24] = {
+        use Operation::*;
+        [
+            SendFirst,
+            SendMiddle,
+            SendLast,
+            SendLastWithImmediate,
+            SendOnly,
+            SendOnlyWithImmediate,
+            RdmaWriteFirst,
+            RdmaWriteMiddle,
+            RdmaWriteLast,
+            RdmaWriteLastWithImmediate,
+            RdmaWriteOnly,
+            RdmaWriteOnlyWithImmediate,
+            RdmaReadRequest,
+            RdmaReadResponseFirst,
+            RdmaReadResponseMiddle,
+            RdmaReadResponseLast,
+            RdmaReadResponseOnly,
+            Acknowledge,
+            AtomicAcknowledge,
+            CompareSwap,
+            FetchAdd,
+            Resync,
+            SendLastWithInvalidate,
+            SendOnlyWithInvalidate,
+        ]
+    };
+
+    /// The operation with these bits (opcode bits 4:0), if one is defined.
+    pub const fn from_bits(bits: u8) -> Option<Operation> {
+        if (bits as usize) < Self::ALL.len() { Some(Self::ALL[bits as usize]) } else { None }
+    }
+
+    /// Its bits (opcode bits 4:0).
+    pub const fn bits(self) -> u8 {
+        self as u8
+    }
+
+    /// The name without its transport, e.g. `SEND_ONLY`.
+    pub const fn name(self) -> &'static str {
+        OPS[self as usize].0
+    }
+
+    /// A responder's answer (a READ response, an ACK or an atomic ACK), not a request.
+    pub const fn is_response(self) -> bool {
+        matches!(
+            self,
+            Operation::RdmaReadResponseFirst
+                | Operation::RdmaReadResponseMiddle
+                | Operation::RdmaReadResponseLast
+                | Operation::RdmaReadResponseOnly
+                | Operation::Acknowledge
+                | Operation::AtomicAcknowledge
+        )
+    }
+
+    /// The first packet of a message (or its only one).
+    pub const fn is_first_or_only(self) -> bool {
+        use Operation::*;
+        matches!(
+            self,
+            SendFirst
+                | SendOnly
+                | SendOnlyWithImmediate
+                | RdmaWriteFirst
+                | RdmaWriteOnly
+                | RdmaWriteOnlyWithImmediate
+                | RdmaReadRequest
+                | RdmaReadResponseFirst
+                | RdmaReadResponseOnly
+                | Acknowledge
+                | AtomicAcknowledge
+                | CompareSwap
+                | FetchAdd
+                | SendOnlyWithInvalidate
+        )
+    }
+
+    /// The last packet of a message (or its only one).
+    pub const fn is_last_or_only(self) -> bool {
+        use Operation::*;
+        !matches!(
+            self,
+            SendFirst
+                | SendMiddle
+                | RdmaWriteFirst
+                | RdmaWriteMiddle
+                | RdmaReadResponseFirst
+                | RdmaReadResponseMiddle
+        )
+    }
+
+    /// A packet that starts consuming a receive WQE: the first or only packet of a SEND, or
+    /// the last or only packet of an RDMA WRITE with immediate.
+    pub const fn consumes_receive_at_start(self) -> bool {
+        use Operation::*;
+        matches!(
+            self,
+            SendFirst
+                | SendOnly
+                | SendOnlyWithImmediate
+                | RdmaWriteLastWithImmediate
+                | RdmaWriteOnlyWithImmediate
+                | SendOnlyWithInvalidate
+        )
+    }
+}
+
 /// One row of the opcode table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpcodeInfo {
@@ -238,6 +422,19 @@ impl Opcode {
     /// The RoCEv2 Congestion Notification Packet.
     pub const CNP: Opcode = Opcode(0x81);
 
+    /// The opcode of `operation` on `transport` (defined or not: see [`Opcode::info`]).
+    pub const fn new(transport: Transport, operation: Operation) -> Opcode {
+        Opcode(transport.opcode_bits() | operation.bits())
+    }
+
+    /// The operation (opcode bits 4:0), if those bits name one; `None` for the CNP.
+    pub const fn operation(self) -> Option<Operation> {
+        match self.transport() {
+            Transport::Cnp => None,
+            _ => Operation::from_bits(self.operation_bits()),
+        }
+    }
+
     /// The transport service (opcode bits 7:5).
     pub const fn transport(self) -> Transport {
         match self.0 >> 5 {
@@ -251,8 +448,8 @@ impl Opcode {
         }
     }
 
-    /// The operation (opcode bits 4:0).
-    pub const fn operation(self) -> u8 {
+    /// The operation's bits (opcode bits 4:0), defined or not.
+    pub const fn operation_bits(self) -> u8 {
         self.0 & 0x1f
     }
 
@@ -262,7 +459,7 @@ impl Opcode {
     }
 
     const fn compute_info(self) -> Option<OpcodeInfo> {
-        let op = self.operation() as usize;
+        let op = self.operation_bits() as usize;
         let t = self.transport();
         let (row, defined) = match t {
             Transport::Rc => (0, op <= 0x14 || op == 0x16 || op == 0x17),
@@ -327,30 +524,18 @@ impl Opcode {
 
     /// Whether the opcode is the first or only packet of a message.
     pub const fn is_first_or_only(self) -> bool {
-        matches!(
-            self.operation(),
-            0x00 | 0x04
-                | 0x05
-                | 0x06
-                | 0x0a
-                | 0x0b
-                | 0x0c
-                | 0x0d
-                | 0x10
-                | 0x11
-                | 0x12
-                | 0x13
-                | 0x14
-                | 0x17
-        )
+        match self.operation() {
+            Some(op) => op.is_first_or_only(),
+            None => false,
+        }
     }
 
     /// Whether the opcode is the last or only packet of a message.
     pub const fn is_last_or_only(self) -> bool {
-        matches!(
-            self.operation(),
-            0x02..=0x05 | 0x08..=0x0c | 0x0f..=0x17
-        )
+        match self.operation() {
+            Some(op) => op.is_last_or_only(),
+            None => false,
+        }
     }
 }
 
@@ -375,6 +560,32 @@ impl fmt::Display for Opcode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_opcode_is_a_transport_and_an_operation() {
+        use Transport::*;
+        let mut named = 0;
+        for t in [Rc, Uc, Rd, Ud, Xrc] {
+            for op in Operation::ALL {
+                let o = Opcode::new(t, op);
+                assert_eq!((o.transport(), o.operation()), (t, Some(op)), "{o:?}");
+                if let Some(n) = o.name() {
+                    assert_eq!(n, format!("{}_{}", t.prefix(), op.name()));
+                    named += 1;
+                }
+            }
+        }
+        assert_eq!(named, 23 + 12 + 22 + 2 + 23, "every defined opcode");
+        assert_eq!(Opcode::new(Rc, Operation::Acknowledge), Opcode(0x11));
+        assert_eq!(Opcode::new(Ud, Operation::SendOnlyWithImmediate), Opcode(0x65));
+        for b in 0..=0x1fu8 {
+            let op = Operation::from_bits(b);
+            assert_eq!(op.map(Operation::bits), (b < 0x18).then_some(b));
+            // The responses are operations 0x0d-0x12, as rxe's and IBTA's tables have them.
+            assert_eq!(op.is_some_and(Operation::is_response), (0x0d..=0x12).contains(&b));
+        }
+        assert_eq!((Opcode::CNP.operation(), Opcode::CNP.is_first_or_only()), (None, false));
+    }
 
     #[test]
     fn names_match_ib_pack() {

@@ -229,7 +229,7 @@ fn frames_cut_by_the_snap_length() {
 #[test]
 fn frames_that_are_not_roce_are_counted_and_the_port_is_a_flag() {
     use wire::frame::{FrameBuilder, IpParams, Link};
-    use wire::{Opcode, Psn, Qpn, bth, roce};
+    use wire::{Opcode, Operation, Psn, Qpn, Transport, bth, roce};
     let roce_frame = |dst_port: u16| {
         let b = FrameBuilder {
             link: Link::Ethernet {
@@ -248,8 +248,11 @@ fn frames_that_are_not_roce_are_counted_and_the_port_is_a_flag() {
             dst_port,
             udp_checksum: false,
         };
-        let r =
-            roce::Repr::with_zeroed_headers(bth::Repr::new(Opcode(0x04), Qpn::new(5), Psn::new(6)));
+        let r = roce::Repr::with_zeroed_headers(bth::Repr::new(
+            Opcode::new(Transport::Rc, Operation::SendOnly),
+            Qpn::new(5),
+            Psn::new(6),
+        ));
         b.build(&r, b"hello").unwrap()
     };
     let dns = roce_frame(53);
