@@ -1,0 +1,229 @@
+//! The completer: the requester's side of what comes back — ACKs, NAKs, READ responses and
+//! atomic ACKs — and the completions they allow.
+
+use std::collections::VecDeque;
+
+use std::time::Duration;
+
+use wire::ext::{NakCode, Syndrome};
+use wire::{Operation, Psn, Qpn, roce};
+
+use crate::counters::Counters;
+use crate::memory::Memory;
+use crate::qp::QpState;
+use crate::time::Instant;
+use crate::wr::{SendOp, WcStatus, WorkCompletion};
+
+use super::*;
+
+impl<M: Memory> Endpoint<M> {
+    /// The requester's side: ACKs, NAKs, READ responses and atomic ACKs.
+    pub(super) fn on_response(&mut self, now: Instant, qpn: Qpn, pkt: &roce::Packet<&[u8]>) {
+        let Some(qp) = self.qps.get_mut(&qpn) else { return };
+        if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        let psn = pkt.bth().psn();
+        // A response must be for a PSN this requester sent and has not had acknowledged.
+        let sent = qp.next_psn.diff(qp.una).max(0);
+        let behind = psn.diff(qp.una);
+        let rto = retransmit_timeout(qp.attr.timeout);
+        match pkt.opcode().operation() {
+            Some(Operation::Acknowledge) => {
+                let Some(aeth) = pkt.aeth() else { return };
+                let syndrome = aeth.syndrome();
+                match syndrome {
+                    Syndrome::RnrNak(_) => self.counters.rcvd_rnr_err += 1,
+                    Syndrome::Nak(NakCode::PsnSequenceError) => self.counters.rcvd_seq_err += 1,
+                    _ => {}
+                }
+                // Only a PSN this requester sent and has not seen acknowledged
+                // (0 <= behind < sent) counts; anything else is stale or forged.
+                if behind < 0 || behind >= sent {
+                    return;
+                }
+                let nak = match syndrome {
+                    Syndrome::Ack(_) => {
+                        Self::ack_through(&mut self.cqs, &mut self.counters, qp, psn, now, rto);
+                        return;
+                    }
+                    Syndrome::Reserved(_) => return,
+                    nak => nak,
+                };
+                // A NAK acknowledges every PSN before its own.
+                let before = psn.add(0xff_ffff);
+                Self::ack_through(&mut self.cqs, &mut self.counters, qp, before, now, rto);
+                match nak {
+                    Syndrome::RnrNak(t) => {
+                        if qp.rnr_left == 0 {
+                            self.counters.retry_rnr_exceeded_err += 1;
+                            Self::fail_head(&mut self.cqs, qp, WcStatus::RnrRetryExcErr);
+                            return;
+                        }
+                        if qp.rnr_left != 7 {
+                            qp.rnr_left -= 1;
+                        }
+                        Self::rewind(&mut self.counters, qp, psn);
+                        qp.rnr_until = Some(now + t.duration());
+                    }
+                    Syndrome::Nak(NakCode::PsnSequenceError) => {
+                        if qp.retry_left == 0 {
+                            self.counters.retry_exceeded_err += 1;
+                            Self::fail_head(&mut self.cqs, qp, WcStatus::RetryExcErr);
+                            return;
+                        }
+                        qp.retry_left -= 1;
+                        Self::rewind(&mut self.counters, qp, psn);
+                    }
+                    Syndrome::Nak(code) => {
+                        let status = match code {
+                            NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                            NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                            _ => WcStatus::RemOpErr,
+                        };
+                        Self::fail_head(&mut self.cqs, qp, status);
+                    }
+                    Syndrome::Ack(_) | Syndrome::Reserved(_) => {}
+                }
+            }
+            Some(Operation::AtomicAcknowledge) => {
+                let Some(ack) = pkt.atomic_ack_eth() else { return };
+                let Some(w) = qp.sq.front() else { return };
+                let atomic =
+                    matches!(w.wr.op, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. });
+                if atomic && behind > 0 && behind < sent && qp.next_psn.diff(qp.una) > 0 {
+                    // A later atomic's response: the responder executed ours and its response
+                    // was lost (an implied NAK). Ask again now; it returns the saved result.
+                    let una = qp.una;
+                    Self::rewind(&mut self.counters, qp, una);
+                    return;
+                }
+                if !atomic || psn != w.first_psn || behind != 0 {
+                    return;
+                }
+                // The original value lands in the local buffer in host order.
+                let orig = ack.orig.to_ne_bytes();
+                if scatter(&self.mrs, &mut self.mem, &w.wr.sgl, 0, &orig).is_err() {
+                    Self::fail_head(&mut self.cqs, qp, WcStatus::LocProtErr);
+                    return;
+                }
+                Self::complete_head(&mut self.cqs, &mut self.counters, qp, 8);
+                qp.una = psn.add(1);
+                Self::progress(qp, now, rto);
+            }
+            _ => {
+                // READ responses, in order.
+                let Some(w) = qp.sq.front() else { return };
+                if !matches!(w.wr.op, SendOp::Read { .. }) {
+                    return;
+                }
+                if behind < 0 {
+                    return; // duplicate
+                }
+                if behind > 0
+                    || psn.diff(w.first_psn) < 0
+                    || psn.diff(w.first_psn) >= w.npkts as i32
+                {
+                    // A gap: ask again from the first missing response (once per gap).
+                    if qp.next_psn.diff(qp.una) > 0 && behind < sent {
+                        let una = qp.una;
+                        Self::rewind(&mut self.counters, qp, una);
+                    }
+                    return;
+                }
+                let mtu = qp.mtu();
+                let k = psn.diff(w.first_psn) as u64;
+                let data = pkt.payload();
+                let expect = (w.len - (k * mtu).min(w.len)).min(mtu) as usize;
+                if data.len() != expect {
+                    Self::fail_head(&mut self.cqs, qp, WcStatus::BadRespErr);
+                    return;
+                }
+                if scatter(&self.mrs, &mut self.mem, &w.wr.sgl, k * mtu, data).is_err() {
+                    Self::fail_head(&mut self.cqs, qp, WcStatus::LocProtErr);
+                    return;
+                }
+                let Some(w) = qp.sq.front_mut() else { return };
+                w.done_bytes += data.len() as u64;
+                let last = k as u32 == w.npkts - 1;
+                let total = w.len as u32;
+                qp.una = psn.add(1);
+                if last {
+                    Self::complete_head(&mut self.cqs, &mut self.counters, qp, total);
+                }
+                Self::progress(qp, now, rto);
+            }
+        }
+    }
+
+    /// Forward progress: retries are refilled and the timer restarted.
+    pub(super) fn progress(qp: &mut QueuePair, now: Instant, rto: Option<Duration>) {
+        qp.retry_left = qp.attr.retry_cnt;
+        qp.rnr_left = qp.attr.rnr_retry;
+        qp.timer = if qp.outstanding() { rto.map(|d| now + d) } else { None };
+    }
+
+    pub(super) fn complete_head(
+        cqs: &mut [VecDeque<WorkCompletion>],
+        counters: &mut Counters,
+        qp: &mut QueuePair,
+        byte_len: u32,
+    ) {
+        if let Some(w) = qp.sq.pop_front() {
+            counters.rdma_sends += 1;
+            if w.wr.signaled {
+                cqs[qp.send_cq.0 as usize].push_back(wc(
+                    qp,
+                    w.wr.wr_id,
+                    WcStatus::Success,
+                    w.wr.op.wc_opcode(),
+                    byte_len,
+                ));
+            }
+        }
+    }
+
+    /// An acknowledgement of every PSN up to and including `p`.
+    pub(super) fn ack_through(
+        cqs: &mut [VecDeque<WorkCompletion>],
+        counters: &mut Counters,
+        qp: &mut QueuePair,
+        p: Psn,
+        now: Instant,
+        rto: Option<Duration>,
+    ) {
+        if p.diff(qp.una) < 0 {
+            return;
+        }
+        let mut advanced = false;
+        while let Some(w) = qp.sq.front() {
+            if w.is_read_or_atomic() {
+                if p.diff(w.first_psn) >= 0 && qp.next_psn.diff(qp.una) > 0 {
+                    // The responder is past a READ/atomic whose response we lack: an implied
+                    // NAK. Ask again from the first missing response.
+                    let una = qp.una;
+                    Self::rewind(counters, qp, una);
+                }
+                break;
+            }
+            if p.diff(w.last_psn()) >= 0 {
+                let next = w.last_psn().add(1);
+                Self::complete_head(cqs, counters, qp, 0);
+                qp.una = next;
+                advanced = true;
+            } else {
+                if p.diff(qp.una) >= 0 {
+                    qp.una = p.add(1);
+                    advanced = true;
+                }
+                break;
+            }
+        }
+        if qp.sq.is_empty() {
+            qp.una = qp.next_psn;
+        }
+        if advanced {
+            Self::progress(qp, now, rto);
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! The endpoint: one device's transport — memory regions, QPs, CQs — driven by datagrams and
+//! time.
+
+mod completer;
+mod packets;
+mod queue_pair;
+mod requester;
+mod responder;
+mod tables;
+mod verbs;
+
+use std::collections::{BTreeMap, VecDeque};
+
+/// Hash maps keyed by numbers: foldhash is several times faster than SipHash on them.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use wire::bth;
+use wire::icrc::PseudoHeader;
+use wire::{Opcode, Operation, Psn, Qpn, roce};
+
+use crate::counters::Counters;
+use crate::memory::{Memory, PdId};
+use crate::qp::{QpState, QpType, TransitionError};
+use crate::time::Instant;
+use crate::wr::WorkCompletion;
+
+use packets::*;
+use queue_pair::*;
+use tables::*;
+
+/// A completion queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CqId(pub u32);
+
+/// A shared receive queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SrqId(pub u32);
+
+/// An asynchronous event (`ibv_async_event`), from [`Endpoint::poll_event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The QP went to the error state on its own (IBV_EVENT_QP_FATAL): a retry limit was
+    /// exceeded, a NAK or a local error ended it.
+    QpFatal(Qpn),
+    /// Fewer receives than the armed limit remain in the SRQ (IBV_EVENT_SRQ_LIMIT_REACHED).
+    SrqLimitReached(SrqId),
+}
+
+/// Configuration of an endpoint.
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    /// The device's address (the source of every packet).
+    pub ip: IpAddr,
+    /// Seed for memory keys. Providers must take it from the OS's random source so that R_Keys
+    /// are unguessable; tests fix it for repeatability.
+    pub key_seed: u64,
+    /// At most one CNP per QP in this interval (default 50 µs).
+    pub cnp_interval: Duration,
+    /// The requester sets AckReq after this many packets without one (rxe: 64).
+    pub ack_req_every: u32,
+}
+
+impl EndpointConfig {
+    /// Defaults for a device at `ip`.
+    pub fn new(ip: IpAddr, key_seed: u64) -> EndpointConfig {
+        EndpointConfig { ip, key_seed, cnp_interval: Duration::from_micros(50), ack_req_every: 64 }
+    }
+}
+
+/// Metadata of a received datagram.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvMeta<'a> {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// UDP source port.
+    pub src_port: u16,
+    /// UDP destination port.
+    pub dst_port: u16,
+    /// The IP ECN bits (3: CE).
+    pub ecn: u8,
+    /// The received IP header, if the driver saw it (needed to verify the ICRC of IPv4
+    /// packets: it covers the Identification field).
+    pub ip_header: Option<&'a [u8]>,
+}
+
+/// A packet to send: a RoCEv2 UDP payload whose last four bytes (the ICRC) the driver fills in
+/// once it knows the IP header (`wire::icrc::seal`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// Destination address.
+    pub dst: IpAddr,
+    /// UDP destination port (4791).
+    pub dst_port: u16,
+    /// UDP source port: `0xC000 | hash(QPN)`, one per QP.
+    pub src_port: u16,
+    /// IP traffic class / TOS (DSCP and ECN bits).
+    pub tos: u8,
+    /// BTH … pad, then four zero bytes for the ICRC.
+    pub payload: Vec<u8>,
+}
+
+/// Why a verb was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// No such QP.
+    #[error("no QP {0}")]
+    NoQp(Qpn),
+    /// No such CQ.
+    #[error("no CQ {0:?}")]
+    NoCq(CqId),
+    /// No such shared receive queue.
+    #[error("no SRQ {0:?}")]
+    NoSrq(SrqId),
+    /// No such protection domain.
+    #[error("no protection domain {0:?}")]
+    NoPd(PdId),
+    /// A state change was refused.
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+    /// The QP's state does not allow the verb.
+    #[error("QP {qpn} is {state:?}, which does not allow {verb}")]
+    BadState {
+        /// The QP.
+        qpn: Qpn,
+        /// Its state.
+        state: QpState,
+        /// The verb.
+        verb: &'static str,
+    },
+    /// The operation is not defined for the QP type.
+    #[error("{op} is not supported on a {qp_type:?} QP")]
+    OpNotSupported {
+        /// The operation.
+        op: &'static str,
+        /// The QP type.
+        qp_type: QpType,
+    },
+    /// The queue is full.
+    #[error("the {0} queue is full")]
+    QueueFull(&'static str),
+    /// The message is too long for the QP (UD: the path MTU; others: 2^31 bytes).
+    #[error("message of {len} bytes exceeds {max}")]
+    TooLong {
+        /// The length.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A work request is malformed (UD without a destination, an atomic without 8 bytes…).
+    #[error("invalid work request: {0}")]
+    InvalidWr(&'static str),
+    /// A memory region cannot be registered (zero length, address overflow).
+    #[error("invalid memory region: {0}")]
+    InvalidMr(&'static str),
+    /// A QP capability beyond what the device grants.
+    #[error("{what} of {asked} exceeds the device's {max}")]
+    CapTooLarge {
+        /// The capability.
+        what: &'static str,
+        /// What was asked for.
+        asked: u32,
+        /// The most the device grants.
+        max: u32,
+    },
+}
+
+/// The RoCEv2 UDP source port of a QP, as Linux computes it (`rdma_get_udp_sport` with no
+/// flow label set): the flow label `lqpn × rqpn`, folded (`v ^= v >> 20; v ^= v >> 40`, 20 bits),
+/// then folded again into 14 bits above 0xC000. It depends on both QPNs, so both directions of
+/// a connection use the same port; a UD QP (no remote QP) uses 0xC000.
+pub(crate) fn src_port(lqpn: Qpn, rqpn: Qpn) -> u16 {
+    let mut v = u64::from(lqpn.get()) * u64::from(rqpn.get());
+    v ^= v >> 20;
+    v ^= v >> 40;
+    let fl = (v & 0xf_ffff) as u32;
+    let low = (fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14);
+    (low as u16) | 0xc000
+}
+
+fn retransmit_timeout(code: u8) -> Option<Duration> {
+    (code != 0).then(|| Duration::from_nanos(4096u64 << code.min(31)))
+}
+
+/// One device's transport.
+pub struct Endpoint<M: Memory> {
+    cfg: EndpointConfig,
+    mem: M,
+    mrs: MrTable,
+    pds: u32,
+    qps: BTreeMap<Qpn, QueuePair>,
+    next_qpn: u32,
+    cqs: CqTable,
+    counters: Counters,
+    /// Control packets (NAKs that end a QP, CNPs) ready to go.
+    ctrl: VecDeque<Transmit>,
+    /// QPs that may have something to send, served round-robin. A QP joins when work is
+    /// posted, its state changes, a packet or a timer concerns it; it leaves when it has
+    /// nothing to send.
+    active: VecDeque<Qpn>,
+    key_state: u64,
+    next_lkey: u32,
+    bufs: BufPool,
+}
+
+impl<M: Memory> Endpoint<M> {
+    /// Gives a sent datagram's buffer back for reuse.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if self.bufs.0.len() < BufPool::KEEP {
+            self.bufs.0.push(buf);
+        }
+    }
+
+    /// A device at `cfg.ip` over the provider's memory `mem`.
+    pub fn new(cfg: EndpointConfig, mem: M) -> Endpoint<M> {
+        let key_state = cfg.key_seed ^ 0x9e37_79b9_7f4a_7c15;
+        Endpoint {
+            cfg,
+            mem,
+            mrs: MrTable::default(),
+            pds: 0,
+            qps: BTreeMap::new(),
+            next_qpn: 0x11,
+            cqs: CqTable::default(),
+            counters: Counters::default(),
+            ctrl: VecDeque::new(),
+            active: VecDeque::new(),
+            key_state,
+            next_lkey: 1,
+            bufs: BufPool::default(),
+        }
+    }
+
+    /// The provider's memory.
+    pub fn memory(&self) -> &M {
+        &self.mem
+    }
+
+    /// The provider's memory, mutable.
+    pub fn memory_mut(&mut self) -> &mut M {
+        &mut self.mem
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The device's address.
+    pub fn ip(&self) -> IpAddr {
+        self.cfg.ip
+    }
+}
+
+impl<M: Memory> Endpoint<M> {
+    /// The next completion of `cq`.
+    pub fn poll_completion(&mut self, cq: CqId) -> Option<WorkCompletion> {
+        self.cqs.queues.get_mut(cq.0 as usize)?.pop_front()
+    }
+
+    /// Puts `qpn` in the queue of QPs that may have something to send.
+    fn mark(&mut self, qpn: Qpn) {
+        if let Some(qp) = self.qps.get_mut(&qpn)
+            && !qp.queued
+        {
+            qp.queued = true;
+            self.active.push_back(qpn);
+        }
+    }
+
+    /// When [`Endpoint::handle_timeout`] wants to be called next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.qps
+            .values()
+            .filter_map(|q| match (q.timer, q.rnr_until) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            })
+            .min()
+    }
+}
+
+impl<M: Memory> Endpoint<M> {
+    /// Takes a received RoCEv2 UDP payload (BTH … ICRC).
+    pub fn handle_datagram(&mut self, now: Instant, meta: &RecvMeta<'_>, bytes: &[u8]) {
+        let Ok(pkt) = roce::Packet::new_checked(bytes) else {
+            self.counters.dropped_pkts += 1;
+            return;
+        };
+        // The ICRC: over the real IP header when the driver has it; an IPv6 header can be
+        // rebuilt from what the socket tells (every field it covers is known).
+        let (sp, dp) = (meta.src_port, meta.dst_port);
+        let verdict = match (meta.ip_header, meta.src, meta.dst) {
+            (Some(h), _, _) => {
+                PseudoHeader::with_ip_header(h, sp, dp).and_then(|h| h.verify(bytes)).ok()
+            }
+            (None, IpAddr::V6(s), IpAddr::V6(d)) => {
+                PseudoHeader::ipv6(s, d, sp, dp).verify(bytes).ok()
+            }
+            _ => None,
+        };
+        match verdict {
+            Some(true) => {}
+            Some(false) => {
+                self.counters.icrc_errors += 1;
+                return;
+            }
+            None => self.counters.icrc_unverified += 1,
+        }
+        self.counters.rcvd_pkts += 1;
+        let op = pkt.opcode();
+        if meta.ecn == 3 {
+            self.counters.ecn_ce_rcvd += 1;
+        }
+        if op == Opcode::CNP {
+            self.counters.cnp_rcvd += 1;
+            return;
+        }
+        let qpn = pkt.bth().dest_qp();
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            self.counters.dropped_pkts += 1;
+            return;
+        };
+        let expected = match qp.qp_type {
+            QpType::Rc => wire::Transport::Rc,
+            QpType::Uc => wire::Transport::Uc,
+            QpType::Ud => wire::Transport::Ud,
+        };
+        let receiving = matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd);
+        let from_peer = qp.qp_type == QpType::Ud || qp.attr.dest.is_some_and(|d| d.ip == meta.src);
+        if op.transport() != expected || op.name().is_none() || !receiving || !from_peer {
+            self.counters.dropped_pkts += 1;
+            return;
+        }
+        if meta.ecn == 3 {
+            let to = match (qp.qp_type, pkt.deth(), qp.attr.dest) {
+                (QpType::Ud, Some(d), _) => Some((meta.src, d.src_qp)),
+                (_, _, Some(p)) => Some((p.ip, p.qpn)),
+                _ => None,
+            };
+            if let Some((ip, dqp)) = to {
+                if qp.last_cnp.is_some_and(|t| now.saturating_since(t) < self.cfg.cnp_interval) {
+                    self.counters.cnp_rate_limited += 1;
+                } else {
+                    qp.last_cnp = Some(now);
+                    let mut b = bth::Repr::new(Opcode::CNP, dqp, Psn::new(0));
+                    b.becn = true;
+                    if let Some(t) = packet(&mut self.bufs, qp, ip, &roce::Repr::new(b), &[0u8; 16])
+                    {
+                        self.counters.cnp_sent += 1;
+                        self.ctrl.push_back(t);
+                    }
+                }
+            }
+        }
+        let operation = op.operation();
+        if qp.qp_type == QpType::Rc && operation.is_some_and(Operation::is_response) {
+            self.on_response(now, qpn, &pkt);
+        } else {
+            // A packet that starts consuming a receive takes one from the SRQ, if the QP has
+            // one and holds none already.
+            if let Some(id) = qp.srq
+                && qp.rq.is_empty()
+                && operation.is_some_and(Operation::consumes_receive_at_start)
+                && let Some(r) = self.cqs.srq_pop(id)
+            {
+                qp.rq.push_back(r);
+            }
+            match qp.qp_type {
+                QpType::Rc => self.on_rc_request(qpn, &pkt),
+                QpType::Uc => self.on_uc_request(qpn, &pkt),
+                QpType::Ud => self.on_ud_request(qpn, meta, &pkt),
+            }
+        }
+        self.mark(qpn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_source_ports_match_rxe() {
+        // Observed in testdata/rxe (both ends had the same QPN): 0x11 -> 49441,
+        // 0x12 -> 49476, 0x14 -> 49552; and 0x16 -> 49636, 0x17 -> 49681.
+        for (q, port) in [(0x11, 49441), (0x12, 49476), (0x14, 49552), (0x16, 49636), (0x17, 49681)]
+        {
+            assert_eq!(src_port(Qpn::new(q), Qpn::new(q)), port, "QPN {q:#x}");
+        }
+        // Symmetric, and the folds matter for large QPNs.
+        assert_eq!(
+            src_port(Qpn::new(0x11), Qpn::new(0x2345)),
+            src_port(Qpn::new(0x2345), Qpn::new(0x11))
+        );
+        assert_eq!(src_port(Qpn::new(0), Qpn::new(0)), 0xc000);
+    }
+
+    #[test]
+    fn retransmit_timeout_is_4_096_us_times_2_to_the_code() {
+        assert_eq!(retransmit_timeout(0), None);
+        assert_eq!(retransmit_timeout(1), Some(Duration::from_nanos(8192)));
+        assert_eq!(retransmit_timeout(14), Some(Duration::from_nanos(4096 << 14)));
+    }
+}

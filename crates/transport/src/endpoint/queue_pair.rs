@@ -1,0 +1,141 @@
+//! A queue pair's state: what is common, the requester's send queue and PSNs, the
+//! responder's receive queue and replay resources.
+
+use std::collections::VecDeque;
+
+use std::net::IpAddr;
+
+use wire::{Psn, Qpn};
+
+use crate::memory::{MrInfo, PdId};
+use crate::qp::{QpAttr, QpCaps, QpState, QpType};
+use crate::time::Instant;
+use crate::wr::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
+
+use super::*;
+
+#[derive(Debug, Clone)]
+pub(super) struct SendWqe {
+    pub(super) wr: SendWr,
+    /// Numbers WQEs in posting order (the QP's `wqe_seq` when posted).
+    pub(super) seq: u64,
+    pub(super) first_psn: Psn,
+    pub(super) npkts: u32,
+    pub(super) len: u64,
+    /// READ: response bytes received so far.
+    pub(super) done_bytes: u64,
+    /// An inline send's payload, copied when it was posted.
+    pub(super) inline: Option<Box<[u8]>>,
+}
+
+impl SendWqe {
+    pub(super) fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts - 1)
+    }
+    pub(super) fn is_read_or_atomic(&self) -> bool {
+        matches!(
+            self.wr.op,
+            SendOp::Read { .. } | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }
+        )
+    }
+}
+
+/// A message the responder is in the middle of.
+#[derive(Debug, Clone)]
+pub(super) enum InMsg {
+    Send { recv: RecvWr, offset: u64, imm: Option<u32> },
+    Write { mr: MrInfo, offset: u64, remaining: u64, total: u64 },
+}
+
+/// What the responder sends, in order.
+#[derive(Debug, Clone)]
+pub(super) enum RespOut {
+    Ack { psn: Psn, syndrome: u8, msn: u32 },
+    Read { first_psn: Psn, mr: MrInfo, offset: u64, len: u64, next: u32, msn: u32 },
+    Atomic { psn: Psn, orig: u64, msn: u32 },
+}
+
+/// A READ or atomic the responder remembers, for duplicates.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Resource {
+    Read { psn: Psn, npkts: u32, mr: MrInfo, offset: u64, len: u64 },
+    Atomic { psn: Psn, orig: u64 },
+}
+
+#[derive(Debug)]
+pub(super) struct QueuePair {
+    pub(super) qpn: Qpn,
+    pub(super) qp_type: QpType,
+    pub(super) state: QpState,
+    pub(super) pd: PdId,
+    pub(super) send_cq: CqId,
+    pub(super) recv_cq: CqId,
+    pub(super) caps: QpCaps,
+    pub(super) attr: QpAttr,
+    // Requester.
+    pub(super) sq: VecDeque<SendWqe>,
+    /// The `seq` the next posted WQE gets.
+    pub(super) wqe_seq: u64,
+    /// The `seq` of the WQE the last request packet came from: where the next one most
+    /// likely comes from too (a hint, checked before use).
+    pub(super) cursor: u64,
+    /// PSN the next posted WQE starts at.
+    pub(super) post_psn: Psn,
+    /// PSN of the next packet to send.
+    pub(super) next_psn: Psn,
+    /// Oldest unacknowledged PSN.
+    pub(super) una: Psn,
+    pub(super) packets_since_ackreq: u32,
+    pub(super) retry_left: u8,
+    pub(super) rnr_left: u8,
+    pub(super) timer: Option<Instant>,
+    pub(super) rnr_until: Option<Instant>,
+    /// Packets below this PSN were sent before (a restart is under way).
+    pub(super) resend_until: Psn,
+    // Responder.
+    pub(super) rq: VecDeque<RecvWr>,
+    pub(super) epsn: Psn,
+    pub(super) msn: u32,
+    pub(super) nak_sent: bool,
+    pub(super) in_msg: Option<InMsg>,
+    pub(super) resp_out: VecDeque<RespOut>,
+    pub(super) resources: VecDeque<Resource>,
+    pub(super) last_cnp: Option<Instant>,
+    /// UD: the last PSN accepted from each (address, source QP), to drop duplicates.
+    pub(super) ud_seen: HashMap<(IpAddr, Qpn), Psn>,
+    /// Whether the QP is in the endpoint's queue of QPs that may have something to send.
+    pub(super) queued: bool,
+    /// The shared receive queue its receives come from, if any.
+    pub(super) srq: Option<SrqId>,
+}
+
+impl QueuePair {
+    pub(super) fn mtu(&self) -> u64 {
+        u64::from(self.attr.path_mtu.bytes())
+    }
+    pub(super) fn npkts(&self, len: u64) -> u32 {
+        (len.div_ceil(self.mtu()).max(1)) as u32
+    }
+    pub(super) fn outstanding(&self) -> bool {
+        self.una != self.next_psn
+    }
+}
+
+pub(super) fn wc(
+    qp: &QueuePair,
+    wr_id: u64,
+    status: WcStatus,
+    opcode: WcOpcode,
+    byte_len: u32,
+) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        status,
+        opcode,
+        byte_len,
+        imm: None,
+        qp_num: qp.qpn,
+        src_qp: None,
+        grh: false,
+    }
+}

@@ -1,0 +1,300 @@
+//! The requester: what goes out of the send queue — segmentation, PSNs, AckReq, the
+//! retransmit and RNR timers, go-back-N.
+
+use wire::bth;
+use wire::ext::{AtomicEth, Deth, ImmDt, Reth};
+use wire::{Opcode, Operation, Psn, Qpn, Transport, roce};
+
+use crate::counters::Counters;
+use crate::memory::Memory;
+use crate::qp::{QpState, QpType};
+use crate::time::Instant;
+use crate::wr::{SendOp, WcStatus};
+
+use super::*;
+
+impl<M: Memory> Endpoint<M> {
+    /// The next packet to send, if any: control packets first, then each QP's responder
+    /// output and requester packets, round-robin.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        if let Some(t) = self.ctrl.pop_front() {
+            self.counters.sent_pkts += 1;
+            return Some(t);
+        }
+        // Each QP in the queue gets one chance per call; one that sent goes to the back
+        // (round-robin), one with nothing to send leaves until something concerns it again.
+        for _ in 0..self.active.len() {
+            let qpn = self.active.pop_front()?;
+            let Some(qp) = self.qps.get_mut(&qpn) else { continue };
+            qp.queued = false;
+            let t = self.next_response(qpn).or_else(|| self.next_request(qpn, now));
+            if let Some(t) = t {
+                self.mark(qpn);
+                self.counters.sent_pkts += 1;
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    pub(super) fn next_request(&mut self, qpn: Qpn, now: Instant) -> Option<Transmit> {
+        let qp = self.qps.get_mut(&qpn)?;
+        if qp.state != QpState::Rts || qp.rnr_until.is_some() || qp.next_psn == qp.post_psn {
+            return None;
+        }
+        let mtu = qp.mtu();
+        // The WQE the next PSN belongs to: nearly always the one the last packet came from
+        // or the next (a deep send queue would make a search cost a packet dearly); else
+        // searched from the newest.
+        let holds = |i: usize| {
+            let w = qp.sq.get(i)?;
+            let d = qp.next_psn.diff(w.first_psn);
+            (d >= 0 && (d as u32) < w.npkts).then_some((i, d as u32))
+        };
+        let guess = qp.sq.front().map_or(0, |f| qp.cursor.wrapping_sub(f.seq) as usize);
+        let idx = holds(guess).or_else(|| holds(guess.wrapping_add(1))).or_else(|| {
+            for (i, w) in qp.sq.iter().enumerate().rev() {
+                if qp.next_psn.diff(w.first_psn) >= 0 {
+                    return holds(i);
+                }
+            }
+            None
+        });
+        let (i, d) = idx?;
+        qp.cursor = qp.sq[i].seq;
+        let w = &qp.sq[i];
+        // A READ or atomic starts only while fewer than max_rd_atomic precede it.
+        if w.is_read_or_atomic() && d == 0 {
+            let limit = usize::from(qp.attr.max_rd_atomic.max(1));
+            if qp.sq.iter().take(i).filter(|w| w.is_read_or_atomic()).nth(limit - 1).is_some() {
+                return None;
+            }
+        }
+        let retransmit = qp.next_psn.diff(qp.resend_until) < 0;
+        let psn = qp.next_psn;
+        let (dest_ip, dest_qpn) = match (qp.qp_type, w.wr.ud, qp.attr.dest) {
+            (QpType::Ud, Some(ud), _) => (ud.ip, ud.qpn),
+            (_, _, Some(p)) => (p.ip, p.qpn),
+            _ => return None,
+        };
+        let transport = transport_of(qp.qp_type);
+        let mut b = bth::Repr::new(Opcode::new(transport, Operation::SendFirst), dest_qpn, psn);
+        let mut gather_at = None;
+        let mut consumed = 1u32;
+        let mut last_of_wqe = false;
+        let mut r;
+        match w.wr.op {
+            SendOp::Send
+            | SendOp::SendWithImm(_)
+            | SendOp::Write { .. }
+            | SendOp::WriteWithImm { .. } => {
+                let off = u64::from(d) * mtu;
+                let chunk = (w.len - off.min(w.len)).min(mtu) as usize;
+                let first = d == 0;
+                let last = d == w.npkts - 1;
+                last_of_wqe = last;
+                let imm = match w.wr.op {
+                    SendOp::SendWithImm(i) | SendOp::WriteWithImm { imm: i, .. } => Some(i),
+                    _ => None,
+                };
+                let write = matches!(w.wr.op, SendOp::Write { .. } | SendOp::WriteWithImm { .. });
+                use Operation::*;
+                let op = match (write, first, last, imm.is_some()) {
+                    (false, true, true, false) => SendOnly,
+                    (false, true, true, true) => SendOnlyWithImmediate,
+                    (false, true, false, _) => SendFirst,
+                    (false, false, false, _) => SendMiddle,
+                    (false, false, true, false) => SendLast,
+                    (false, false, true, true) => SendLastWithImmediate,
+                    (true, true, true, false) => RdmaWriteOnly,
+                    (true, true, true, true) => RdmaWriteOnlyWithImmediate,
+                    (true, true, false, _) => RdmaWriteFirst,
+                    (true, false, false, _) => RdmaWriteMiddle,
+                    (true, false, true, false) => RdmaWriteLast,
+                    (true, false, true, true) => RdmaWriteLastWithImmediate,
+                };
+                b.opcode = Opcode::new(transport, op);
+                b.solicited = last && w.wr.solicited;
+                r = roce::Repr::new(b);
+                if let (
+                    true,
+                    SendOp::Write { remote_addr, rkey }
+                    | SendOp::WriteWithImm { remote_addr, rkey, .. },
+                ) = (first, w.wr.op)
+                {
+                    r.reth = Some(Reth { va: remote_addr, rkey, dma_len: w.len as u32 });
+                }
+                if last {
+                    r.immdt = imm.map(|value| ImmDt { value });
+                }
+                if let (QpType::Ud, Some(ud)) = (qp.qp_type, w.wr.ud) {
+                    let qkey = if ud.qkey.0 & 0x8000_0000 != 0 { qp.attr.qkey } else { ud.qkey };
+                    r.deth = Some(Deth { qkey, src_qp: qp.qpn });
+                }
+                gather_at = Some((off, chunk));
+            }
+            SendOp::Read { remote_addr, rkey } => {
+                let off = u64::from(d) * mtu;
+                b.opcode = Opcode::new(Transport::Rc, Operation::RdmaReadRequest);
+                r = roce::Repr::new(b);
+                r.reth = Some(Reth {
+                    va: remote_addr + off,
+                    rkey,
+                    dma_len: (w.len - off.min(w.len)) as u32,
+                });
+                consumed = w.npkts - d;
+            }
+            SendOp::CompareSwap { remote_addr, rkey, compare, swap } => {
+                b.opcode = Opcode::new(Transport::Rc, Operation::CompareSwap);
+                r = roce::Repr::new(b);
+                r.atomic_eth = Some(AtomicEth { va: remote_addr, rkey, swap_add: swap, compare });
+            }
+            SendOp::FetchAdd { remote_addr, rkey, add } => {
+                b.opcode = Opcode::new(Transport::Rc, Operation::FetchAdd);
+                r = roce::Repr::new(b);
+                r.atomic_eth = Some(AtomicEth { va: remote_addr, rkey, swap_add: add, compare: 0 });
+            }
+        }
+        if qp.qp_type == QpType::Rc {
+            let req = matches!(
+                w.wr.op,
+                SendOp::Read { .. } | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }
+            );
+            qp.packets_since_ackreq += 1;
+            // During a go-back-N restart every packet asks for an ACK: any one that returns
+            // proves progress, so a lost ACK does not cost a retry.
+            if req || last_of_wqe || retransmit || qp.packets_since_ackreq >= self.cfg.ack_req_every
+            {
+                r.bth.ack_req = true;
+                qp.packets_since_ackreq = 0;
+            }
+        }
+        let t = match gather_at {
+            None => packet(&mut self.bufs, qp, dest_ip, &r, &[])?,
+            Some((off, chunk)) => {
+                let (mrs, mem, wqe) = (&self.mrs, &self.mem, &qp.sq[i]);
+                let t =
+                    packet_with(&mut self.bufs, qp, dest_ip, &r, chunk, |buf| match &wqe.inline {
+                        Some(data) => {
+                            let at = off as usize;
+                            match data.get(at..at + buf.len()) {
+                                Some(src) => {
+                                    buf.copy_from_slice(src);
+                                    true
+                                }
+                                None => false,
+                            }
+                        }
+                        None => gather(mrs, mem, &wqe.wr.sgl, off, buf),
+                    });
+                match t {
+                    Some(t) => t,
+                    None => {
+                        // A local key, bound or region that is gone: the WQE fails here.
+                        let wqe = qp.sq.remove(i)?;
+                        self.cqs[qp.send_cq.0 as usize].push_back(wc(
+                            qp,
+                            wqe.wr.wr_id,
+                            WcStatus::LocProtErr,
+                            wqe.wr.op.wc_opcode(),
+                            0,
+                        ));
+                        Self::flush(&mut self.cqs, qp);
+                        return None;
+                    }
+                }
+            }
+        };
+        qp.next_psn = psn.add(consumed);
+        if retransmit {
+            self.counters.retransmitted_pkts += 1;
+        }
+        match qp.qp_type {
+            QpType::Rc => {
+                if qp.timer.is_none() {
+                    qp.timer = retransmit_timeout(qp.attr.timeout).map(|d| now + d);
+                }
+            }
+            _ => {
+                // Unreliable: a WQE is done once its last packet is out.
+                if last_of_wqe {
+                    let wqe = qp.sq.remove(i)?;
+                    qp.una = qp.next_psn;
+                    self.counters.rdma_sends += 1;
+                    if wqe.wr.signaled {
+                        self.cqs[qp.send_cq.0 as usize].push_back(wc(
+                            qp,
+                            wqe.wr.wr_id,
+                            WcStatus::Success,
+                            wqe.wr.op.wc_opcode(),
+                            0,
+                        ));
+                    }
+                }
+            }
+        }
+        Some(t)
+    }
+
+    /// Lets timers run: retransmission (go-back-N from the oldest unacknowledged PSN, or
+    /// RETRY_EXC_ERR when the retries are spent) and the end of RNR waits.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for qp in self.qps.values_mut() {
+            let mut fired = false;
+            if qp.rnr_until.is_some_and(|t| t <= now) {
+                qp.rnr_until = None;
+                fired = true;
+            }
+            if fired && !qp.queued {
+                qp.queued = true;
+                self.active.push_back(qp.qpn);
+            }
+            let Some(t) = qp.timer else { continue };
+            if t > now {
+                continue;
+            }
+            if !qp.queued {
+                qp.queued = true;
+                self.active.push_back(qp.qpn);
+            }
+            qp.timer = None;
+            if qp.state != QpState::Rts && qp.state != QpState::Sqd || !qp.outstanding() {
+                continue;
+            }
+            self.counters.local_ack_timeout_err += 1;
+            if qp.retry_left == 0 {
+                self.counters.retry_exceeded_err += 1;
+                Self::fail_head(&mut self.cqs, qp, WcStatus::RetryExcErr);
+                continue;
+            }
+            qp.retry_left -= 1;
+            let una = qp.una;
+            Self::rewind(&mut self.counters, qp, una);
+        }
+    }
+
+    /// Restarts sending at `psn` (go-back-N).
+    pub(super) fn rewind(counters: &mut Counters, qp: &mut QueuePair, psn: Psn) {
+        counters.completer_retry_err += 1;
+        if qp.next_psn.diff(qp.resend_until) > 0 {
+            qp.resend_until = qp.next_psn;
+        }
+        qp.next_psn = psn;
+        qp.packets_since_ackreq = 0;
+        qp.timer = None;
+    }
+
+    /// Completes the oldest send WQE with `status` and moves the QP to the error state.
+    pub(super) fn fail_head(cqs: &mut CqTable, qp: &mut QueuePair, status: WcStatus) {
+        if let Some(w) = qp.sq.pop_front() {
+            cqs[qp.send_cq.0 as usize].push_back(wc(
+                qp,
+                w.wr.wr_id,
+                status,
+                w.wr.op.wc_opcode(),
+                0,
+            ));
+        }
+        Self::flush(cqs, qp);
+    }
+}
