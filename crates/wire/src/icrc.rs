@@ -48,6 +48,7 @@ impl core::fmt::Debug for PseudoHeader {
 impl PseudoHeader {
     /// An IPv4 header without options (`identification`; `dont_fragment`: the DF flag) and a
     /// UDP header between those ports.
+    #[inline]
     pub fn ipv4(
         src: Ipv4Addr,
         dst: Ipv4Addr,
@@ -68,6 +69,7 @@ impl PseudoHeader {
     }
 
     /// An IPv6 header (no extension headers) and a UDP header between those ports.
+    #[inline]
     pub fn ipv6(src: Ipv6Addr, dst: Ipv6Addr, src_port: u16, dst_port: u16) -> PseudoHeader {
         let mut ip = [0u8; 60];
         ip[0] = 0x60;
@@ -81,6 +83,7 @@ impl PseudoHeader {
     /// The headers Linux builds for a UDP socket sending from `src` to `dst`: IPv4 with DF
     /// and Identification 0 (what an unconnected socket sends), or IPv6. `None` when the
     /// addresses are of different families.
+    #[inline]
     pub fn between(src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16) -> Option<Self> {
         match (src, dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
@@ -93,6 +96,7 @@ impl PseudoHeader {
 
     /// A received packet's real IP header (IPv4 with its options, or IPv6) and a UDP header
     /// between those ports; the length fields follow the payload.
+    #[inline]
     pub fn with_ip_header(ip_header: &[u8], src_port: u16, dst_port: u16) -> Result<Self> {
         let mut h = PseudoHeader::copy_ip(ip_header)?;
         h.udp = udp(src_port, dst_port);
@@ -100,6 +104,7 @@ impl PseudoHeader {
     }
 
     /// Both headers exactly as they were on the wire, length fields included.
+    #[inline]
     pub fn captured(ip_header: &[u8], udp_header: &[u8]) -> Result<Self> {
         if udp_header.len() < 8 {
             return Err(Error::Truncated { needed: 8, available: udp_header.len() });
@@ -117,6 +122,7 @@ impl PseudoHeader {
         self
     }
 
+    #[inline]
     fn copy_ip(ip_header: &[u8]) -> Result<Self> {
         let len = match ip_header.first().map(|b| b >> 4) {
             Some(4) => usize::from(ip_header[0] & 0x0f) * 4,
@@ -172,6 +178,7 @@ impl PseudoHeader {
 
     /// The headers with the length fields of a packet whose RoCE payload (BTH … ICRC) is
     /// `roce_len` bytes; as given for [`PseudoHeader::captured`] headers.
+    #[inline]
     pub fn for_payload(mut self, roce_len: usize) -> Self {
         if self.derived_lengths {
             let udp_len = (8 + roce_len) as u16;
@@ -187,13 +194,42 @@ impl PseudoHeader {
     }
 
     /// The ICRC of a packet whose RoCE payload without its ICRC field is `covered`.
+    #[inline]
     pub fn compute(&self, covered: &[u8]) -> Result<u32> {
-        let h = self.for_payload(covered.len() + 4);
-        compute(h.ip_header(), &h.udp, covered)
+        if covered.len() < bth::HEADER_LEN {
+            return Err(Error::Truncated { needed: bth::HEADER_LEN, available: covered.len() });
+        }
+        // One copy, sized for the packet, with the fields a router may change set to 1s.
+        let mut h = self.for_payload(covered.len() + 4);
+        let n = usize::from(h.ip_len);
+        if h.is_ipv4() {
+            h.ip[1] = 0xff; // TOS
+            h.ip[8] = 0xff; // TTL
+            h.ip[10] = 0xff; // header checksum
+            h.ip[11] = 0xff;
+        } else {
+            h.ip[0] |= 0x0f; // traffic class and flow label
+            h.ip[1] = 0xff;
+            h.ip[2] = 0xff;
+            h.ip[3] = 0xff;
+            h.ip[7] = 0xff; // hop limit
+        }
+        h.udp[6] = 0xff; // checksum
+        h.udp[7] = 0xff;
+        let mut crc = seeded();
+        crc.update(&h.ip[..n]);
+        crc.update(&h.udp);
+        let mut b = [0u8; bth::HEADER_LEN];
+        b.copy_from_slice(&covered[..bth::HEADER_LEN]);
+        b[4] = 0xff; // FECN, BECN, reserved
+        crc.update(&b);
+        crc.update(&covered[bth::HEADER_LEN..]);
+        Ok(crc.finalize())
     }
 
     /// Computes the ICRC of `roce` (a whole RoCE payload whose last four bytes are the ICRC
     /// field) and writes it there.
+    #[inline]
     pub fn seal(&self, roce: &mut [u8]) -> Result<u32> {
         let split = icrc_split(roce.len())?;
         let (covered, trailer) = roce.split_at_mut(split);
@@ -203,6 +239,7 @@ impl PseudoHeader {
     }
 
     /// Whether the ICRC at the end of `roce` matches.
+    #[inline]
     pub fn verify(&self, roce: &[u8]) -> Result<bool> {
         let split = icrc_split(roce.len())?;
         let (covered, trailer) = roce.split_at(split);
@@ -239,58 +276,11 @@ fn seeded() -> crc32fast::Hasher {
 /// Computes the ICRC of a RoCEv2 packet.
 ///
 /// `ip_header` is the whole IPv4 header (IHL × 4 bytes; options included) or the 40-byte IPv6
-/// header, `udp_header` the 8-byte UDP header, and `covered` the UDP payload without its last
-/// four bytes (BTH, extension headers, payload and pad). Returns the value whose
-/// little-endian bytes are the trailer.
+/// header, `udp_header` the 8-byte UDP header, both as captured ([`PseudoHeader::captured`]),
+/// and `covered` the UDP payload without its last four bytes (BTH, extension headers, payload
+/// and pad). Returns the value whose little-endian bytes are the trailer.
 pub fn compute(ip_header: &[u8], udp_header: &[u8], covered: &[u8]) -> Result<u32> {
-    if udp_header.len() < 8 {
-        return Err(Error::Truncated { needed: 8, available: udp_header.len() });
-    }
-    if covered.len() < bth::HEADER_LEN {
-        return Err(Error::Truncated { needed: bth::HEADER_LEN, available: covered.len() });
-    }
-    let mut h = seeded();
-    let mut ip = [0u8; 60];
-    match ip_header.first().map(|b| b >> 4) {
-        Some(4) => {
-            let ihl = usize::from(ip_header[0] & 0x0f) * 4;
-            if ihl < 20 || ip_header.len() < ihl {
-                return Err(Error::BadIpHeader);
-            }
-            let ip = &mut ip[..ihl];
-            ip.copy_from_slice(&ip_header[..ihl]);
-            ip[1] = 0xff; // TOS
-            ip[8] = 0xff; // TTL
-            ip[10] = 0xff; // header checksum
-            ip[11] = 0xff;
-            h.update(ip);
-        }
-        Some(6) => {
-            if ip_header.len() < 40 {
-                return Err(Error::BadIpHeader);
-            }
-            let ip = &mut ip[..40];
-            ip.copy_from_slice(&ip_header[..40]);
-            ip[0] |= 0x0f; // traffic class and flow label
-            ip[1] = 0xff;
-            ip[2] = 0xff;
-            ip[3] = 0xff;
-            ip[7] = 0xff; // hop limit
-            h.update(ip);
-        }
-        _ => return Err(Error::BadIpHeader),
-    }
-    let mut udp = [0u8; 8];
-    udp.copy_from_slice(&udp_header[..8]);
-    udp[6] = 0xff;
-    udp[7] = 0xff;
-    h.update(&udp);
-    let mut b = [0u8; bth::HEADER_LEN];
-    b.copy_from_slice(&covered[..bth::HEADER_LEN]);
-    b[4] = 0xff;
-    h.update(&b);
-    h.update(&covered[bth::HEADER_LEN..]);
-    Ok(h.finalize())
+    PseudoHeader::captured(ip_header, udp_header)?.compute(covered)
 }
 
 /// Checks the ICRC of a whole RoCEv2 UDP payload (`roce` ends with the four ICRC bytes),

@@ -25,16 +25,16 @@ impl<M: Memory> Endpoint<M> {
         }
         let psn = pkt.bth().psn();
         // A response must be for a PSN this requester sent and has not had acknowledged.
-        let sent = qp.next_psn.diff(qp.una).max(0);
-        let behind = psn.diff(qp.una);
+        let sent = qp.req.next_psn.diff(qp.req.una).max(0);
+        let behind = psn.diff(qp.req.una);
         let rto = retransmit_timeout(qp.attr.timeout);
         match pkt.opcode().operation() {
             Some(Operation::Acknowledge) => {
                 let Some(aeth) = pkt.aeth() else { return };
                 let syndrome = aeth.syndrome();
                 match syndrome {
-                    Syndrome::RnrNak(_) => self.counters.rcvd_rnr_err += 1,
-                    Syndrome::Nak(NakCode::PsnSequenceError) => self.counters.rcvd_seq_err += 1,
+                    Syndrome::RnrNak(_) => self.dev.counters.rcvd_rnr_err += 1,
+                    Syndrome::Nak(NakCode::PsnSequenceError) => self.dev.counters.rcvd_seq_err += 1,
                     _ => {}
                 }
                 // Only a PSN this requester sent and has not seen acknowledged
@@ -44,7 +44,14 @@ impl<M: Memory> Endpoint<M> {
                 }
                 let nak = match syndrome {
                     Syndrome::Ack(_) => {
-                        Self::ack_through(&mut self.cqs, &mut self.counters, qp, psn, now, rto);
+                        Self::ack_through(
+                            &mut self.dev.cqs,
+                            &mut self.dev.counters,
+                            qp,
+                            psn,
+                            now,
+                            rto,
+                        );
                         return;
                     }
                     Syndrome::Reserved(_) => return,
@@ -52,28 +59,28 @@ impl<M: Memory> Endpoint<M> {
                 };
                 // A NAK acknowledges every PSN before its own.
                 let before = psn.add(0xff_ffff);
-                Self::ack_through(&mut self.cqs, &mut self.counters, qp, before, now, rto);
+                Self::ack_through(&mut self.dev.cqs, &mut self.dev.counters, qp, before, now, rto);
                 match nak {
                     Syndrome::RnrNak(t) => {
-                        if qp.rnr_left == 0 {
-                            self.counters.retry_rnr_exceeded_err += 1;
-                            Self::fail_head(&mut self.cqs, qp, WcStatus::RnrRetryExcErr);
+                        if qp.req.rnr_left == 0 {
+                            self.dev.counters.retry_rnr_exceeded_err += 1;
+                            Self::fail_head(&mut self.dev.cqs, qp, WcStatus::RnrRetryExcErr);
                             return;
                         }
-                        if qp.rnr_left != 7 {
-                            qp.rnr_left -= 1;
+                        if qp.req.rnr_left != 7 {
+                            qp.req.rnr_left -= 1;
                         }
-                        Self::rewind(&mut self.counters, qp, psn);
-                        qp.rnr_until = Some(now + t.duration());
+                        Self::rewind(&mut self.dev.counters, qp, psn);
+                        qp.req.rnr_until = Some(now + t.duration());
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
-                        if qp.retry_left == 0 {
-                            self.counters.retry_exceeded_err += 1;
-                            Self::fail_head(&mut self.cqs, qp, WcStatus::RetryExcErr);
+                        if qp.req.retry_left == 0 {
+                            self.dev.counters.retry_exceeded_err += 1;
+                            Self::fail_head(&mut self.dev.cqs, qp, WcStatus::RetryExcErr);
                             return;
                         }
-                        qp.retry_left -= 1;
-                        Self::rewind(&mut self.counters, qp, psn);
+                        qp.req.retry_left -= 1;
+                        Self::rewind(&mut self.dev.counters, qp, psn);
                     }
                     Syndrome::Nak(code) => {
                         let status = match code {
@@ -81,21 +88,21 @@ impl<M: Memory> Endpoint<M> {
                             NakCode::RemoteAccessError => WcStatus::RemAccessErr,
                             _ => WcStatus::RemOpErr,
                         };
-                        Self::fail_head(&mut self.cqs, qp, status);
+                        Self::fail_head(&mut self.dev.cqs, qp, status);
                     }
                     Syndrome::Ack(_) | Syndrome::Reserved(_) => {}
                 }
             }
             Some(Operation::AtomicAcknowledge) => {
                 let Some(ack) = pkt.atomic_ack_eth() else { return };
-                let Some(w) = qp.sq.front() else { return };
+                let Some(w) = qp.req.sq.front() else { return };
                 let atomic =
                     matches!(w.wr.op, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. });
-                if atomic && behind > 0 && behind < sent && qp.next_psn.diff(qp.una) > 0 {
+                if atomic && behind > 0 && behind < sent && qp.req.next_psn.diff(qp.req.una) > 0 {
                     // A later atomic's response: the responder executed ours and its response
                     // was lost (an implied NAK). Ask again now; it returns the saved result.
-                    let una = qp.una;
-                    Self::rewind(&mut self.counters, qp, una);
+                    let una = qp.req.una;
+                    Self::rewind(&mut self.dev.counters, qp, una);
                     return;
                 }
                 if !atomic || psn != w.first_psn || behind != 0 {
@@ -103,17 +110,17 @@ impl<M: Memory> Endpoint<M> {
                 }
                 // The original value lands in the local buffer in host order.
                 let orig = ack.orig.to_ne_bytes();
-                if scatter(&self.mrs, &mut self.mem, &w.wr.sgl, 0, &orig).is_err() {
-                    Self::fail_head(&mut self.cqs, qp, WcStatus::LocProtErr);
+                if scatter(&self.dev.mrs, &mut self.dev.mem, &w.wr.sgl, 0, &orig).is_err() {
+                    Self::fail_head(&mut self.dev.cqs, qp, WcStatus::LocProtErr);
                     return;
                 }
-                Self::complete_head(&mut self.cqs, &mut self.counters, qp, 8);
-                qp.una = psn.add(1);
+                Self::complete_head(&mut self.dev.cqs, &mut self.dev.counters, qp, 8);
+                qp.req.una = psn.add(1);
                 Self::progress(qp, now, rto);
             }
             _ => {
                 // READ responses, in order.
-                let Some(w) = qp.sq.front() else { return };
+                let Some(w) = qp.req.sq.front() else { return };
                 if !matches!(w.wr.op, SendOp::Read { .. }) {
                     return;
                 }
@@ -125,9 +132,9 @@ impl<M: Memory> Endpoint<M> {
                     || psn.diff(w.first_psn) >= w.npkts as i32
                 {
                     // A gap: ask again from the first missing response (once per gap).
-                    if qp.next_psn.diff(qp.una) > 0 && behind < sent {
-                        let una = qp.una;
-                        Self::rewind(&mut self.counters, qp, una);
+                    if qp.req.next_psn.diff(qp.req.una) > 0 && behind < sent {
+                        let una = qp.req.una;
+                        Self::rewind(&mut self.dev.counters, qp, una);
                     }
                     return;
                 }
@@ -136,20 +143,20 @@ impl<M: Memory> Endpoint<M> {
                 let data = pkt.payload();
                 let expect = (w.len - (k * mtu).min(w.len)).min(mtu) as usize;
                 if data.len() != expect {
-                    Self::fail_head(&mut self.cqs, qp, WcStatus::BadRespErr);
+                    Self::fail_head(&mut self.dev.cqs, qp, WcStatus::BadRespErr);
                     return;
                 }
-                if scatter(&self.mrs, &mut self.mem, &w.wr.sgl, k * mtu, data).is_err() {
-                    Self::fail_head(&mut self.cqs, qp, WcStatus::LocProtErr);
+                if scatter(&self.dev.mrs, &mut self.dev.mem, &w.wr.sgl, k * mtu, data).is_err() {
+                    Self::fail_head(&mut self.dev.cqs, qp, WcStatus::LocProtErr);
                     return;
                 }
-                let Some(w) = qp.sq.front_mut() else { return };
+                let Some(w) = qp.req.sq.front_mut() else { return };
                 w.done_bytes += data.len() as u64;
                 let last = k as u32 == w.npkts - 1;
                 let total = w.len as u32;
-                qp.una = psn.add(1);
+                qp.req.una = psn.add(1);
                 if last {
-                    Self::complete_head(&mut self.cqs, &mut self.counters, qp, total);
+                    Self::complete_head(&mut self.dev.cqs, &mut self.dev.counters, qp, total);
                 }
                 Self::progress(qp, now, rto);
             }
@@ -158,9 +165,9 @@ impl<M: Memory> Endpoint<M> {
 
     /// Forward progress: retries are refilled and the timer restarted.
     pub(super) fn progress(qp: &mut QueuePair, now: Instant, rto: Option<Duration>) {
-        qp.retry_left = qp.attr.retry_cnt;
-        qp.rnr_left = qp.attr.rnr_retry;
-        qp.timer = if qp.outstanding() { rto.map(|d| now + d) } else { None };
+        qp.req.retry_left = qp.attr.retry_cnt;
+        qp.req.rnr_left = qp.attr.rnr_retry;
+        qp.req.timer = if qp.req.outstanding() { rto.map(|d| now + d) } else { None };
     }
 
     pub(super) fn complete_head(
@@ -169,7 +176,7 @@ impl<M: Memory> Endpoint<M> {
         qp: &mut QueuePair,
         byte_len: u32,
     ) {
-        if let Some(w) = qp.sq.pop_front() {
+        if let Some(w) = qp.req.sq.pop_front() {
             counters.rdma_sends += 1;
             if w.wr.signaled {
                 cqs[qp.send_cq.0 as usize].push_back(wc(
@@ -192,16 +199,16 @@ impl<M: Memory> Endpoint<M> {
         now: Instant,
         rto: Option<Duration>,
     ) {
-        if p.diff(qp.una) < 0 {
+        if p.diff(qp.req.una) < 0 {
             return;
         }
         let mut advanced = false;
-        while let Some(w) = qp.sq.front() {
+        while let Some(w) = qp.req.sq.front() {
             if w.is_read_or_atomic() {
-                if p.diff(w.first_psn) >= 0 && qp.next_psn.diff(qp.una) > 0 {
+                if p.diff(w.first_psn) >= 0 && qp.req.next_psn.diff(qp.req.una) > 0 {
                     // The responder is past a READ/atomic whose response we lack: an implied
                     // NAK. Ask again from the first missing response.
-                    let una = qp.una;
+                    let una = qp.req.una;
                     Self::rewind(counters, qp, una);
                 }
                 break;
@@ -209,18 +216,18 @@ impl<M: Memory> Endpoint<M> {
             if p.diff(w.last_psn()) >= 0 {
                 let next = w.last_psn().add(1);
                 Self::complete_head(cqs, counters, qp, 0);
-                qp.una = next;
+                qp.req.una = next;
                 advanced = true;
             } else {
-                if p.diff(qp.una) >= 0 {
-                    qp.una = p.add(1);
+                if p.diff(qp.req.una) >= 0 {
+                    qp.req.una = p.add(1);
                     advanced = true;
                 }
                 break;
             }
         }
-        if qp.sq.is_empty() {
-            qp.una = qp.next_psn;
+        if qp.req.sq.is_empty() {
+            qp.req.una = qp.req.next_psn;
         }
         if advanced {
             Self::progress(qp, now, rto);

@@ -188,13 +188,10 @@ fn retransmit_timeout(code: u8) -> Option<Duration> {
 /// One device's transport.
 pub struct Endpoint<M: Memory> {
     cfg: EndpointConfig,
-    mem: M,
-    mrs: MrTable,
+    dev: Device<M>,
     pds: u32,
     qps: BTreeMap<Qpn, QueuePair>,
     next_qpn: u32,
-    cqs: CqTable,
-    counters: Counters,
     /// Control packets (NAKs that end a QP, CNPs) ready to go.
     ctrl: VecDeque<Transmit>,
     /// QPs that may have something to send, served round-robin. A QP joins when work is
@@ -219,13 +216,15 @@ impl<M: Memory> Endpoint<M> {
         let key_state = cfg.key_seed ^ 0x9e37_79b9_7f4a_7c15;
         Endpoint {
             cfg,
-            mem,
-            mrs: MrTable::default(),
+            dev: Device {
+                mem,
+                mrs: MrTable::default(),
+                cqs: CqTable::default(),
+                counters: Counters::default(),
+            },
             pds: 0,
             qps: BTreeMap::new(),
             next_qpn: 0x11,
-            cqs: CqTable::default(),
-            counters: Counters::default(),
             ctrl: VecDeque::new(),
             active: VecDeque::new(),
             key_state,
@@ -236,17 +235,17 @@ impl<M: Memory> Endpoint<M> {
 
     /// The provider's memory.
     pub fn memory(&self) -> &M {
-        &self.mem
+        &self.dev.mem
     }
 
     /// The provider's memory, mutable.
     pub fn memory_mut(&mut self) -> &mut M {
-        &mut self.mem
+        &mut self.dev.mem
     }
 
     /// The counters.
     pub fn counters(&self) -> &Counters {
-        &self.counters
+        &self.dev.counters
     }
 
     /// The device's address.
@@ -258,7 +257,7 @@ impl<M: Memory> Endpoint<M> {
 impl<M: Memory> Endpoint<M> {
     /// The next completion of `cq`.
     pub fn poll_completion(&mut self, cq: CqId) -> Option<WorkCompletion> {
-        self.cqs.queues.get_mut(cq.0 as usize)?.pop_front()
+        self.dev.cqs.queues.get_mut(cq.0 as usize)?.pop_front()
     }
 
     /// Puts `qpn` in the queue of QPs that may have something to send.
@@ -275,7 +274,7 @@ impl<M: Memory> Endpoint<M> {
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.qps
             .values()
-            .filter_map(|q| match (q.timer, q.rnr_until) {
+            .filter_map(|q| match (q.req.timer, q.req.rnr_until) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             })
@@ -287,7 +286,7 @@ impl<M: Memory> Endpoint<M> {
     /// Takes a received RoCEv2 UDP payload (BTH … ICRC).
     pub fn handle_datagram(&mut self, now: Instant, meta: &RecvMeta<'_>, bytes: &[u8]) {
         let Ok(pkt) = roce::Packet::new_checked(bytes) else {
-            self.counters.dropped_pkts += 1;
+            self.dev.counters.dropped_pkts += 1;
             return;
         };
         // The ICRC: over the real IP header when the driver has it; an IPv6 header can be
@@ -305,23 +304,23 @@ impl<M: Memory> Endpoint<M> {
         match verdict {
             Some(true) => {}
             Some(false) => {
-                self.counters.icrc_errors += 1;
+                self.dev.counters.icrc_errors += 1;
                 return;
             }
-            None => self.counters.icrc_unverified += 1,
+            None => self.dev.counters.icrc_unverified += 1,
         }
-        self.counters.rcvd_pkts += 1;
+        self.dev.counters.rcvd_pkts += 1;
         let op = pkt.opcode();
         if meta.ecn == 3 {
-            self.counters.ecn_ce_rcvd += 1;
+            self.dev.counters.ecn_ce_rcvd += 1;
         }
         if op == Opcode::CNP {
-            self.counters.cnp_rcvd += 1;
+            self.dev.counters.cnp_rcvd += 1;
             return;
         }
         let qpn = pkt.bth().dest_qp();
         let Some(qp) = self.qps.get_mut(&qpn) else {
-            self.counters.dropped_pkts += 1;
+            self.dev.counters.dropped_pkts += 1;
             return;
         };
         let expected = match qp.qp_type {
@@ -332,7 +331,7 @@ impl<M: Memory> Endpoint<M> {
         let receiving = matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd);
         let from_peer = qp.qp_type == QpType::Ud || qp.attr.dest.is_some_and(|d| d.ip == meta.src);
         if op.transport() != expected || op.name().is_none() || !receiving || !from_peer {
-            self.counters.dropped_pkts += 1;
+            self.dev.counters.dropped_pkts += 1;
             return;
         }
         if meta.ecn == 3 {
@@ -342,15 +341,16 @@ impl<M: Memory> Endpoint<M> {
                 _ => None,
             };
             if let Some((ip, dqp)) = to {
-                if qp.last_cnp.is_some_and(|t| now.saturating_since(t) < self.cfg.cnp_interval) {
-                    self.counters.cnp_rate_limited += 1;
+                if qp.resp.last_cnp.is_some_and(|t| now.saturating_since(t) < self.cfg.cnp_interval)
+                {
+                    self.dev.counters.cnp_rate_limited += 1;
                 } else {
-                    qp.last_cnp = Some(now);
+                    qp.resp.last_cnp = Some(now);
                     let mut b = bth::Repr::new(Opcode::CNP, dqp, Psn::new(0));
                     b.becn = true;
                     if let Some(t) = packet(&mut self.bufs, qp, ip, &roce::Repr::new(b), &[0u8; 16])
                     {
-                        self.counters.cnp_sent += 1;
+                        self.dev.counters.cnp_sent += 1;
                         self.ctrl.push_back(t);
                     }
                 }
@@ -363,11 +363,11 @@ impl<M: Memory> Endpoint<M> {
             // A packet that starts consuming a receive takes one from the SRQ, if the QP has
             // one and holds none already.
             if let Some(id) = qp.srq
-                && qp.rq.is_empty()
+                && qp.resp.rq.is_empty()
                 && operation.is_some_and(Operation::consumes_receive_at_start)
-                && let Some(r) = self.cqs.srq_pop(id)
+                && let Some(r) = self.dev.cqs.srq_pop(id)
             {
-                qp.rq.push_back(r);
+                qp.resp.rq.push_back(r);
             }
             match qp.qp_type {
                 QpType::Rc => self.on_rc_request(qpn, &pkt),

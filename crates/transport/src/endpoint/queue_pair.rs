@@ -62,6 +62,8 @@ pub(super) enum Resource {
     Atomic { psn: Psn, orig: u64 },
 }
 
+/// A queue pair: what both its sides read (type, state, attributes, CQs, SRQ), the
+/// requester's state and the responder's.
 #[derive(Debug)]
 pub(super) struct QueuePair {
     pub(super) qpn: Qpn,
@@ -72,7 +74,19 @@ pub(super) struct QueuePair {
     pub(super) recv_cq: CqId,
     pub(super) caps: QpCaps,
     pub(super) attr: QpAttr,
-    // Requester.
+    /// Whether the QP is in the endpoint's queue of QPs that may have something to send.
+    pub(super) queued: bool,
+    /// The shared receive queue its receives come from, if any.
+    pub(super) srq: Option<SrqId>,
+    /// The send queue and what has been sent of it.
+    pub(super) req: Requester,
+    /// The receive queue and what arrives for it.
+    pub(super) resp: Responder,
+}
+
+/// A QP's requester: its send queue, PSNs and timers.
+#[derive(Debug, Default)]
+pub(super) struct Requester {
     pub(super) sq: VecDeque<SendWqe>,
     /// The `seq` the next posted WQE gets.
     pub(super) wqe_seq: u64,
@@ -92,7 +106,19 @@ pub(super) struct QueuePair {
     pub(super) rnr_until: Option<Instant>,
     /// Packets below this PSN were sent before (a restart is under way).
     pub(super) resend_until: Psn,
-    // Responder.
+}
+
+impl Requester {
+    /// Whether packets are sent and not yet acknowledged.
+    pub(super) fn outstanding(&self) -> bool {
+        self.una != self.next_psn
+    }
+}
+
+/// A QP's responder: its receive queue, expected PSN, the message in progress, what it owes
+/// the requester and the READ/atomic resources it keeps for duplicates.
+#[derive(Debug, Default)]
+pub(super) struct Responder {
     pub(super) rq: VecDeque<RecvWr>,
     pub(super) epsn: Psn,
     pub(super) msn: u32,
@@ -103,10 +129,6 @@ pub(super) struct QueuePair {
     pub(super) last_cnp: Option<Instant>,
     /// UD: the last PSN accepted from each (address, source QP), to drop duplicates.
     pub(super) ud_seen: HashMap<(IpAddr, Qpn), Psn>,
-    /// Whether the QP is in the endpoint's queue of QPs that may have something to send.
-    pub(super) queued: bool,
-    /// The shared receive queue its receives come from, if any.
-    pub(super) srq: Option<SrqId>,
 }
 
 impl QueuePair {
@@ -115,9 +137,6 @@ impl QueuePair {
     }
     pub(super) fn npkts(&self, len: u64) -> u32 {
         (len.div_ceil(self.mtu()).max(1)) as u32
-    }
-    pub(super) fn outstanding(&self) -> bool {
-        self.una != self.next_psn
     }
 }
 

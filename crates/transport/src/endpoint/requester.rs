@@ -18,7 +18,7 @@ impl<M: Memory> Endpoint<M> {
     /// output and requester packets, round-robin.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
         if let Some(t) = self.ctrl.pop_front() {
-            self.counters.sent_pkts += 1;
+            self.dev.counters.sent_pkts += 1;
             return Some(t);
         }
         // Each QP in the queue gets one chance per call; one that sent goes to the back
@@ -30,7 +30,7 @@ impl<M: Memory> Endpoint<M> {
             let t = self.next_response(qpn).or_else(|| self.next_request(qpn, now));
             if let Some(t) = t {
                 self.mark(qpn);
-                self.counters.sent_pkts += 1;
+                self.dev.counters.sent_pkts += 1;
                 return Some(t);
             }
         }
@@ -39,7 +39,10 @@ impl<M: Memory> Endpoint<M> {
 
     pub(super) fn next_request(&mut self, qpn: Qpn, now: Instant) -> Option<Transmit> {
         let qp = self.qps.get_mut(&qpn)?;
-        if qp.state != QpState::Rts || qp.rnr_until.is_some() || qp.next_psn == qp.post_psn {
+        if qp.state != QpState::Rts
+            || qp.req.rnr_until.is_some()
+            || qp.req.next_psn == qp.req.post_psn
+        {
             return None;
         }
         let mtu = qp.mtu();
@@ -47,31 +50,31 @@ impl<M: Memory> Endpoint<M> {
         // or the next (a deep send queue would make a search cost a packet dearly); else
         // searched from the newest.
         let holds = |i: usize| {
-            let w = qp.sq.get(i)?;
-            let d = qp.next_psn.diff(w.first_psn);
+            let w = qp.req.sq.get(i)?;
+            let d = qp.req.next_psn.diff(w.first_psn);
             (d >= 0 && (d as u32) < w.npkts).then_some((i, d as u32))
         };
-        let guess = qp.sq.front().map_or(0, |f| qp.cursor.wrapping_sub(f.seq) as usize);
+        let guess = qp.req.sq.front().map_or(0, |f| qp.req.cursor.wrapping_sub(f.seq) as usize);
         let idx = holds(guess).or_else(|| holds(guess.wrapping_add(1))).or_else(|| {
-            for (i, w) in qp.sq.iter().enumerate().rev() {
-                if qp.next_psn.diff(w.first_psn) >= 0 {
+            for (i, w) in qp.req.sq.iter().enumerate().rev() {
+                if qp.req.next_psn.diff(w.first_psn) >= 0 {
                     return holds(i);
                 }
             }
             None
         });
         let (i, d) = idx?;
-        qp.cursor = qp.sq[i].seq;
-        let w = &qp.sq[i];
+        qp.req.cursor = qp.req.sq[i].seq;
+        let w = &qp.req.sq[i];
         // A READ or atomic starts only while fewer than max_rd_atomic precede it.
         if w.is_read_or_atomic() && d == 0 {
             let limit = usize::from(qp.attr.max_rd_atomic.max(1));
-            if qp.sq.iter().take(i).filter(|w| w.is_read_or_atomic()).nth(limit - 1).is_some() {
+            if qp.req.sq.iter().take(i).filter(|w| w.is_read_or_atomic()).nth(limit - 1).is_some() {
                 return None;
             }
         }
-        let retransmit = qp.next_psn.diff(qp.resend_until) < 0;
-        let psn = qp.next_psn;
+        let retransmit = qp.req.next_psn.diff(qp.req.resend_until) < 0;
+        let psn = qp.req.next_psn;
         let (dest_ip, dest_qpn) = match (qp.qp_type, w.wr.ud, qp.attr.dest) {
             (QpType::Ud, Some(ud), _) => (ud.ip, ud.qpn),
             (_, _, Some(p)) => (p.ip, p.qpn),
@@ -160,19 +163,22 @@ impl<M: Memory> Endpoint<M> {
                 w.wr.op,
                 SendOp::Read { .. } | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }
             );
-            qp.packets_since_ackreq += 1;
+            qp.req.packets_since_ackreq += 1;
             // During a go-back-N restart every packet asks for an ACK: any one that returns
             // proves progress, so a lost ACK does not cost a retry.
-            if req || last_of_wqe || retransmit || qp.packets_since_ackreq >= self.cfg.ack_req_every
+            if req
+                || last_of_wqe
+                || retransmit
+                || qp.req.packets_since_ackreq >= self.cfg.ack_req_every
             {
                 r.bth.ack_req = true;
-                qp.packets_since_ackreq = 0;
+                qp.req.packets_since_ackreq = 0;
             }
         }
         let t = match gather_at {
             None => packet(&mut self.bufs, qp, dest_ip, &r, &[])?,
             Some((off, chunk)) => {
-                let (mrs, mem, wqe) = (&self.mrs, &self.mem, &qp.sq[i]);
+                let (mrs, mem, wqe) = (&self.dev.mrs, &self.dev.mem, &qp.req.sq[i]);
                 let t =
                     packet_with(&mut self.bufs, qp, dest_ip, &r, chunk, |buf| match &wqe.inline {
                         Some(data) => {
@@ -191,38 +197,38 @@ impl<M: Memory> Endpoint<M> {
                     Some(t) => t,
                     None => {
                         // A local key, bound or region that is gone: the WQE fails here.
-                        let wqe = qp.sq.remove(i)?;
-                        self.cqs[qp.send_cq.0 as usize].push_back(wc(
+                        let wqe = qp.req.sq.remove(i)?;
+                        self.dev.cqs[qp.send_cq.0 as usize].push_back(wc(
                             qp,
                             wqe.wr.wr_id,
                             WcStatus::LocProtErr,
                             wqe.wr.op.wc_opcode(),
                             0,
                         ));
-                        Self::flush(&mut self.cqs, qp);
+                        Self::flush(&mut self.dev.cqs, qp);
                         return None;
                     }
                 }
             }
         };
-        qp.next_psn = psn.add(consumed);
+        qp.req.next_psn = psn.add(consumed);
         if retransmit {
-            self.counters.retransmitted_pkts += 1;
+            self.dev.counters.retransmitted_pkts += 1;
         }
         match qp.qp_type {
             QpType::Rc => {
-                if qp.timer.is_none() {
-                    qp.timer = retransmit_timeout(qp.attr.timeout).map(|d| now + d);
+                if qp.req.timer.is_none() {
+                    qp.req.timer = retransmit_timeout(qp.attr.timeout).map(|d| now + d);
                 }
             }
             _ => {
                 // Unreliable: a WQE is done once its last packet is out.
                 if last_of_wqe {
-                    let wqe = qp.sq.remove(i)?;
-                    qp.una = qp.next_psn;
-                    self.counters.rdma_sends += 1;
+                    let wqe = qp.req.sq.remove(i)?;
+                    qp.req.una = qp.req.next_psn;
+                    self.dev.counters.rdma_sends += 1;
                     if wqe.wr.signaled {
-                        self.cqs[qp.send_cq.0 as usize].push_back(wc(
+                        self.dev.cqs[qp.send_cq.0 as usize].push_back(wc(
                             qp,
                             wqe.wr.wr_id,
                             WcStatus::Success,
@@ -241,15 +247,15 @@ impl<M: Memory> Endpoint<M> {
     pub fn handle_timeout(&mut self, now: Instant) {
         for qp in self.qps.values_mut() {
             let mut fired = false;
-            if qp.rnr_until.is_some_and(|t| t <= now) {
-                qp.rnr_until = None;
+            if qp.req.rnr_until.is_some_and(|t| t <= now) {
+                qp.req.rnr_until = None;
                 fired = true;
             }
             if fired && !qp.queued {
                 qp.queued = true;
                 self.active.push_back(qp.qpn);
             }
-            let Some(t) = qp.timer else { continue };
+            let Some(t) = qp.req.timer else { continue };
             if t > now {
                 continue;
             }
@@ -257,36 +263,36 @@ impl<M: Memory> Endpoint<M> {
                 qp.queued = true;
                 self.active.push_back(qp.qpn);
             }
-            qp.timer = None;
-            if qp.state != QpState::Rts && qp.state != QpState::Sqd || !qp.outstanding() {
+            qp.req.timer = None;
+            if qp.state != QpState::Rts && qp.state != QpState::Sqd || !qp.req.outstanding() {
                 continue;
             }
-            self.counters.local_ack_timeout_err += 1;
-            if qp.retry_left == 0 {
-                self.counters.retry_exceeded_err += 1;
-                Self::fail_head(&mut self.cqs, qp, WcStatus::RetryExcErr);
+            self.dev.counters.local_ack_timeout_err += 1;
+            if qp.req.retry_left == 0 {
+                self.dev.counters.retry_exceeded_err += 1;
+                Self::fail_head(&mut self.dev.cqs, qp, WcStatus::RetryExcErr);
                 continue;
             }
-            qp.retry_left -= 1;
-            let una = qp.una;
-            Self::rewind(&mut self.counters, qp, una);
+            qp.req.retry_left -= 1;
+            let una = qp.req.una;
+            Self::rewind(&mut self.dev.counters, qp, una);
         }
     }
 
     /// Restarts sending at `psn` (go-back-N).
     pub(super) fn rewind(counters: &mut Counters, qp: &mut QueuePair, psn: Psn) {
         counters.completer_retry_err += 1;
-        if qp.next_psn.diff(qp.resend_until) > 0 {
-            qp.resend_until = qp.next_psn;
+        if qp.req.next_psn.diff(qp.req.resend_until) > 0 {
+            qp.req.resend_until = qp.req.next_psn;
         }
-        qp.next_psn = psn;
-        qp.packets_since_ackreq = 0;
-        qp.timer = None;
+        qp.req.next_psn = psn;
+        qp.req.packets_since_ackreq = 0;
+        qp.req.timer = None;
     }
 
     /// Completes the oldest send WQE with `status` and moves the QP to the error state.
     pub(super) fn fail_head(cqs: &mut CqTable, qp: &mut QueuePair, status: WcStatus) {
-        if let Some(w) = qp.sq.pop_front() {
+        if let Some(w) = qp.req.sq.pop_front() {
             cqs[qp.send_cq.0 as usize].push_back(wc(
                 qp,
                 w.wr.wr_id,

@@ -1,16 +1,13 @@
 //! The responder: requests that arrive (RC, UC, UD) — PSN checks, placement into memory,
 //! ACK/NAK and RNR, READ and atomic replay — and the responses it sends.
 
-use std::collections::VecDeque;
-
 use wire::bth;
 use wire::ext::{Aeth, AtomicAckEth, NakCode, Syndrome};
 use wire::icrc::PseudoHeader;
 use wire::{Opcode, Operation, Psn, Qpn, Transport, roce};
 
-use crate::counters::Counters;
 use crate::memory::{Access, Memory};
-use crate::wr::{WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{WcOpcode, WcStatus};
 
 use super::*;
 
@@ -18,19 +15,19 @@ impl<M: Memory> Endpoint<M> {
     pub(super) fn next_response(&mut self, qpn: Qpn) -> Option<Transmit> {
         let qp = self.qps.get_mut(&qpn)?;
         let dest = qp.attr.dest?;
-        let front = qp.resp_out.front_mut()?;
+        let front = qp.resp.resp_out.front_mut()?;
         match front {
             RespOut::Ack { psn, syndrome, msn } => {
                 let mut r = roce::Repr::new(bth::Repr::new(RC_ACKNOWLEDGE, dest.qpn, *psn));
                 r.aeth = Some(Aeth { syndrome: *syndrome, msn: *msn & 0xff_ffff });
-                qp.resp_out.pop_front();
+                qp.resp.resp_out.pop_front();
                 packet(&mut self.bufs, qp, dest.ip, &r, &[])
             }
             RespOut::Atomic { psn, orig, msn } => {
                 let mut r = roce::Repr::new(bth::Repr::new(RC_ATOMIC_ACKNOWLEDGE, dest.qpn, *psn));
                 r.aeth = Some(Aeth { syndrome: ACK_SYNDROME, msn: *msn & 0xff_ffff });
                 r.atomic_ack_eth = Some(AtomicAckEth { orig: *orig });
-                qp.resp_out.pop_front();
+                qp.resp.resp_out.pop_front();
                 packet(&mut self.bufs, qp, dest.ip, &r, &[])
             }
             RespOut::Read { first_psn, mr, offset, len, next, msn } => {
@@ -53,9 +50,9 @@ impl<M: Memory> Endpoint<M> {
                 let (id, at) = (mr.id, *offset + off);
                 *next += 1;
                 if *next >= npkts {
-                    qp.resp_out.pop_front();
+                    qp.resp.resp_out.pop_front();
                 }
-                let mem = &self.mem;
+                let mem = &self.dev.mem;
                 packet_with(&mut self.bufs, qp, dest.ip, &r, chunk, |buf| {
                     mem.read(id, at, buf).is_ok()
                 })
@@ -106,9 +103,9 @@ pub(super) enum Outcome {
 
 impl<M: Memory> Endpoint<M> {
     pub(super) fn queue_ack(qp: &mut QueuePair, psn: Psn) {
-        let msn = qp.msn;
+        let msn = qp.resp.msn;
         if let Some(RespOut::Ack { psn: p, syndrome: ACK_SYNDROME, msn: m }) =
-            qp.resp_out.back_mut()
+            qp.resp.resp_out.back_mut()
         {
             // ACKs are cumulative: the later PSN of the two covers the other.
             if psn.diff(*p) > 0 {
@@ -117,7 +114,7 @@ impl<M: Memory> Endpoint<M> {
             }
             return;
         }
-        qp.resp_out.push_back(RespOut::Ack { psn, syndrome: ACK_SYNDROME, msn });
+        qp.resp.resp_out.push_back(RespOut::Ack { psn, syndrome: ACK_SYNDROME, msn });
     }
 
     /// The RC responder.
@@ -125,27 +122,27 @@ impl<M: Memory> Endpoint<M> {
         let Some(qp) = self.qps.get_mut(&qpn) else { return };
         let b = pkt.bth();
         let psn = b.psn();
-        let d = psn.diff(qp.epsn);
+        let d = psn.diff(qp.resp.epsn);
         let Some(req) = classify(pkt.opcode().operation()) else {
-            self.counters.dropped_pkts += 1;
+            self.dev.counters.dropped_pkts += 1;
             return;
         };
         if d > 0 {
             // Ahead of the expected PSN: a packet was lost. NAK once per gap.
-            self.counters.out_of_seq_request += 1;
-            if !qp.nak_sent {
-                qp.nak_sent = true;
-                self.counters.sent_seq_err += 1;
-                let msn = qp.msn;
-                qp.resp_out.push_back(RespOut::Ack { psn: qp.epsn, syndrome: 0x60, msn });
+            self.dev.counters.out_of_seq_request += 1;
+            if !qp.resp.nak_sent {
+                qp.resp.nak_sent = true;
+                self.dev.counters.sent_seq_err += 1;
+                let msn = qp.resp.msn;
+                qp.resp.resp_out.push_back(RespOut::Ack { psn: qp.resp.epsn, syndrome: 0x60, msn });
             }
             return;
         }
         if d < 0 {
-            self.counters.duplicate_request += 1;
+            self.dev.counters.duplicate_request += 1;
             match req {
                 Req::Read => {
-                    let found = qp.resources.iter().rev().find_map(|r| match *r {
+                    let found = qp.resp.resources.iter().rev().find_map(|r| match *r {
                         Resource::Read { psn: p, npkts, mr, offset, len } => {
                             let k = psn.diff(p);
                             (k >= 0 && (k as u32) < npkts).then_some((p, mr, offset, len, k as u32))
@@ -153,8 +150,8 @@ impl<M: Memory> Endpoint<M> {
                         _ => None,
                     });
                     if let Some((first_psn, mr, offset, len, next)) = found {
-                        let msn = qp.msn;
-                        qp.resp_out.push_back(RespOut::Read {
+                        let msn = qp.resp.msn;
+                        qp.resp.resp_out.push_back(RespOut::Read {
                             first_psn,
                             mr,
                             offset,
@@ -165,13 +162,13 @@ impl<M: Memory> Endpoint<M> {
                     }
                 }
                 Req::Atomic => {
-                    let found = qp.resources.iter().rev().find_map(|r| match *r {
+                    let found = qp.resp.resources.iter().rev().find_map(|r| match *r {
                         Resource::Atomic { psn: p, orig } if p == psn => Some(orig),
                         _ => None,
                     });
                     if let Some(orig) = found {
-                        let msn = qp.msn;
-                        qp.resp_out.push_back(RespOut::Atomic { psn, orig, msn });
+                        let msn = qp.resp.msn;
+                        qp.resp.resp_out.push_back(RespOut::Atomic { psn, orig, msn });
                     }
                 }
                 Req::Send { last, .. } | Req::Write { last, .. } => {
@@ -187,8 +184,8 @@ impl<M: Memory> Endpoint<M> {
                     if b.ack_req() {
                         Self::queue_ack(qp, psn);
                         if last {
-                            let msn = qp.msn;
-                            qp.resp_out.push_back(RespOut::Ack {
+                            let msn = qp.resp.msn;
+                            qp.resp.resp_out.push_back(RespOut::Ack {
                                 psn,
                                 syndrome: ACK_SYNDROME,
                                 msn,
@@ -199,68 +196,58 @@ impl<M: Memory> Endpoint<M> {
             }
             return;
         }
-        let outcome = Self::execute(
-            &self.mrs,
-            &mut self.mem,
-            &mut self.cqs,
-            &mut self.counters,
-            qp,
-            pkt,
-            req,
-            false,
-        );
+        let outcome = Self::execute(&mut self.dev, qp, pkt, req, false);
         match outcome {
             Outcome::Done => {
-                qp.nak_sent = false;
+                qp.resp.nak_sent = false;
                 if !matches!(req, Req::Read | Req::Atomic) {
-                    qp.epsn = psn.add(1);
+                    qp.resp.epsn = psn.add(1);
                     if b.ack_req() {
                         Self::queue_ack(qp, psn);
                     }
                 }
             }
             Outcome::Rnr => {
-                self.counters.send_rnr_err += 1;
-                let msn = qp.msn;
+                self.dev.counters.send_rnr_err += 1;
+                let msn = qp.resp.msn;
                 let syndrome = 0x20 | (qp.attr.min_rnr_timer & 0x1f);
-                qp.resp_out.push_back(RespOut::Ack { psn, syndrome, msn });
+                qp.resp.resp_out.push_back(RespOut::Ack { psn, syndrome, msn });
             }
             Outcome::Nak(code) => {
-                self.counters.sent_nak_err += 1;
+                self.dev.counters.sent_nak_err += 1;
                 let Some(dest) = qp.attr.dest else { return };
                 let mut r = roce::Repr::new(bth::Repr::new(RC_ACKNOWLEDGE, dest.qpn, psn));
-                r.aeth =
-                    Some(Aeth { syndrome: Syndrome::Nak(code).to_raw(), msn: qp.msn & 0xff_ffff });
+                r.aeth = Some(Aeth {
+                    syndrome: Syndrome::Nak(code).to_raw(),
+                    msn: qp.resp.msn & 0xff_ffff,
+                });
                 if let Some(t) = packet(&mut self.bufs, qp, dest.ip, &r, &[]) {
                     self.ctrl.push_back(t);
                 }
-                Self::flush(&mut self.cqs, qp);
+                Self::flush(&mut self.dev.cqs, qp);
             }
         }
     }
 
     /// Carries out one in-sequence request packet. `unreliable` (UC) drops instead of NAKing.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn execute(
-        mrs: &MrTable,
-        mem: &mut M,
-        cqs: &mut [VecDeque<WorkCompletion>],
-        counters: &mut Counters,
+        dev: &mut Device<M>,
         qp: &mut QueuePair,
         pkt: &roce::Packet<&[u8]>,
         req: Req,
         unreliable: bool,
     ) -> Outcome {
+        let Device { mem, mrs, cqs, counters } = dev;
         let mtu = qp.mtu() as usize;
         let data = pkt.payload();
         let psn = pkt.bth().psn();
         // Opcode sequence: a message in progress continues, else a new one starts.
         let continues = matches!(
-            (&qp.in_msg, req),
+            (&qp.resp.in_msg, req),
             (Some(InMsg::Send { .. }), Req::Send { first: false, .. })
                 | (Some(InMsg::Write { .. }), Req::Write { first: false, .. })
         );
-        let starts = qp.in_msg.is_none()
+        let starts = qp.resp.in_msg.is_none()
             && matches!(
                 req,
                 Req::Send { first: true, .. }
@@ -287,10 +274,10 @@ impl<M: Memory> Endpoint<M> {
         match req {
             Req::Send { first, last, imm } => {
                 if first {
-                    let Some(recv) = qp.rq.pop_front() else { return Outcome::Rnr };
-                    qp.in_msg = Some(InMsg::Send { recv, offset: 0, imm: None });
+                    let Some(recv) = qp.resp.rq.pop_front() else { return Outcome::Rnr };
+                    qp.resp.in_msg = Some(InMsg::Send { recv, offset: 0, imm: None });
                 }
-                let Some(InMsg::Send { recv, offset, imm: im }) = qp.in_msg.as_mut() else {
+                let Some(InMsg::Send { recv, offset, imm: im }) = qp.resp.in_msg.as_mut() else {
                     return Outcome::Nak(NakCode::InvalidRequest);
                 };
                 if imm {
@@ -299,15 +286,15 @@ impl<M: Memory> Endpoint<M> {
                 if let Err(too_long) = scatter(mrs, mem, &recv.sgl, *offset, data) {
                     let status = if too_long { WcStatus::LocLenErr } else { WcStatus::LocProtErr };
                     let wr_id = recv.wr_id;
-                    qp.in_msg = None;
+                    qp.resp.in_msg = None;
                     cqs[qp.recv_cq.0 as usize].push_back(wc(qp, wr_id, status, WcOpcode::Recv, 0));
                     return Outcome::Nak(NakCode::InvalidRequest);
                 }
                 *offset += data.len() as u64;
                 if last {
                     let (wr_id, n, imm) = (recv.wr_id, *offset as u32, *im);
-                    qp.in_msg = None;
-                    qp.msn = qp.msn.wrapping_add(1);
+                    qp.resp.in_msg = None;
+                    qp.resp.msn = qp.resp.msn.wrapping_add(1);
                     counters.rdma_recvs += 1;
                     let mut c = wc(qp, wr_id, WcStatus::Success, WcOpcode::Recv, n);
                     c.imm = imm;
@@ -317,7 +304,7 @@ impl<M: Memory> Endpoint<M> {
             }
             Req::Write { first, last, imm } => {
                 // A WRITE with immediate consumes a receive: look before touching anything.
-                if imm && qp.rq.is_empty() {
+                if imm && qp.resp.rq.is_empty() {
                     return Outcome::Rnr;
                 }
                 if first {
@@ -335,27 +322,28 @@ impl<M: Memory> Endpoint<M> {
                     ) else {
                         return Outcome::Nak(NakCode::RemoteAccessError);
                     };
-                    qp.in_msg = Some(InMsg::Write { mr, offset, remaining: total, total });
+                    qp.resp.in_msg = Some(InMsg::Write { mr, offset, remaining: total, total });
                 }
-                let Some(InMsg::Write { mr, offset, remaining, total }) = qp.in_msg.as_mut() else {
+                let Some(InMsg::Write { mr, offset, remaining, total }) = qp.resp.in_msg.as_mut()
+                else {
                     return Outcome::Nak(NakCode::InvalidRequest);
                 };
                 let n = data.len() as u64;
                 if n > *remaining || (last && n != *remaining) {
-                    qp.in_msg = None;
+                    qp.resp.in_msg = None;
                     return Outcome::Nak(NakCode::InvalidRequest);
                 }
                 if n > 0 && mem.write(mr.id, *offset, data).is_err() {
-                    qp.in_msg = None;
+                    qp.resp.in_msg = None;
                     return Outcome::Nak(NakCode::RemoteOperationalError);
                 }
                 *offset += n;
                 *remaining -= n;
                 if last {
                     let total = *total as u32;
-                    qp.in_msg = None;
-                    qp.msn = qp.msn.wrapping_add(1);
-                    if imm && let Some(recv) = qp.rq.pop_front() {
+                    qp.resp.in_msg = None;
+                    qp.resp.msn = qp.resp.msn.wrapping_add(1);
+                    if imm && let Some(recv) = qp.resp.rq.pop_front() {
                         counters.rdma_recvs += 1;
                         let mut c =
                             wc(qp, recv.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, total);
@@ -375,9 +363,9 @@ impl<M: Memory> Endpoint<M> {
                 };
                 let npkts = (len.div_ceil(mtu as u64)).max(1) as u32;
                 Self::remember(qp, Resource::Read { psn, npkts, mr, offset, len });
-                qp.msn = qp.msn.wrapping_add(1);
-                let msn = qp.msn;
-                qp.resp_out.push_back(RespOut::Read {
+                qp.resp.msn = qp.resp.msn.wrapping_add(1);
+                let msn = qp.resp.msn;
+                qp.resp.resp_out.push_back(RespOut::Read {
                     first_psn: psn,
                     mr,
                     offset,
@@ -385,7 +373,7 @@ impl<M: Memory> Endpoint<M> {
                     next: 0,
                     msn,
                 });
-                qp.epsn = psn.add(npkts);
+                qp.resp.epsn = psn.add(npkts);
                 Outcome::Done
             }
             Req::Atomic if !unreliable => {
@@ -407,10 +395,10 @@ impl<M: Memory> Endpoint<M> {
                 };
                 let Ok(orig) = r else { return Outcome::Nak(NakCode::RemoteOperationalError) };
                 Self::remember(qp, Resource::Atomic { psn, orig });
-                qp.msn = qp.msn.wrapping_add(1);
-                let msn = qp.msn;
-                qp.resp_out.push_back(RespOut::Atomic { psn, orig, msn });
-                qp.epsn = psn.add(1);
+                qp.resp.msn = qp.resp.msn.wrapping_add(1);
+                let msn = qp.resp.msn;
+                qp.resp.resp_out.push_back(RespOut::Atomic { psn, orig, msn });
+                qp.resp.epsn = psn.add(1);
                 Outcome::Done
             }
             _ => Outcome::Nak(NakCode::InvalidRequest),
@@ -418,10 +406,10 @@ impl<M: Memory> Endpoint<M> {
     }
 
     pub(super) fn remember(qp: &mut QueuePair, r: Resource) {
-        while qp.resources.len() >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
-            qp.resources.pop_front();
+        while qp.resp.resources.len() >= usize::from(qp.attr.max_dest_rd_atomic.max(1)) {
+            qp.resp.resources.pop_front();
         }
-        qp.resources.push_back(r);
+        qp.resp.resources.push_back(r);
     }
 
     /// The UC responder: no ACKs, no NAKs; a gap or an error drops the rest of the message.
@@ -429,47 +417,38 @@ impl<M: Memory> Endpoint<M> {
         let Some(qp) = self.qps.get_mut(&qpn) else { return };
         let psn = pkt.bth().psn();
         let Some(req) = classify(pkt.opcode().operation()) else {
-            self.counters.dropped_pkts += 1;
+            self.dev.counters.dropped_pkts += 1;
             return;
         };
         let starts = matches!(req, Req::Send { first: true, .. } | Req::Write { first: true, .. });
-        if psn.diff(qp.epsn) < 0 {
+        if psn.diff(qp.resp.epsn) < 0 {
             // The duplicate region: UC never delivers a packet twice.
-            self.counters.duplicate_request += 1;
+            self.dev.counters.duplicate_request += 1;
             return;
         }
-        if psn != qp.epsn || starts {
+        if psn != qp.resp.epsn || starts {
             // A new message, or a gap: whatever was in progress is abandoned (its receive is
             // reused, not completed).
-            if psn != qp.epsn {
-                self.counters.out_of_seq_request += 1;
+            if psn != qp.resp.epsn {
+                self.dev.counters.out_of_seq_request += 1;
             }
-            if let Some(InMsg::Send { recv, .. }) = qp.in_msg.take() {
-                qp.rq.push_front(recv);
+            if let Some(InMsg::Send { recv, .. }) = qp.resp.in_msg.take() {
+                qp.resp.rq.push_front(recv);
             }
             if !starts {
-                qp.epsn = psn.add(1);
-                self.counters.dropped_pkts += 1;
+                qp.resp.epsn = psn.add(1);
+                self.dev.counters.dropped_pkts += 1;
                 return;
             }
         }
-        qp.epsn = psn.add(1);
-        match Self::execute(
-            &self.mrs,
-            &mut self.mem,
-            &mut self.cqs,
-            &mut self.counters,
-            qp,
-            pkt,
-            req,
-            true,
-        ) {
+        qp.resp.epsn = psn.add(1);
+        match Self::execute(&mut self.dev, qp, pkt, req, true) {
             Outcome::Done => {}
-            Outcome::Rnr => self.counters.rcv_no_wqe += 1,
+            Outcome::Rnr => self.dev.counters.rcv_no_wqe += 1,
             Outcome::Nak(_) => {
-                self.counters.dropped_pkts += 1;
-                if let Some(InMsg::Send { recv, .. }) = qp.in_msg.take() {
-                    qp.rq.push_front(recv);
+                self.dev.counters.dropped_pkts += 1;
+                if let Some(InMsg::Send { recv, .. }) = qp.resp.in_msg.take() {
+                    qp.resp.rq.push_front(recv);
                 }
             }
         }
@@ -484,11 +463,11 @@ impl<M: Memory> Endpoint<M> {
     ) {
         let Some(qp) = self.qps.get_mut(&qpn) else { return };
         let Some(deth) = pkt.deth() else {
-            self.counters.dropped_pkts += 1;
+            self.dev.counters.dropped_pkts += 1;
             return;
         };
         if deth.qkey != qp.attr.qkey {
-            self.counters.qkey_violations += 1;
+            self.dev.counters.qkey_violations += 1;
             return;
         }
         // IBTA does not ask a UD responder to look at PSNs, but a datagram the network
@@ -496,15 +475,15 @@ impl<M: Memory> Endpoint<M> {
         // the same sender (an older, reordered datagram is dropped, as UD may drop anything).
         let psn = pkt.bth().psn();
         let key = (meta.src, deth.src_qp);
-        if qp.ud_seen.get(&key).is_some_and(|last| psn.diff(*last) <= 0) {
-            self.counters.duplicate_request += 1;
+        if qp.resp.ud_seen.get(&key).is_some_and(|last| psn.diff(*last) <= 0) {
+            self.dev.counters.duplicate_request += 1;
             return;
         }
-        let Some(recv) = qp.rq.pop_front() else {
-            self.counters.rcv_no_wqe += 1;
+        let Some(recv) = qp.resp.rq.pop_front() else {
+            self.dev.counters.rcv_no_wqe += 1;
             return;
         };
-        qp.ud_seen.insert(key, psn);
+        qp.resp.ud_seen.insert(key, psn);
         let data = pkt.payload();
         // The GRH area: the real IP header when the driver has it, else one rebuilt from what
         // it knows (an IPv4 Identification is then unknown: 0). IPv4 fills its last 20 bytes.
@@ -521,20 +500,20 @@ impl<M: Memory> Endpoint<M> {
             Some(6) if ip.len() >= 40 => grh.copy_from_slice(&ip[..40]),
             _ => {}
         }
-        let status = match scatter(&self.mrs, &mut self.mem, &recv.sgl, 0, &grh)
-            .and_then(|()| scatter(&self.mrs, &mut self.mem, &recv.sgl, 40, data))
+        let status = match scatter(&self.dev.mrs, &mut self.dev.mem, &recv.sgl, 0, &grh)
+            .and_then(|()| scatter(&self.dev.mrs, &mut self.dev.mem, &recv.sgl, 40, data))
         {
             Ok(()) => WcStatus::Success,
             Err(true) => WcStatus::LocLenErr,
             Err(false) => WcStatus::LocProtErr,
         };
-        self.counters.rdma_recvs += 1;
+        self.dev.counters.rdma_recvs += 1;
         let mut c = wc(qp, recv.wr_id, status, WcOpcode::Recv, (40 + data.len()) as u32);
         if status == WcStatus::Success {
             c.imm = pkt.immdt().map(|i| i.value);
             c.src_qp = Some(deth.src_qp);
             c.grh = true;
         }
-        self.cqs[qp.recv_cq.0 as usize].push_back(c);
+        self.dev.cqs[qp.recv_cq.0 as usize].push_back(c);
     }
 }

@@ -5,10 +5,22 @@ use std::collections::VecDeque;
 
 use wire::RKey;
 
+use crate::counters::Counters;
 use crate::memory::{Access, Memory, MrId, MrInfo, PdId};
 use crate::wr::{RecvWr, Sge, WorkCompletion};
 
 use super::*;
+
+/// What every QP of a device works on besides itself: the provider's memory and the regions
+/// registered in it, the completion and shared receive queues, the counters. Apart from the
+/// QP table, so that a QP and these can be borrowed at once.
+#[derive(Debug)]
+pub(super) struct Device<M> {
+    pub(super) mem: M,
+    pub(super) mrs: MrTable,
+    pub(super) cqs: CqTable,
+    pub(super) counters: Counters,
+}
 
 /// A shared receive queue's state.
 #[derive(Debug)]

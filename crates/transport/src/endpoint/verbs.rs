@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use wire::{Psn, Qpn};
+use wire::Qpn;
 
 use crate::memory::{Access, Memory, MrId, MrInfo, PdId};
 use crate::qp::{self, ModifyQp, QpAttr, QpCaps, QpState, QpType};
@@ -20,8 +20,8 @@ impl<M: Memory> Endpoint<M> {
 
     /// A new completion queue.
     pub fn create_cq(&mut self) -> CqId {
-        self.cqs.queues.push(VecDeque::new());
-        CqId(self.cqs.len() as u32 - 1)
+        self.dev.cqs.queues.push(VecDeque::new());
+        CqId(self.dev.cqs.len() as u32 - 1)
     }
 
     pub(super) fn next_key(&mut self) -> u32 {
@@ -32,7 +32,7 @@ impl<M: Memory> Endpoint<M> {
             z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
             z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
             let k = (z ^ (z >> 31)) as u32;
-            if k != 0 && !self.mrs.by_rkey.contains_key(&k) {
+            if k != 0 && !self.dev.mrs.by_rkey.contains_key(&k) {
                 return k;
             }
         }
@@ -60,18 +60,18 @@ impl<M: Memory> Endpoint<M> {
         );
         let rkey = if remote.0 != 0 { self.next_key() } else { 0 };
         let mr = MrInfo { id, pd, addr, len, access, lkey, rkey };
-        self.mrs.insert(mr);
+        self.dev.mrs.insert(mr);
         Ok(mr)
     }
 
     /// The region with local key `lkey`.
     pub fn mr(&self, lkey: u32) -> Option<&MrInfo> {
-        self.mrs.by_lkey.get(&lkey)
+        self.dev.mrs.by_lkey.get(&lkey)
     }
 
     /// Deregisters a region; later accesses with its keys fail.
     pub fn deregister_mr(&mut self, lkey: u32) -> Option<MrInfo> {
-        self.mrs.remove(lkey)
+        self.dev.mrs.remove(lkey)
     }
 
     /// Creates a QP in the RESET state.
@@ -101,14 +101,14 @@ impl<M: Memory> Endpoint<M> {
             return Err(Error::NoPd(pd));
         }
         if let Some(id) = srq {
-            match self.cqs.srq(id) {
+            match self.dev.cqs.srq(id) {
                 Some(s) if s.pd == pd => {}
                 Some(_) => return Err(Error::InvalidWr("the SRQ belongs to another PD")),
                 None => return Err(Error::NoSrq(id)),
             }
         }
         for cq in [send_cq, recv_cq] {
-            if cq.0 as usize >= self.cqs.len() {
+            if cq.0 as usize >= self.dev.cqs.len() {
                 return Err(Error::NoCq(cq));
             }
         }
@@ -133,29 +133,10 @@ impl<M: Memory> Endpoint<M> {
                 recv_cq,
                 caps,
                 attr,
-                sq: VecDeque::new(),
-                wqe_seq: 0,
-                cursor: 0,
-                post_psn: Psn::new(0),
-                next_psn: Psn::new(0),
-                una: Psn::new(0),
-                packets_since_ackreq: 0,
-                retry_left: 0,
-                rnr_left: 0,
-                timer: None,
-                rnr_until: None,
-                resend_until: Psn::new(0),
-                rq: VecDeque::new(),
-                epsn: Psn::new(0),
-                msn: 0,
-                nak_sent: false,
-                in_msg: None,
-                resp_out: VecDeque::new(),
-                resources: VecDeque::new(),
-                last_cnp: None,
-                ud_seen: HashMap::default(),
                 queued: false,
                 srq,
+                req: Requester::default(),
+                resp: Responder::default(),
             },
         );
         Ok(qpn)
@@ -164,17 +145,17 @@ impl<M: Memory> Endpoint<M> {
     /// Destroys a QP; its outstanding work is dropped without completions.
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), Error> {
         let mut qp = self.qps.remove(&qpn).ok_or(Error::NoQp(qpn))?;
-        Self::return_to_srq(&mut self.cqs, &mut qp);
+        Self::return_to_srq(&mut self.dev.cqs, &mut qp);
         Ok(())
     }
 
     /// Gives the receives a QP took from its SRQ (and has not begun to fill) back to the SRQ.
     pub(super) fn return_to_srq(cqs: &mut CqTable, qp: &mut QueuePair) {
         let Some(srq) = qp.srq.and_then(|id| cqs.srq_mut(id)) else { return };
-        if let Some(InMsg::Send { recv, .. }) = qp.in_msg.take() {
-            qp.rq.push_front(recv);
+        if let Some(InMsg::Send { recv, .. }) = qp.resp.in_msg.take() {
+            qp.resp.rq.push_front(recv);
         }
-        while let Some(r) = qp.rq.pop_back() {
+        while let Some(r) = qp.resp.rq.pop_back() {
             srq.rq.push_front(r);
         }
     }
@@ -184,8 +165,8 @@ impl<M: Memory> Endpoint<M> {
         if pd.0 == 0 || pd.0 > self.pds {
             return Err(Error::NoPd(pd));
         }
-        self.cqs.srqs.push(Some(Srq { pd, rq: VecDeque::new(), max_wr, limit: 0 }));
-        Ok(SrqId(self.cqs.srqs.len() as u32 - 1))
+        self.dev.cqs.srqs.push(Some(Srq { pd, rq: VecDeque::new(), max_wr, limit: 0 }));
+        Ok(SrqId(self.dev.cqs.srqs.len() as u32 - 1))
     }
 
     /// Destroys a shared receive queue; refused while a QP uses it.
@@ -193,30 +174,30 @@ impl<M: Memory> Endpoint<M> {
         if self.qps.values().any(|q| q.srq == Some(id)) {
             return Err(Error::InvalidWr("the SRQ is still used by a QP"));
         }
-        let slot = self.cqs.srqs.get_mut(id.0 as usize).ok_or(Error::NoSrq(id))?;
+        let slot = self.dev.cqs.srqs.get_mut(id.0 as usize).ok_or(Error::NoSrq(id))?;
         slot.take().map(|_| ()).ok_or(Error::NoSrq(id))
     }
 
     /// Arms the SRQ limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): when fewer than `limit`
     /// receives remain, [`Event::SrqLimitReached`] is raised once and the limit disarms.
     pub fn arm_srq_limit(&mut self, id: SrqId, limit: u32) -> Result<(), Error> {
-        let srq = self.cqs.srq_mut(id).ok_or(Error::NoSrq(id))?;
+        let srq = self.dev.cqs.srq_mut(id).ok_or(Error::NoSrq(id))?;
         srq.limit = limit;
         Ok(())
     }
 
     /// Posts a receive to a shared receive queue.
     pub fn post_srq_recv(&mut self, id: SrqId, wr: RecvWr) -> Result<(), Error> {
-        let srq = self.cqs.srq(id).ok_or(Error::NoSrq(id))?;
+        let srq = self.dev.cqs.srq(id).ok_or(Error::NoSrq(id))?;
         if srq.rq.len() >= srq.max_wr as usize {
             return Err(Error::QueueFull("shared receive"));
         }
-        if !self.mrs.check_sgl(srq.pd, &wr.sgl, true) {
+        if !self.dev.mrs.check_sgl(srq.pd, &wr.sgl, true) {
             return Err(Error::InvalidWr(
                 "a receive buffer's key, bounds, PD or LOCAL_WRITE right is wrong",
             ));
         }
-        if let Some(srq) = self.cqs.srq_mut(id) {
+        if let Some(srq) = self.dev.cqs.srq_mut(id) {
             srq.rq.push_back(wr);
         }
         Ok(())
@@ -224,17 +205,17 @@ impl<M: Memory> Endpoint<M> {
 
     /// The number of receives waiting in a shared receive queue.
     pub fn srq_len(&self, id: SrqId) -> Option<usize> {
-        self.cqs.srq(id).map(|s| s.rq.len())
+        self.dev.cqs.srq(id).map(|s| s.rq.len())
     }
 
     /// The number of completions waiting in `cq`.
     pub fn cq_len(&self, cq: CqId) -> usize {
-        self.cqs.queues.get(cq.0 as usize).map_or(0, VecDeque::len)
+        self.dev.cqs.queues.get(cq.0 as usize).map_or(0, VecDeque::len)
     }
 
     /// The next asynchronous event (a QP that failed, an SRQ below its limit).
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.cqs.events.pop_front()
+        self.dev.cqs.events.pop_front()
     }
 
     /// A QP's state and attributes.
@@ -251,31 +232,31 @@ impl<M: Memory> Endpoint<M> {
         qp.state = to;
         match to {
             QpState::Reset => {
-                Self::return_to_srq(&mut self.cqs, qp);
-                qp.sq.clear();
-                qp.rq.clear();
-                qp.resp_out.clear();
-                qp.resources.clear();
-                qp.in_msg = None;
-                qp.timer = None;
-                qp.rnr_until = None;
+                Self::return_to_srq(&mut self.dev.cqs, qp);
+                qp.req.sq.clear();
+                qp.resp.rq.clear();
+                qp.resp.resp_out.clear();
+                qp.resp.resources.clear();
+                qp.resp.in_msg = None;
+                qp.req.timer = None;
+                qp.req.rnr_until = None;
             }
             QpState::Rtr if from == QpState::Init => {
-                qp.epsn = qp.attr.rq_psn;
-                qp.msn = 0;
-                qp.nak_sent = false;
+                qp.resp.epsn = qp.attr.rq_psn;
+                qp.resp.msn = 0;
+                qp.resp.nak_sent = false;
             }
             QpState::Rts if from == QpState::Rtr => {
                 let p = qp.attr.sq_psn;
-                qp.post_psn = p;
-                qp.next_psn = p;
-                qp.una = p;
-                qp.resend_until = p;
-                qp.retry_left = qp.attr.retry_cnt;
-                qp.rnr_left = qp.attr.rnr_retry;
+                qp.req.post_psn = p;
+                qp.req.next_psn = p;
+                qp.req.una = p;
+                qp.req.resend_until = p;
+                qp.req.retry_left = qp.attr.retry_cnt;
+                qp.req.rnr_left = qp.attr.rnr_retry;
             }
             QpState::Err => {
-                Self::flush(&mut self.cqs, qp);
+                Self::flush(&mut self.dev.cqs, qp);
             }
             _ => {}
         }
@@ -291,10 +272,10 @@ impl<M: Memory> Endpoint<M> {
         }
         Self::return_to_srq(cqs, qp);
         qp.state = QpState::Err;
-        qp.timer = None;
-        qp.rnr_until = None;
-        qp.resp_out.clear();
-        for w in qp.sq.drain(..) {
+        qp.req.timer = None;
+        qp.req.rnr_until = None;
+        qp.resp.resp_out.clear();
+        for w in qp.req.sq.drain(..) {
             cqs[qp.send_cq.0 as usize].push_back(WorkCompletion {
                 wr_id: w.wr.wr_id,
                 status: WcStatus::WrFlushErr,
@@ -306,10 +287,10 @@ impl<M: Memory> Endpoint<M> {
                 grh: false,
             });
         }
-        if let Some(InMsg::Send { recv, .. }) = qp.in_msg.take() {
-            qp.rq.push_front(recv);
+        if let Some(InMsg::Send { recv, .. }) = qp.resp.in_msg.take() {
+            qp.resp.rq.push_front(recv);
         }
-        for r in qp.rq.drain(..) {
+        for r in qp.resp.rq.drain(..) {
             cqs[qp.recv_cq.0 as usize].push_back(WorkCompletion {
                 wr_id: r.wr_id,
                 status: WcStatus::WrFlushErr,
@@ -377,7 +358,7 @@ impl<M: Memory> Endpoint<M> {
         match qp.state {
             QpState::Rts | QpState::Sqd => {}
             QpState::Err => {
-                self.cqs[qp.send_cq.0 as usize].push_back(WorkCompletion {
+                self.dev.cqs[qp.send_cq.0 as usize].push_back(WorkCompletion {
                     wr_id: wr.wr_id,
                     status: WcStatus::WrFlushErr,
                     opcode: wr.op.wc_opcode(),
@@ -391,11 +372,11 @@ impl<M: Memory> Endpoint<M> {
             }
             s => return Err(Error::BadState { qpn, state: s, verb: "post_send" }),
         }
-        if qp.sq.len() >= qp.caps.max_send_wr as usize {
+        if qp.req.sq.len() >= qp.caps.max_send_wr as usize {
             return Err(Error::QueueFull("send"));
         }
         let local_write = matches!(wr.op, SendOp::Read { .. }) || atomic;
-        if !self.mrs.check_sgl(qp.pd, &wr.sgl, local_write) {
+        if !self.dev.mrs.check_sgl(qp.pd, &wr.sgl, local_write) {
             // The HCA finds the bad key when it executes the WR: a local protection error,
             // and the QP goes to the error state.
             let wc = WorkCompletion {
@@ -408,14 +389,14 @@ impl<M: Memory> Endpoint<M> {
                 src_qp: None,
                 grh: false,
             };
-            self.cqs[qp.send_cq.0 as usize].push_back(wc);
-            Self::flush(&mut self.cqs, qp);
+            self.dev.cqs[qp.send_cq.0 as usize].push_back(wc);
+            Self::flush(&mut self.dev.cqs, qp);
             return Ok(());
         }
         // Inline: the payload is taken now; the buffer is the application's again.
         let inline = if wr.inline {
             let mut data = vec![0u8; len as usize];
-            if !gather(&self.mrs, &self.mem, &wr.sgl, 0, &mut data) {
+            if !gather(&self.dev.mrs, &self.dev.mem, &wr.sgl, 0, &mut data) {
                 return Err(Error::InvalidWr("an inline payload could not be read"));
             }
             Some(data.into_boxed_slice())
@@ -427,11 +408,11 @@ impl<M: Memory> Endpoint<M> {
             _ if qp.qp_type == QpType::Ud => 1,
             _ => qp.npkts(len),
         };
-        let first_psn = qp.post_psn;
-        qp.post_psn = first_psn.add(npkts);
-        let seq = qp.wqe_seq;
-        qp.wqe_seq += 1;
-        qp.sq.push_back(SendWqe { wr, seq, first_psn, npkts, len, done_bytes: 0, inline });
+        let first_psn = qp.req.post_psn;
+        qp.req.post_psn = first_psn.add(npkts);
+        let seq = qp.req.wqe_seq;
+        qp.req.wqe_seq += 1;
+        qp.req.sq.push_back(SendWqe { wr, seq, first_psn, npkts, len, done_bytes: 0, inline });
         self.mark(qpn);
         Ok(())
     }
@@ -447,7 +428,7 @@ impl<M: Memory> Endpoint<M> {
                 return Err(Error::BadState { qpn, state: qp.state, verb: "post_recv" });
             }
             QpState::Err => {
-                self.cqs[qp.recv_cq.0 as usize].push_back(WorkCompletion {
+                self.dev.cqs[qp.recv_cq.0 as usize].push_back(WorkCompletion {
                     wr_id: wr.wr_id,
                     status: WcStatus::WrFlushErr,
                     opcode: WcOpcode::Recv,
@@ -461,15 +442,15 @@ impl<M: Memory> Endpoint<M> {
             }
             _ => {}
         }
-        if qp.rq.len() >= qp.caps.max_recv_wr as usize {
+        if qp.resp.rq.len() >= qp.caps.max_recv_wr as usize {
             return Err(Error::QueueFull("receive"));
         }
-        if !self.mrs.check_sgl(qp.pd, &wr.sgl, true) {
+        if !self.dev.mrs.check_sgl(qp.pd, &wr.sgl, true) {
             return Err(Error::InvalidWr(
                 "a receive buffer's key, bounds, PD or LOCAL_WRITE right is wrong",
             ));
         }
-        qp.rq.push_back(wr);
+        qp.resp.rq.push_back(wr);
         Ok(())
     }
 }
