@@ -864,10 +864,15 @@ pub fn run(
             if let Some(sd) = seeds {
                 // Both sides end up with everything that was checked, on either side.
                 let mine = std::mem::take(&mut size_validation);
-                let all = settle(
-                    &mut talk, &side, op, size, sd, &completed, initiates, dv_on_peer, mine,
-                    busy_cq,
-                )?;
+                let round = Round {
+                    op,
+                    size,
+                    seeds: sd,
+                    completed: &completed,
+                    initiator: initiates,
+                    target_check: dv_on_peer,
+                };
+                let all = settle(&mut talk, &side, &round, mine, busy_cq)?;
                 validation.merge(&all);
             }
         }
@@ -921,22 +926,31 @@ pub fn run(
     Ok(out)
 }
 
-/// podnet's data-validation step after each size (both sides podnet). For WRITE bandwidth
-/// and atomics the initiator first sends how many operations each QP completed and the
-/// target checks its buffer; then the sides swap what they found, so each reports both.
-#[allow(clippy::too_many_arguments)]
-fn settle(
-    talk: &mut Talk<'_>,
-    side: &Side<'_>,
+/// What one size's measurement leaves for its data-validation step.
+struct Round<'a> {
     op: BwOp,
     size: usize,
     seeds: Seeds,
-    completed: &[u64],
+    /// Operations each QP completed.
+    completed: &'a [u64],
+    /// Whether this side initiated the operations (it measured).
     initiator: bool,
+    /// Whether the initiator's operations land in the target's memory, which checks them
+    /// (WRITE bandwidth and atomics).
     target_check: bool,
+}
+
+/// podnet's data-validation step after each size (both sides podnet). For WRITE bandwidth
+/// and atomics the initiator first sends how many operations each QP completed and the
+/// target checks its buffer; then the sides swap what they found, so each reports both.
+fn settle(
+    talk: &mut Talk<'_>,
+    side: &Side<'_>,
+    round: &Round<'_>,
     mut found: engine::Validation,
     busy_cq: Option<&CompletionQueue>,
 ) -> Result<engine::Validation, Error> {
+    let &Round { op, size, seeds, completed, initiator, target_check } = round;
     // A side that did not measure waits for the one that did.
     if initiator { talk.active() } else { talk.passive_wait(busy_cq) }
         .map_err(exchange::Error::Io)?;
