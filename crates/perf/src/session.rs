@@ -237,7 +237,7 @@ pub struct Options {
 }
 
 /// perftest's default inline size (`-I` not given) for `test` over `connection` on a device
-/// of the kernel driver `driver` (`verbs::sysfs::DeviceInfo::provider`): inline is the
+/// of the kernel driver `driver` (`host::DeviceInfo::provider`): inline is the
 /// default for the SEND and WRITE latency tests only, 220 bytes for WRITE, 236 for SEND (188
 /// over UD) on the NICs perftest knows by default (mlx4, mlx5), its own figures for the others
 /// it names, and 0 on a device it does not recognise (rxe, siw, podnet's soft devices).

@@ -277,10 +277,10 @@ impl Plan {
             return Err(invalid(at("devices"), "`devices` lists no device".into()));
         }
         for d in &plan.devices {
-            if d.starts_with("soft") && verbs::DeviceName::parse(d).is_err() {
+            if let Err(verbs::Error::BadDeviceName { why, .. }) = verbs::DeviceName::parse(d) {
                 return Err(invalid(
                     at("devices"),
-                    format!("`devices`: {d:?} is not a soft device name (soft:<IP>)"),
+                    format!("`devices`: {d:?} is not a device name: {why}"),
                 ));
             }
         }

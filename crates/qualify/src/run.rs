@@ -43,10 +43,6 @@ impl Run<'_> {
     }
 }
 
-fn read(p: &Path) -> Option<String> {
-    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
-}
-
 /// Runs `plan` on this host (`sys` stands for `/sys`).
 pub fn run(plan: &Plan, sys: &Path, progress: &mut dyn RunProgress) -> Report {
     let t0 = Instant::now();
@@ -394,18 +390,7 @@ fn host_checks(plan: &Plan, sys: &Path, r: &mut Run<'_>) {
     let h = &plan.host;
     if let Some(want) = &h.cpu_governor {
         let name = "host/cpu_governor";
-        let cpus = sys.join("devices/system/cpu");
-        let mut govs: Vec<(String, String)> = std::fs::read_dir(&cpus)
-            .map(|d| {
-                d.filter_map(|e| {
-                    let n = e.ok()?.file_name().into_string().ok()?;
-                    n.strip_prefix("cpu")?.parse::<u32>().ok()?;
-                    Some((n.clone(), read(&cpus.join(&n).join("cpufreq/scaling_governor"))?))
-                })
-                .collect()
-            })
-            .unwrap_or_default();
-        govs.sort();
+        let govs = host::cpu::governors(sys);
         let c = if govs.is_empty() {
             Check::skipped(
                 name,
@@ -438,11 +423,17 @@ fn host_checks(plan: &Plan, sys: &Path, r: &mut Run<'_>) {
         };
         r.push(c);
     }
-    let rdma = verbs::sysfs::rdma_devices(sys);
+    let rdma = host::rdma_devices(sys);
     for d in &plan.devices {
+        let name = verbs::DeviceName::parse(d).ok();
         let Some(info) = rdma.iter().find(|i| &i.name == d) else {
+            let soft_ip = match name {
+                Some(verbs::DeviceName::Soft { ip, .. }) => Some(Some(ip)),
+                Some(verbs::DeviceName::SoftDefault) => Some(None),
+                _ => None,
+            };
             if h.nic_numa_node || h.min_netdev_mtu.is_some() {
-                let what = if d.starts_with("soft") {
+                let what = if soft_ip.is_some() {
                     "a soft device has no PCI function"
                 } else {
                     "not an RDMA device of this host"
@@ -451,22 +442,15 @@ fn host_checks(plan: &Plan, sys: &Path, r: &mut Run<'_>) {
                     r.push(Check::skipped(&format!("host/{d}/numa_node"), what));
                 }
             }
-            if let Some(min) = h.min_netdev_mtu
-                && d.starts_with("soft")
-            {
+            if let (Some(min), Some(ip)) = (h.min_netdev_mtu, soft_ip) {
                 // A soft device's netdev is the interface of its address.
                 let name = format!("host/{d}/netdev_mtu");
-                let ip = match verbs::DeviceName::parse(d) {
-                    Ok(verbs::DeviceName::Soft { ip, .. }) => Some(ip),
-                    _ => None,
-                };
-                let addr = ip.and_then(|ip| {
-                    verbs::sysfs::local_addrs(sys).ok()?.into_iter().find(|a| a.ip == ip)
-                });
+                let addr =
+                    ip.and_then(|ip| host::local_addrs(sys).ok()?.into_iter().find(|a| a.ip == ip));
                 // 127.0.0.0/8 is all on lo, though getifaddrs lists only 127.0.0.1.
-                let lo = ip.filter(|ip| ip.is_loopback()).and_then(|_| {
-                    Some(("lo".to_string(), read(&sys.join("class/net/lo/mtu"))?.parse().ok()?))
-                });
+                let lo = ip
+                    .filter(|ip| ip.is_loopback())
+                    .and_then(|_| Some(("lo".to_string(), host::netdev_mtu(sys, "lo")?)));
                 r.push(match addr.and_then(|a| Some((a.netdev.clone(), a.mtu?))).or(lo) {
                     Some((nd, mtu)) => mtu_check(&name, &nd, mtu, min),
                     None => Check::skipped(
@@ -479,8 +463,7 @@ fn host_checks(plan: &Plan, sys: &Path, r: &mut Run<'_>) {
         };
         if h.nic_numa_node {
             let name = format!("host/{d}/numa_node");
-            let node = read(&sys.join("class/infiniband").join(d).join("device/numa_node"));
-            r.push(match node.as_deref().and_then(|n| n.parse::<i64>().ok()) {
+            r.push(match host::numa_node(sys, d) {
                 Some(n) if n >= 0 => Check::pass(
                     &name,
                     Some(n as f64),
@@ -503,10 +486,7 @@ fn host_checks(plan: &Plan, sys: &Path, r: &mut Run<'_>) {
         if let Some(min) = h.min_netdev_mtu {
             for p in &info.ports {
                 let name = format!("host/{d}/{}/netdev_mtu", p.port);
-                let mtu = p
-                    .netdev
-                    .as_ref()
-                    .and_then(|n| read(&sys.join("class/net").join(n).join("mtu"))?.parse().ok());
+                let mtu = p.netdev.as_ref().and_then(|n| host::netdev_mtu(sys, n));
                 r.push(match (&p.netdev, mtu) {
                     (Some(nd), Some(m)) => mtu_check(&name, nd, m, min),
                     _ => Check::skipped(&name, "no netdev under the port (InfiniBand)"),
@@ -626,7 +606,7 @@ fn device_checks(plan: &Plan, sys: &Path, d: &str, r: &mut Run<'_>) -> Option<Co
         });
     }
     if dc.min_speed_gbps.is_some() || dc.width.is_some() {
-        let info = verbs::sysfs::rdma_devices(sys).into_iter().find(|i| i.name == d);
+        let info = host::rdma_device(sys, d);
         let p = info.as_ref().and_then(|i| i.ports.iter().find(|p| p.port == 1));
         if let Some(min) = dc.min_speed_gbps {
             let name = format!("device/{d}/speed");

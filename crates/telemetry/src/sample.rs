@@ -281,7 +281,7 @@ pub fn collect(roots: &Roots) -> Snapshot {
 fn device(roots: &Roots, dev: &str, out: &mut Vec<PortSample>, errors: &mut Vec<SourceError>) {
     let root = &roots.sys;
     let ddir = root.join("class/infiniband").join(dev);
-    let info = verbs::sysfs::rdma_device(root, dev);
+    let info = host::rdma_device(root, dev);
     let mut ports: Vec<u8> = match fs::read_dir(ddir.join("ports")) {
         Ok(d) => d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect(),
         Err(e) => {

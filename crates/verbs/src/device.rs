@@ -7,8 +7,10 @@ use crate::Error;
 /// The UDP port of RoCEv2.
 pub const ROCE_PORT: u16 = 4791;
 
-/// A device name, as `-d` takes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A device name, as `-d` takes it: a soft device (podnet's userspace RoCEv2 on an IP
+/// address) or an RDMA device the kernel has (`mlx5_0`, `rxe0`), opened through rdma-core.
+/// Every tool decides what a name is by matching on this.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum DeviceName {
     /// `soft:<IP>[:<udp-port>]` (IPv6 in brackets when a port follows: `soft:[fd00::1]:4791`).
     Soft {
@@ -20,20 +22,28 @@ pub enum DeviceName {
     /// `soft` alone: the first free loopback address from 127.0.0.1 (see
     /// [`crate::soft::SoftDevice::open_default_loopback`]).
     SoftDefault,
+    /// Any other name: an RDMA device as libibverbs and `/sys/class/infiniband` name it.
+    Rdma(String),
 }
 
 impl DeviceName {
-    /// Parses a device name.
+    /// Parses a device name: `soft`, `soft:<IP>[:<udp-port>]`, or an RDMA device's name (up
+    /// to 63 bytes, as the kernel allows, without `/`, `:` or white space).
     pub fn parse(name: &str) -> Result<DeviceName, Error> {
         let bad = |why| Error::BadDeviceName { name: name.to_string(), why };
-        let Some(rest) = name.strip_prefix("soft") else {
-            return Err(bad("expected soft:<IP>[:<udp-port>] (other providers are not built in)"));
-        };
-        if rest.is_empty() {
+        if name == "soft" {
             return Ok(DeviceName::SoftDefault);
         }
-        let Some(addr) = rest.strip_prefix(':') else {
-            return Err(bad("expected soft:<IP>[:<udp-port>]"));
+        let Some(addr) = name.strip_prefix("soft:") else {
+            if name.is_empty() || name.len() > 63 {
+                return Err(bad("an RDMA device name has 1 to 63 bytes"));
+            }
+            if name.contains(['/', ':']) || name.contains(char::is_whitespace) {
+                return Err(bad(
+                    "expected soft, soft:<IP>[:<udp-port>] or an RDMA device name (`podnet devices`)",
+                ));
+            }
+            return Ok(DeviceName::Rdma(name.to_string()));
         };
         if let Ok(ip) = addr.parse::<IpAddr>() {
             return Ok(DeviceName::Soft { ip, port: ROCE_PORT });
@@ -54,6 +64,39 @@ impl DeviceName {
     }
 }
 
+/// The soft devices this host could open: one per local address (`soft:<ip>`, from
+/// `getifaddrs`), described as sysfs describes an RDMA device — a port that is active when the
+/// interface is up, the active MTU derived from the interface's as for RoCE, one RoCE v2 GID.
+/// MTUs come from `sys` when the kernel cannot be asked.
+pub fn soft_devices(sys: &std::path::Path) -> std::io::Result<Vec<host::DeviceInfo>> {
+    Ok(host::local_addrs(sys)?
+        .into_iter()
+        .map(|a| host::DeviceInfo {
+            name: format!("soft:{}", a.ip),
+            provider: "soft".into(),
+            node_guid: None,
+            fw_ver: None,
+            ports: vec![host::PortInfo {
+                port: 1,
+                state: if a.up { "ACTIVE" } else { "DOWN" }.into(),
+                phys_state: if a.up { "LinkUp" } else { "Disabled" }.into(),
+                rate: String::new(),
+                speed_gbps: None,
+                width: None,
+                link_layer: "Ethernet".into(),
+                active_mtu: a.mtu.and_then(host::active_mtu_for),
+                gids: vec![host::GidInfo {
+                    index: 0,
+                    gid: crate::Gid::from_ip(a.ip).0.into(),
+                    gid_type: "RoCE v2".into(),
+                    netdev: Some(a.netdev.clone()),
+                }],
+                netdev: Some(a.netdev),
+            }],
+        })
+        .collect())
+}
+
 /// How a context makes progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Progress {
@@ -64,6 +107,26 @@ pub enum Progress {
     /// completion channels: idle costs no CPU.
     #[default]
     Event,
+}
+
+impl DeviceName {
+    /// Whether the soft provider opens it.
+    pub fn is_soft(&self) -> bool {
+        !matches!(self, DeviceName::Rdma(_))
+    }
+}
+
+impl std::fmt::Display for DeviceName {
+    /// The name as `-d` takes it, canonical: `soft:127.0.0.1`, `soft:[fd00::1]:5000`, `mlx5_0`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceName::Soft { ip, port: ROCE_PORT } => write!(f, "soft:{ip}"),
+            DeviceName::Soft { ip: IpAddr::V6(v6), port } => write!(f, "soft:[{v6}]:{port}"),
+            DeviceName::Soft { ip, port } => write!(f, "soft:{ip}:{port}"),
+            DeviceName::SoftDefault => f.write_str("soft"),
+            DeviceName::Rdma(n) => f.write_str(n),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -79,8 +142,23 @@ mod tests {
         assert_eq!(DeviceName::parse("soft:[fd00::1]:9").unwrap(), s("fd00::1", 9));
         assert_eq!(DeviceName::parse("soft:[::1]").unwrap(), s("::1", 4791));
         assert_eq!(DeviceName::parse("soft").unwrap(), DeviceName::SoftDefault);
-        for bad in ["mlx5_0", "soft:", "soft:1.2.3", "soft:1.2.3.4:0", "soft:[::1", "soft:x:1"] {
+        // Everything else is an RDMA device: an rxe device may well be called `softroce0`.
+        for rdma in ["mlx5_0", "rxe0", "softroce0", "irdma-eth2"] {
+            assert_eq!(DeviceName::parse(rdma).unwrap(), DeviceName::Rdma(rdma.into()));
+            assert!(!DeviceName::parse(rdma).unwrap().is_soft());
+        }
+        let long = "m".repeat(64);
+        for bad in ["soft:", "soft:1.2.3", "soft:1.2.3.4:0", "soft:[::1", "soft:x:1", "", "a b"] {
             assert!(DeviceName::parse(bad).is_err(), "{bad}");
+        }
+        for bad in ["mlx5_0/1", "host:mlx5_0", long.as_str()] {
+            assert!(DeviceName::parse(bad).is_err(), "{bad}");
+        }
+        // Display gives back a name that parses to the same device.
+        for n in ["soft:127.0.0.1", "soft:[fd00::1]:9", "soft:10.0.0.1:5000", "soft", "mlx5_0"] {
+            let d = DeviceName::parse(n).unwrap();
+            assert_eq!(d.to_string(), n);
+            assert_eq!(DeviceName::parse(&d.to_string()).unwrap(), d);
         }
     }
 }

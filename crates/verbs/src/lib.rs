@@ -26,13 +26,12 @@ mod provider;
 #[cfg(feature = "rdma-core")]
 pub mod rdmacore;
 pub mod soft;
-pub mod sysfs;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use device::{DeviceName, Progress, ROCE_PORT};
+pub use device::{DeviceName, Progress, ROCE_PORT, soft_devices};
 pub use provider::{Handle, Provider};
 pub use transport::{
     Access, CqId, ModifyQp, Mtu, Path, Psn, QKey, QpAttr, QpCaps, QpState, QpType, Qpn, RKey,
@@ -341,15 +340,13 @@ impl Context {
     /// Opens a device by name: `soft`, `soft:<IP>[:<udp-port>]` (see [`DeviceName`]), or
     /// the name of an RDMA device (`mlx5_0`, `rxe0`) through the rdma-core provider.
     pub fn open(name: &str, opts: &ContextOptions) -> Result<Context> {
-        if !name.starts_with("soft") {
-            return Context::rdma_core(Some(name), opts);
-        }
         match DeviceName::parse(name)? {
             DeviceName::Soft { ip, port } => Context::soft(ip, port, opts),
             DeviceName::SoftDefault => {
                 let dev = soft::SoftDevice::open_default_loopback(opts)?;
                 Ok(Context { dev: Arc::new(dev) })
             }
+            DeviceName::Rdma(name) => Context::rdma_core(Some(&name), opts),
         }
     }
 

@@ -533,7 +533,7 @@ fn gid_table(ctx: *mut sys::ibv_context, dev: &str) -> Vec<GidEntry> {
 
 /// [`gid_table`] from sysfs, as `ibv_query_gid_table` reads it on older kernels.
 fn gid_table_sysfs(dev: &str) -> Vec<GidEntry> {
-    let Some(d) = crate::sysfs::rdma_device(std::path::Path::new("/sys"), dev) else {
+    let Some(d) = host::rdma_device(&host::default_root(), dev) else {
         return Vec::new();
     };
     let Some(p) = d.ports.into_iter().find(|p| p.port == PORT) else { return Vec::new() };

@@ -146,7 +146,7 @@ fn rc_pair(access_b: Access) -> (Side, Side) {
 /// Whether `ctx` is a Linux rxe device (through rdma-core).
 fn is_rxe(ctx: &Context) -> bool {
     ctx.provider_name() == "rdma-core"
-        && verbs::sysfs::rdma_devices(std::path::Path::new("/sys"))
+        && host::rdma_devices(&host::default_root())
             .iter()
             .any(|d| d.name == ctx.device_name() && d.provider == "rxe")
 }

@@ -3,16 +3,16 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use host::DeviceInfo;
 use serde_json::json;
-use verbs::sysfs::{self, DeviceInfo};
 
 use crate::cli::DevicesArgs;
 
 /// Runs `podnet devices`.
 pub(crate) fn run(args: &DevicesArgs) -> anyhow::Result<ExitCode> {
-    let mut devs = sysfs::rdma_devices(&args.sysfs_root);
+    let mut devs = host::rdma_devices(&args.sysfs_root);
     if !args.no_soft {
-        devs.extend(sysfs::soft_devices(&args.sysfs_root)?);
+        devs.extend(verbs::soft_devices(&args.sysfs_root)?);
     }
     let mut out = std::io::stdout().lock();
     if args.json {

@@ -12,31 +12,31 @@ mod qualify;
 use std::process::ExitCode;
 
 use anyhow::bail;
-use verbs::{Context, ContextOptions};
+use verbs::{Context, ContextOptions, DeviceName};
 
 use crate::cli::{CaptureCommand, Cli, Command, DeviceArgs, ProviderKind};
 
 /// Opens the device `-d` and `--provider` name.
 pub(crate) fn open_device(dev: &DeviceArgs, opts: &ContextOptions) -> anyhow::Result<Context> {
-    let name = dev.ib_dev.as_deref();
-    let soft_name = name.is_none_or(|n| n.starts_with("soft"));
+    let name = dev.ib_dev.as_deref().map(DeviceName::parse).transpose()?;
+    let soft_name = name.as_ref().is_none_or(DeviceName::is_soft);
     let provider =
         dev.provider.unwrap_or(if soft_name { ProviderKind::Soft } else { ProviderKind::RdmaCore });
-    Ok(match provider {
-        ProviderKind::Soft if !soft_name => {
-            bail!(
-                "--provider soft drives soft devices (soft, soft:<IP>), not {:?}",
-                name.unwrap_or("")
-            )
+    Ok(match (provider, name) {
+        (ProviderKind::Soft, Some(DeviceName::Rdma(n))) => {
+            bail!("--provider soft drives soft devices (soft, soft:<IP>), not {n:?}")
         }
-        ProviderKind::Soft => Context::open(name.unwrap_or("soft"), opts)?,
-        ProviderKind::RdmaCore if name.is_some() && soft_name => {
+        (ProviderKind::Soft, n) => {
+            Context::open(&n.map_or_else(|| "soft".into(), |n| n.to_string()), opts)?
+        }
+        (ProviderKind::RdmaCore, Some(DeviceName::Rdma(n))) => Context::rdma_core(Some(&n), opts)?,
+        (ProviderKind::RdmaCore, None) => Context::rdma_core(None, opts)?,
+        (ProviderKind::RdmaCore, Some(soft)) => {
             bail!(
                 "{:?} is a soft device; --provider rdma-core opens RDMA devices (`podnet devices`)",
-                name.unwrap_or("")
+                soft.to_string()
             )
         }
-        ProviderKind::RdmaCore => Context::rdma_core(name, opts)?,
     })
 }
 

@@ -409,9 +409,7 @@ pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
     if args.inline_size.is_none() && ctx.provider_name() == "rdma-core" {
         // perftest's default for this NIC, so the two compare like with like without -I.
         // The driver link alone: the GID tables `rdma_device` would read are a slow start.
-        if let Some(driver) =
-            verbs::sysfs::rdma_provider(std::path::Path::new("/sys"), &ctx.device_name())
-        {
+        if let Some(driver) = host::rdma_provider(&host::default_root(), &ctx.device_name()) {
             opts.inline_size =
                 perf::session::perftest_default_inline(opts.test, opts.connection, &driver);
         }

@@ -276,14 +276,15 @@ impl SoftDevice {
             return Err(Error::Open { device: name, source });
         }
         let (rx, batch) = (io::RxBuffers::for_sockets(&io), Vec::with_capacity(io.batch_len()));
-        let active_mtu = crate::sysfs::local_addrs(&crate::sysfs::default_root())
+        let active_mtu = host::local_addrs(&host::default_root())
             .ok()
             // 127.0.0.2 and the rest of 127/8 answer on lo without being listed.
             .and_then(|v| {
                 v.into_iter().find(|a| a.ip == io.ip || io.ip.is_loopback() && a.ip.is_loopback())
             })
             .and_then(|a| a.mtu)
-            .and_then(crate::sysfs::active_mtu_for)
+            .and_then(host::active_mtu_for)
+            .and_then(Mtu::from_bytes)
             .unwrap_or(Mtu::Mtu1024);
         let sh = Arc::new(Shared {
             name,

@@ -1,6 +1,5 @@
-//! What a host has for RDMA, read the way `ibv_devinfo` and `ibdev2netdev` show it, without
-//! libibverbs: the kernel's RDMA devices from sysfs (`/sys/class/infiniband`), and the soft
-//! devices this host could open (one per local IP address, from `getifaddrs`).
+//! The kernel's RDMA devices, read from sysfs (`class/infiniband`) the way `ibv_devinfo` and
+//! `ibdev2netdev` show them, without libibverbs.
 //!
 //! sysfs holds every port attribute `ibv_devinfo` prints but the MTUs. On RoCE the kernel
 //! derives the active MTU from the netdev's (`iboe_get_mtu`: the netdev MTU less the RoCEv2
@@ -8,10 +7,11 @@
 //! down to an IB MTU), so [`active_mtu_for`] does the same: 1500 gives 1024, 9000 gives 4096.
 
 use std::fs;
-use std::net::{IpAddr, Ipv6Addr};
-use std::path::{Path, PathBuf};
+use std::net::Ipv6Addr;
+use std::path::Path;
 
-use crate::Mtu;
+use crate::net::netdev_mtu;
+use crate::read;
 
 /// One port of an RDMA device.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,10 +66,6 @@ pub struct DeviceInfo {
     pub ports: Vec<PortInfo>,
 }
 
-fn read(p: &Path) -> Option<String> {
-    fs::read_to_string(p).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
-}
-
 /// `4: ACTIVE` → `ACTIVE`.
 fn after_colon(s: &str) -> String {
     s.split_once(':').map_or(s, |(_, b)| b).trim().to_string()
@@ -85,14 +81,17 @@ fn parse_rate(rate: &str) -> (Option<f64>, Option<String>) {
     (speed, width)
 }
 
-/// The active RoCE MTU the kernel derives from a netdev MTU.
-pub fn active_mtu_for(netdev_mtu: u32) -> Option<Mtu> {
+/// The active RoCE MTU in bytes (an IB MTU: 256 … 4096) the kernel derives from a netdev
+/// MTU; `None` when not even 256 bytes fit.
+pub fn active_mtu_for(netdev_mtu: u32) -> Option<u32> {
     let room = netdev_mtu.checked_sub(40 + 8 + 12 + 4 + 28 + 4)?;
-    [4096, 2048, 1024, 512, 256].into_iter().find(|m| *m <= room).and_then(Mtu::from_bytes)
+    [4096, 2048, 1024, 512, 256].into_iter().find(|m| *m <= room)
 }
 
-fn netdev_mtu(sys: &Path, netdev: &str) -> Option<u32> {
-    read(&sys.join("class/net").join(netdev).join("mtu"))?.parse().ok()
+/// The NUMA node of the RDMA device `name`'s PCI function (`device/numa_node`): `Some(-1)`
+/// when the firmware reports none, `None` for a device without a PCI function (rxe, siw).
+pub fn numa_node(sys: &Path, name: &str) -> Option<i64> {
+    read(&sys.join("class/infiniband").join(name).join("device/numa_node"))?.parse().ok()
 }
 
 /// The kernel's RDMA devices under `sys` (normally `/sys`), sorted by name. A host without
@@ -190,8 +189,7 @@ fn port(sys: &Path, dir: &Path, n: u8, parent: Option<&str>) -> PortInfo {
     let active_mtu = (link_layer == "Ethernet")
         .then(|| netdev.as_deref().and_then(|d| netdev_mtu(sys, d)))
         .flatten()
-        .and_then(active_mtu_for)
-        .map(Mtu::bytes);
+        .and_then(active_mtu_for);
     PortInfo {
         port: n,
         state: after_colon(&read(&p.join("state")).unwrap_or_default()),
@@ -206,130 +204,6 @@ fn port(sys: &Path, dir: &Path, n: u8, parent: Option<&str>) -> PortInfo {
     }
 }
 
-/// A local IP address: the interface it is on, whether that is up, and its MTU.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LocalAddr {
-    /// The address.
-    pub ip: IpAddr,
-    /// The interface.
-    pub netdev: String,
-    /// Whether the interface is up and running.
-    pub up: bool,
-    /// The interface's MTU, from `sys` (`class/net/<netdev>/mtu`).
-    pub mtu: Option<u32>,
-}
-
-/// This host's IP addresses (`getifaddrs`), IPv6 link-local ones left out (a soft device
-/// needs a routable address), MTUs from `sys`.
-pub fn local_addrs(sys: &Path) -> std::io::Result<Vec<LocalAddr>> {
-    let mut out = Vec::new();
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs writes a list head into `head`; the result is checked.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed; its name is
-        // a NUL-terminated string and its address, when non-null, a sockaddr of the family
-        // its `sa_family` says, for the length of that family's struct.
-        let (name, ip, flags, next) = unsafe {
-            let ifa = &*cur;
-            let name = std::ffi::CStr::from_ptr(ifa.ifa_name).to_string_lossy().into_owned();
-            let ip = if ifa.ifa_addr.is_null() {
-                None
-            } else {
-                match i32::from((*ifa.ifa_addr).sa_family) {
-                    libc::AF_INET => {
-                        let a = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
-                        Some(IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes()))
-                    }
-                    libc::AF_INET6 => {
-                        let a = &*ifa.ifa_addr.cast::<libc::sockaddr_in6>();
-                        Some(IpAddr::from(a.sin6_addr.s6_addr))
-                    }
-                    _ => None,
-                }
-            };
-            (name, ip, ifa.ifa_flags, ifa.ifa_next)
-        };
-        if let Some(ip) = ip {
-            let link_local = matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80);
-            if !link_local {
-                let up =
-                    flags & (libc::IFF_UP as u32) != 0 && flags & (libc::IFF_RUNNING as u32) != 0;
-                // The kernel's answer for this network namespace (sysfs shows the one it
-                // was mounted in); sysfs when asking fails.
-                let mtu = if_mtu(&name).or_else(|| netdev_mtu(sys, &name));
-                out.push(LocalAddr { ip, netdev: name, up, mtu });
-            }
-        }
-        cur = next;
-    }
-    // SAFETY: frees the list getifaddrs allocated, once, after the last use of its nodes.
-    unsafe { libc::freeifaddrs(head) };
-    Ok(out)
-}
-
-/// An interface's MTU (`SIOCGIFMTU`).
-fn if_mtu(name: &str) -> Option<u32> {
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).ok()?;
-    // SAFETY: all-zero is a valid `ifreq`.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    let bytes = name.as_bytes();
-    if bytes.len() >= req.ifr_name.len() {
-        return None;
-    }
-    for (d, s) in req.ifr_name.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
-    use std::os::fd::AsRawFd;
-    // SAFETY: SIOCGIFMTU reads the NUL-terminated name from `req` and writes the MTU into its
-    // union; `req` outlives the call.
-    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
-    if rc != 0 {
-        return None;
-    }
-    // SAFETY: after a successful SIOCGIFMTU the union holds `ifru_mtu`.
-    Some(unsafe { req.ifr_ifru.ifru_mtu } as u32)
-}
-
-/// The soft devices this host could open: one per local address (`soft:<ip>`), a port that
-/// is active when the interface is up, the MTU derived as for RoCE, one RoCE v2 GID.
-pub fn soft_devices(sys: &Path) -> std::io::Result<Vec<DeviceInfo>> {
-    Ok(local_addrs(sys)?
-        .into_iter()
-        .map(|a| DeviceInfo {
-            name: format!("soft:{}", a.ip),
-            provider: "soft".into(),
-            node_guid: None,
-            fw_ver: None,
-            ports: vec![PortInfo {
-                port: 1,
-                state: if a.up { "ACTIVE" } else { "DOWN" }.into(),
-                phys_state: if a.up { "LinkUp" } else { "Disabled" }.into(),
-                rate: String::new(),
-                speed_gbps: None,
-                width: None,
-                link_layer: "Ethernet".into(),
-                active_mtu: a.mtu.and_then(active_mtu_for).map(Mtu::bytes),
-                gids: vec![GidInfo {
-                    index: 0,
-                    gid: crate::Gid::from_ip(a.ip).0.into(),
-                    gid_type: "RoCE v2".into(),
-                    netdev: Some(a.netdev.clone()),
-                }],
-                netdev: Some(a.netdev),
-            }],
-        })
-        .collect())
-}
-
-/// `/sys`, or the folder a test names.
-pub fn default_root() -> PathBuf {
-    PathBuf::from("/sys")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,7 +213,7 @@ mod tests {
         assert_eq!(parse_rate("100 Gb/sec (4X EDR)"), (Some(100.0), Some("4X".into())));
         assert_eq!(parse_rate("2.5 Gb/sec (1X SDR)"), (Some(2.5), Some("1X".into())));
         assert_eq!(parse_rate(""), (None, None));
-        let m = |x| active_mtu_for(x).map(Mtu::bytes);
+        let m = active_mtu_for;
         assert_eq!(
             (m(1500), m(9000), m(65536), m(1100), m(300)),
             (Some(1024), Some(4096), Some(4096), Some(512), None)
@@ -359,5 +233,6 @@ mod tests {
         }
         assert!(seen >= 6, "{seen} fixture devices");
         assert_eq!(rdma_provider(&root.join("rxe/sys"), "mlx5_0"), None);
+        assert_eq!(numa_node(&root.join("rxe/sys"), "rxe0"), None, "rxe has no PCI function");
     }
 }
