@@ -47,29 +47,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-/// A plan that cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum PlanError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The plan is not valid.
-    #[error("{path}:{line}: {message}")]
-    Invalid {
-        /// The file.
-        path: String,
-        /// Its line (1-based; 0 when unknown).
-        line: usize,
-        /// What is wrong, naming the key.
-        message: String,
-    },
-}
+/// A plan that cannot be used: the file could not be read, or a line of it is not valid.
+pub type PlanError = config::FileError;
 
 /// Which pairs of devices to measure.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -258,28 +237,21 @@ size = 65536
 impl Plan {
     /// Reads a plan file.
     pub fn load(path: &Path) -> Result<Plan, PlanError> {
-        let p = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| PlanError::Read { path: p.clone(), source })?;
-        Plan::parse(&text, &p)
+        Plan::parse(&config::read(path)?, &path.display().to_string())
     }
 
     /// Parses a plan (`path` names it in errors).
     pub fn parse(text: &str, path: &str) -> Result<Plan, PlanError> {
-        let line_of = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
-        let invalid = |line, message| PlanError::Invalid { path: path.into(), line, message };
-        let plan: Plan = toml::from_str(text).map_err(|e| {
-            let line = e.span().map_or(0, |s| line_of(s.start));
-            invalid(line, e.message().trim().to_string())
-        })?;
-        let at = |key: &str| find_line(text, key);
+        let file = config::TomlFile::new(path, text);
+        let plan: Plan = file.parse()?;
+        let invalid = |key: &str, message| file.invalid_at(key, message);
         if plan.devices.is_empty() {
-            return Err(invalid(at("devices"), "`devices` lists no device".into()));
+            return Err(invalid("devices", "`devices` lists no device".into()));
         }
         for d in &plan.devices {
             if let Err(verbs::Error::BadDeviceName { why, .. }) = verbs::DeviceName::parse(d) {
                 return Err(invalid(
-                    at("devices"),
+                    "devices",
                     format!("`devices`: {d:?} is not a device name: {why}"),
                 ));
             }
@@ -287,7 +259,7 @@ impl Plan {
         match &plan.pairs {
             Pairs::All(s) if s != "all" => {
                 return Err(invalid(
-                    at("pairs"),
+                    "pairs",
                     format!("`pairs` = {s:?}: \"all\" or a list of [a, b]"),
                 ));
             }
@@ -296,14 +268,14 @@ impl Plan {
                     for d in [a, b] {
                         if !plan.devices.contains(d) {
                             return Err(invalid(
-                                at("pairs"),
+                                "pairs",
                                 format!("`pairs`: {d:?} is not in `devices`"),
                             ));
                         }
                     }
                     if a == b {
                         return Err(invalid(
-                            at("pairs"),
+                            "pairs",
                             format!("`pairs`: [{a:?}, {b:?}] pairs a device with itself"),
                         ));
                     }
@@ -312,10 +284,9 @@ impl Plan {
             _ => {}
         }
         for p in &plan.perf {
-            let line = find_value_line(text, "test", &p.test);
             let Some(t) = perf::session::PerfTest::from_name(&p.test) else {
-                return Err(invalid(
-                    line,
+                return Err(file.invalid(
+                    file.line_of_value("test", &p.test),
                     format!("`perf.test` = {:?}: not a perf test (write-bw, send-lat, …)", p.test),
                 ));
             };
@@ -337,7 +308,7 @@ impl Plan {
             for (k, v) in other {
                 if v.is_some() {
                     return Err(invalid(
-                        at(k),
+                        k,
                         format!(
                             "`perf.{k}` does not apply to {} (a {} test)",
                             p.test,
@@ -350,30 +321,24 @@ impl Plan {
                 if let Some(v) = v
                     && !(v.is_finite() && *v > 0.0)
                 {
-                    return Err(invalid(
-                        at(k),
-                        format!("`perf.{k}` = {v}: must be a positive number"),
-                    ));
+                    return Err(invalid(k, format!("`perf.{k}` = {v}: must be a positive number")));
                 }
             }
             if p.sizes.iter().any(|s| *s == 0 || *s > 1 << 30) {
-                return Err(invalid(
-                    at("sizes"),
-                    "`perf.sizes`: each between 1 and 2^30 bytes".into(),
-                ));
+                return Err(invalid("sizes", "`perf.sizes`: each between 1 and 2^30 bytes".into()));
             }
             if p.iters == Some(0) {
-                return Err(invalid(at("iters"), "`perf.iters` must be at least 1".into()));
+                return Err(invalid("iters", "`perf.iters` must be at least 1".into()));
             }
         }
         if plan.retries > 1 {
-            return Err(invalid(at("retries"), format!("`retries` = {}: 0 or 1", plan.retries)));
+            return Err(invalid("retries", format!("`retries` = {}: 0 or 1", plan.retries)));
         }
         if let Some(i) = &plan.integrity
             && !(i.seconds.is_finite() && i.seconds > 0.0 && i.seconds <= 86_400.0)
         {
             return Err(invalid(
-                at("seconds"),
+                "seconds",
                 format!("`integrity.seconds` = {}: between 0 and 86400", i.seconds),
             ));
         }
@@ -392,24 +357,6 @@ impl Plan {
             Pairs::List(l) => l.iter().map(|[a, b]| (a.clone(), b.clone())).collect(),
         }
     }
-}
-
-fn find_line(text: &str, key: &str) -> usize {
-    text.lines()
-        .position(|l| {
-            l.trim_start().strip_prefix(key).is_some_and(|r| r.trim_start().starts_with('='))
-        })
-        .map_or(0, |i| i + 1)
-}
-
-fn find_value_line(text: &str, key: &str, value: &str) -> usize {
-    text.lines()
-        .position(|l| {
-            l.trim_start()
-                .strip_prefix(key)
-                .is_some_and(|r| r.trim_start().starts_with('=') && r.contains(value))
-        })
-        .map_or(0, |i| i + 1)
 }
 
 #[cfg(test)]

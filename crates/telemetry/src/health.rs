@@ -62,29 +62,8 @@ impl Default for Thresholds {
     }
 }
 
-/// A thresholds file that could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ThresholdsError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file is not valid.
-    #[error("{path}:{line}: {message}")]
-    Invalid {
-        /// The file.
-        path: String,
-        /// The line (1-based; 0 when unknown).
-        line: usize,
-        /// What is wrong, naming the key.
-        message: String,
-    },
-}
+/// A thresholds file that cannot be used: it could not be read, or a line of it is not valid.
+pub type ThresholdsError = config::FileError;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,55 +76,38 @@ struct File {
 impl Thresholds {
     /// Reads a thresholds file over the defaults.
     pub fn load(path: &Path) -> Result<Thresholds, ThresholdsError> {
-        let p = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ThresholdsError::Read { path: p.clone(), source })?;
-        Thresholds::parse(&text, &p)
+        Thresholds::parse(&config::read(path)?, &path.display().to_string())
     }
 
     /// Parses thresholds (`path` names the source in errors).
     pub fn parse(text: &str, path: &str) -> Result<Thresholds, ThresholdsError> {
-        let line_of = |offset: usize| text[..offset.min(text.len())].lines().count().max(1);
-        let invalid = |line, message| ThresholdsError::Invalid { path: path.into(), line, message };
-        let f: File = toml::from_str(text).map_err(|e| {
-            let line = e.span().map_or(0, |s| line_of(s.start + 1));
-            invalid(line, e.message().trim().to_string())
-        })?;
+        let file = config::TomlFile::new(path, text);
+        let f: File = file.parse()?;
         let mut t = Thresholds::default();
         if let Some(w) = f.window_seconds {
             if !(w.is_finite() && w > 0.0) {
-                let line = find_line(text, "window_seconds");
-                return Err(invalid(
-                    line,
+                return Err(file.invalid_at(
+                    "window_seconds",
                     format!("window_seconds = {w}: must be a positive number of seconds"),
                 ));
             }
             t.window_seconds = w;
         }
         for (k, v) in f.degraded {
-            let line = find_line(text, &k);
             if !t.degraded.contains_key(&k) {
                 let known: Vec<&str> = t.degraded.keys().map(String::as_str).collect();
-                return Err(invalid(
-                    line,
+                return Err(file.invalid_at(
+                    &k,
                     format!("unknown key `degraded.{k}` (known: {})", known.join(", ")),
                 ));
             }
             if !(v.is_finite() && v >= 0.0) {
-                return Err(invalid(line, format!("degraded.{k} = {v}: must be a rate >= 0")));
+                return Err(file.invalid_at(&k, format!("degraded.{k} = {v}: must be a rate >= 0")));
             }
             t.degraded.insert(k, v);
         }
         Ok(t)
     }
-}
-
-fn find_line(text: &str, key: &str) -> usize {
-    text.lines()
-        .position(|l| {
-            l.trim_start().strip_prefix(key).is_some_and(|r| r.trim_start().starts_with('='))
-        })
-        .map_or(0, |i| i + 1)
 }
 
 /// A port's health.
