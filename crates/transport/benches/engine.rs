@@ -24,7 +24,7 @@ fn run(messages: u64, icrc: bool) -> (Duration, u64, u64) {
     let mut info = Vec::new();
     for (i, ip) in ips.iter().enumerate() {
         let mut ep = Endpoint::new(EndpointConfig::new(*ip, 42 + i as u64), VecMemory::new());
-        let pd = ep.alloc_pd();
+        let pd = ep.alloc_pd().unwrap();
         let cq = ep.create_cq();
         let id = ep.memory_mut().add((MSG as usize) * WINDOW as usize);
         let mr = ep.register_mr(pd, id, 0x10_0000, u64::from(MSG) * WINDOW, all).unwrap();

@@ -72,7 +72,7 @@ fn an_srq_feeds_several_qps_and_raises_its_limit_event_once() {
     let mut net = Net::new(2, 7, Faults { delay: Duration::from_micros(5), ..Faults::default() });
     let senders = [side(&mut net, 0, QpType::Rc, BUF), side(&mut net, 0, QpType::Rc, BUF)];
     let n = &mut net.nodes[1];
-    let pd = n.alloc_pd();
+    let pd = n.alloc_pd().unwrap();
     let cq = n.create_cq();
     let id = n.memory_mut().add(BUF);
     let mr = n.register_mr(pd, id, BUF_ADDR, BUF as u64, Access::LOCAL_WRITE).unwrap();
@@ -204,7 +204,7 @@ fn a_missing_access_right_is_a_remote_access_error() {
 #[test]
 fn a_region_of_another_pd_is_a_remote_access_error() {
     let (mut net, a, b) = rc_pair(Params::default());
-    let other = net.nodes[1].alloc_pd();
+    let other = net.nodes[1].alloc_pd().unwrap();
     let all =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let mr = net.nodes[1].register_mr(other, b.mr.id, BUF_ADDR, 4096, all).unwrap();
@@ -546,7 +546,7 @@ fn illegal_posts_are_refused_with_a_clear_error() {
 fn the_queue_depth_is_enforced() {
     let mut net = Net::new(2, 1, Faults::default());
     let n = &mut net.nodes[0];
-    let pd = n.alloc_pd();
+    let pd = n.alloc_pd().unwrap();
     let cq = n.create_cq();
     let qpn = n
         .create_qp(
@@ -644,4 +644,43 @@ fn an_inline_send_takes_its_payload_when_posted() {
         n.create_qp(a.pd, QpType::Rc, a.cq, a.cq, caps),
         Err(Error::CapTooLarge { what: "max_inline_data", asked: 4096, max: 1024 })
     ));
+}
+
+#[test]
+fn a_protection_domain_is_freed_only_when_nothing_is_in_it() {
+    use transport::{Endpoint, EndpointConfig, VecMemory};
+    let mut ep = Endpoint::new(EndpointConfig::new(ip(0), 1), VecMemory::new());
+    let (pd, other) = (ep.alloc_pd().unwrap(), ep.alloc_pd().unwrap());
+    let cq = ep.create_cq();
+    let id = ep.memory_mut().add(4096);
+    let mr = ep.register_mr(pd, id, BUF_ADDR, 4096, Access::LOCAL_WRITE).unwrap();
+    let qpn = ep.create_qp(pd, QpType::Rc, cq, cq, QpCaps::default()).unwrap();
+    let srq = ep.create_srq(pd, 16).unwrap();
+    assert_eq!(ep.pd_count(), 2);
+    // Each object keeps it: ibv_dealloc_pd's EBUSY.
+    assert_eq!(ep.dealloc_pd(pd), Err(Error::PdInUse(pd)));
+    ep.destroy_srq(srq).unwrap();
+    assert_eq!(ep.dealloc_pd(pd), Err(Error::PdInUse(pd)), "the QP is still in it");
+    ep.destroy_qp(qpn).unwrap();
+    assert_eq!(ep.dealloc_pd(pd), Err(Error::PdInUse(pd)), "the region is still in it");
+    ep.deregister_mr(mr.lkey).unwrap();
+    assert_eq!(ep.dealloc_pd(pd), Ok(()));
+    assert_eq!(ep.pd_count(), 1);
+    // Gone: nothing can be made in it, and it cannot be freed twice.
+    assert_eq!(ep.dealloc_pd(pd), Err(Error::NoPd(pd)));
+    let id = ep.memory_mut().add(64);
+    assert_eq!(ep.register_mr(pd, id, 0, 64, Access::LOCAL_WRITE), Err(Error::NoPd(pd)));
+    assert_eq!(ep.create_qp(pd, QpType::Ud, cq, cq, QpCaps::default()), Err(Error::NoPd(pd)));
+    assert_eq!(ep.create_srq(pd, 1), Err(Error::NoPd(pd)));
+    assert_eq!(ep.dealloc_pd(other), Ok(()));
+    assert_eq!(ep.pd_count(), 0);
+    // As many as the device allows, and more once one is freed.
+    let mut cfg = EndpointConfig::new(ip(0), 1);
+    cfg.max_pd = 3;
+    let mut ep = Endpoint::new(cfg, VecMemory::new());
+    let pds: Vec<_> = (0..3).map(|_| ep.alloc_pd().unwrap()).collect();
+    assert_eq!(ep.alloc_pd(), Err(Error::Exhausted { what: "protection domains", max: 3 }));
+    ep.dealloc_pd(pds[1]).unwrap();
+    let again = ep.alloc_pd().unwrap();
+    assert!(!pds.contains(&again), "a freed id is not given again at once");
 }

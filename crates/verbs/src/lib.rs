@@ -39,8 +39,10 @@ pub use transport::{
 };
 pub use transport::{Counters, PdId};
 
-/// Why a verb failed.
+/// Why a verb failed. [`Error::kind`] says it in words any caller can match, whichever
+/// provider answered; the variants carry the details.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The device name could not be understood.
     #[error("bad device name {name:?}: {why}")]
@@ -59,9 +61,15 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The transport refused the verb (bad state, queue full, unknown object, …).
-    #[error(transparent)]
-    Verb(#[from] transport::Error),
+    /// The device refused the verb: a QP in the wrong state, a full queue, an unknown or
+    /// busy object, a malformed work request or attribute.
+    #[error("{reason}")]
+    Refused {
+        /// Why, as callers match it.
+        kind: ErrorKind,
+        /// What the device said.
+        reason: String,
+    },
     /// A memory access fell outside its region.
     #[error("{len} bytes at offset {offset} lie outside the {region_len}-byte region")]
     OutOfBounds {
@@ -135,6 +143,98 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// What kind of failure an [`Error`] is: what a caller can act on, the same for every
+/// provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A name, argument, attribute or work request is malformed or out of range (`EINVAL`).
+    InvalidArgument,
+    /// The object's state does not allow the verb: a QP not yet in RTS, a transition the
+    /// state machine forbids.
+    InvalidState,
+    /// The object, device or table entry does not exist (`ENOENT`, `ENODEV`).
+    NotFound,
+    /// The object is still in use: a protection domain with regions or QPs (`EBUSY`).
+    Busy,
+    /// A queue is full or a resource exhausted (`ENOMEM`).
+    ResourceExhausted,
+    /// A memory access outside its region, or without the right to it.
+    Protection,
+    /// The device or provider cannot do it (`EOPNOTSUPP`).
+    Unsupported,
+    /// The provider is not here: not built in, or libibverbs missing.
+    Unavailable,
+    /// An operating-system or library call failed otherwise.
+    Io,
+}
+
+impl Error {
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::BadDeviceName { .. } | Error::ForeignObject(_) => ErrorKind::InvalidArgument,
+            Error::Refused { kind, .. } => *kind,
+            Error::OutOfBounds { .. } => ErrorKind::Protection,
+            Error::NoGid { .. } | Error::NoRdmaDevice { .. } => ErrorKind::NotFound,
+            Error::Unsupported { .. } => ErrorKind::Unsupported,
+            Error::NotBuilt | Error::NoLibibverbs => ErrorKind::Unavailable,
+            Error::Open { source, .. } | Error::Call { source, .. } | Error::Io { source, .. } => {
+                kind_of_errno(source.raw_os_error())
+            }
+        }
+    }
+
+    /// A verb the device refused.
+    pub fn refused(kind: ErrorKind, reason: impl Into<String>) -> Error {
+        Error::Refused { kind, reason: reason.into() }
+    }
+
+    /// The object a verb named does not exist (`what`: `QP 0x11`, `CQ 3`).
+    pub fn no_such(what: impl fmt::Display) -> Error {
+        Error::refused(ErrorKind::NotFound, format!("no {what}"))
+    }
+
+    /// A verb the QP's state does not allow.
+    pub fn bad_state(qpn: Qpn, state: QpState, verb: &str) -> Error {
+        Error::refused(
+            ErrorKind::InvalidState,
+            format!("QP {qpn} is {state:?}, which does not allow {verb}"),
+        )
+    }
+}
+
+fn kind_of_errno(errno: Option<i32>) -> ErrorKind {
+    match errno {
+        Some(libc::EINVAL) => ErrorKind::InvalidArgument,
+        Some(libc::ENOENT | libc::ENODEV | libc::ENXIO) => ErrorKind::NotFound,
+        Some(libc::EBUSY) => ErrorKind::Busy,
+        Some(libc::ENOMEM | libc::ENOSPC | libc::EAGAIN) => ErrorKind::ResourceExhausted,
+        Some(libc::EOPNOTSUPP | libc::ENOSYS) => ErrorKind::Unsupported,
+        Some(libc::EPERM | libc::EACCES | libc::EFAULT) => ErrorKind::Protection,
+        _ => ErrorKind::Io,
+    }
+}
+
+/// The soft provider's engine refusing a verb, in the API's words.
+impl From<transport::Error> for Error {
+    fn from(e: transport::Error) -> Error {
+        use transport::Error as T;
+        let kind = match &e {
+            T::NoQp(_) | T::NoCq(_) | T::NoSrq(_) | T::NoPd(_) => ErrorKind::NotFound,
+            T::Transition(_) | T::BadState { .. } => ErrorKind::InvalidState,
+            T::OpNotSupported { .. } => ErrorKind::Unsupported,
+            T::QueueFull(_) => ErrorKind::ResourceExhausted,
+            T::PdInUse(_) => ErrorKind::Busy,
+            T::Exhausted { .. } => ErrorKind::ResourceExhausted,
+            T::TooLong { .. } | T::InvalidWr(_) | T::InvalidMr(_) | T::CapTooLarge { .. } => {
+                ErrorKind::InvalidArgument
+            }
+        };
+        Error::refused(kind, e.to_string())
+    }
 }
 
 fn no_device_message(wanted: Option<&str>, found: &[String], why: &str) -> String {
@@ -434,7 +534,9 @@ impl Context {
 
     /// A new protection domain.
     pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
-        Ok(ProtectionDomain { dev: self.dev.clone(), id: self.dev.alloc_pd()? })
+        let id = self.dev.alloc_pd()?;
+        let life = Arc::new(PdLife { dev: self.dev.clone(), id, freed: false });
+        Ok(ProtectionDomain { dev: self.dev.clone(), id, life })
     }
 
     /// A completion channel: a place to block until a CQ armed with
@@ -470,9 +572,32 @@ impl Context {
 }
 
 /// A protection domain (`ibv_pd`): memory regions and QPs of one PD cannot reach another's.
+///
+/// Its regions, QPs and SRQs keep it: the device frees it (`ibv_dealloc_pd`) when the last of
+/// them and this handle are gone, so dropping the handle first is never an error.
+/// [`ProtectionDomain::dealloc`] frees it now, or says what keeps it.
 pub struct ProtectionDomain {
     dev: Arc<dyn Provider>,
     id: PdId,
+    life: Arc<PdLife>,
+}
+
+/// A protection domain's hold on the device, shared by everything in it.
+struct PdLife {
+    dev: Arc<dyn Provider>,
+    id: PdId,
+    /// Freed already, by [`ProtectionDomain::dealloc`].
+    freed: bool,
+}
+
+impl Drop for PdLife {
+    fn drop(&mut self) {
+        // Nothing is left in it (each object held this), so the device frees it; a device
+        // that cannot has lost it already.
+        if !self.freed {
+            let _ = self.dev.dealloc_pd(self.id);
+        }
+    }
 }
 
 impl fmt::Debug for ProtectionDomain {
@@ -482,11 +607,38 @@ impl fmt::Debug for ProtectionDomain {
 }
 
 impl ProtectionDomain {
+    /// Frees the protection domain now (`ibv_dealloc_pd`). [`ErrorKind::Busy`] while memory
+    /// regions, QPs or SRQs are in it: it is then freed when the last of them is dropped.
+    pub fn dealloc(self) -> Result<()> {
+        let ProtectionDomain { id, life, .. } = self;
+        match Arc::try_unwrap(life) {
+            Ok(mut life) => {
+                let r = life.dev.dealloc_pd(id);
+                life.freed = r.is_ok();
+                r
+            }
+            Err(held) => Err(Error::refused(
+                ErrorKind::Busy,
+                format!(
+                    "protection domain {} still has {} memory regions, QPs or SRQs; it is \
+                     freed with the last",
+                    id.0,
+                    Arc::strong_count(&held) - 1
+                ),
+            )),
+        }
+    }
+
     /// Allocates `len` zeroed bytes and registers them with `access` rights. The region gets a
     /// local key and, with any remote right, a random remote key.
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
         let info = self.dev.reg_mr(self.id, len, access)?;
-        Ok(MemoryRegion { h: self.dev.mr_handle(info.lkey), dev: self.dev.clone(), info })
+        Ok(MemoryRegion {
+            h: self.dev.mr_handle(info.lkey),
+            dev: self.dev.clone(),
+            info,
+            _pd: self.life.clone(),
+        })
     }
 
     /// Registers `len` bytes at `offset` of the dma-buf `fd` (GPU memory, exported by its
@@ -504,7 +656,12 @@ impl ProtectionDomain {
     ) -> Result<MemoryRegion> {
         use std::os::fd::AsRawFd;
         let info = self.dev.reg_dmabuf_mr(self.id, fd.as_raw_fd(), offset, len, iova, access)?;
-        Ok(MemoryRegion { h: self.dev.mr_handle(info.lkey), dev: self.dev.clone(), info })
+        Ok(MemoryRegion {
+            h: self.dev.mr_handle(info.lkey),
+            dev: self.dev.clone(),
+            info,
+            _pd: self.life.clone(),
+        })
     }
 
     /// A queue pair (`ibv_create_qp`), in the RESET state.
@@ -530,12 +687,22 @@ impl ProtectionDomain {
         };
         let qpn = self.dev.create_qp(&spec)?;
         let h = self.dev.qp_handle(qpn);
-        Ok(QueuePair { dev: self.dev.clone(), qpn, qp_type: init.qp_type, h })
+        Ok(QueuePair {
+            dev: self.dev.clone(),
+            qpn,
+            qp_type: init.qp_type,
+            h,
+            _pd: self.life.clone(),
+        })
     }
 
     /// A shared receive queue of `max_wr` receives (`ibv_create_srq`).
     pub fn create_srq(&self, max_wr: u32) -> Result<SharedReceiveQueue> {
-        Ok(SharedReceiveQueue { dev: self.dev.clone(), id: self.dev.create_srq(self.id, max_wr)? })
+        Ok(SharedReceiveQueue {
+            dev: self.dev.clone(),
+            id: self.dev.create_srq(self.id, max_wr)?,
+            _pd: self.life.clone(),
+        })
     }
 }
 
@@ -631,6 +798,8 @@ pub struct MemoryRegion {
     info: transport::MrInfo,
     /// The provider's direct reference to the region's memory.
     h: Handle,
+    /// Its protection domain, freed after it (fields drop after `Drop::drop` deregisters).
+    _pd: Arc<PdLife>,
 }
 
 impl fmt::Debug for MemoryRegion {
@@ -876,6 +1045,8 @@ pub struct QueuePair {
     qp_type: QpType,
     /// The provider's direct reference to the QP.
     h: Handle,
+    /// Its protection domain, freed after it.
+    _pd: Arc<PdLife>,
 }
 
 impl fmt::Debug for QueuePair {
@@ -1003,9 +1174,7 @@ impl PostFailure {
     /// ([`Provider::post_errno`]).
     pub fn into_error(self, dev: &(impl Provider + ?Sized), qpn: Qpn, verb: &'static str) -> Error {
         match self {
-            PostFailure::State(state) => {
-                Error::Verb(transport::Error::BadState { qpn, state, verb })
-            }
+            PostFailure::State(state) => Error::bad_state(qpn, state, verb),
             PostFailure::Errno(rc) => dev.post_errno(verb, rc),
         }
     }
@@ -1165,6 +1334,8 @@ impl Drop for QueuePair {
 pub struct SharedReceiveQueue {
     dev: Arc<dyn Provider>,
     id: SrqId,
+    /// Its protection domain, freed after it.
+    _pd: Arc<PdLife>,
 }
 
 impl fmt::Debug for SharedReceiveQueue {

@@ -59,6 +59,9 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn gid_table(&self) -> Vec<GidEntry>;
     /// Allocates a protection domain.
     fn alloc_pd(&self) -> Result<PdId>;
+    /// Frees a protection domain (`ibv_dealloc_pd`); [`crate::ErrorKind::Busy`] while a
+    /// region, QP or SRQ is in it.
+    fn dealloc_pd(&self, pd: PdId) -> Result<()>;
     /// Allocates `len` zeroed bytes and registers them.
     fn reg_mr(&self, pd: PdId, len: usize, access: Access) -> Result<MrInfo>;
     /// Registers a dma-buf (`ibv_reg_dmabuf_mr`); devices that cannot answer

@@ -36,8 +36,8 @@ use transport::{
 };
 
 use crate::{
-    AsyncEvent, ContextOptions, Error, Gid, GidEntry, GidType, Handle, Mtu, PortAttr, PortState,
-    PostFailure, PreparedRaw, PreparedRecv, PreparedSend, Provider, Psn, QpSpec, Result,
+    AsyncEvent, ContextOptions, Error, ErrorKind, Gid, GidEntry, GidType, Handle, Mtu, PortAttr,
+    PortState, PostFailure, PreparedRaw, PreparedRecv, PreparedSend, Provider, Psn, QpSpec, Result,
 };
 
 /// The port every RoCE device here is driven on.
@@ -376,11 +376,13 @@ impl RdmaCoreDevice {
 
     fn errno(&self, verb: &'static str, rc: i32) -> Error {
         match rc {
-            libc::ENOMEM => Error::Verb(transport::Error::QueueFull(if verb.contains("recv") {
-                "receive"
-            } else {
-                "send"
-            })),
+            libc::ENOMEM => Error::refused(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "the {} queue is full",
+                    if verb.contains("recv") { "receive" } else { "send" }
+                ),
+            ),
             _ => self.call_err(verb, io::Error::from_raw_os_error(rc)),
         }
     }
@@ -422,7 +424,10 @@ impl RdmaCoreDevice {
         if let Some(ah) = ahs.get(&ip) {
             return Ok(*ah);
         }
-        let pd = t.pds.get(&qp.pd.0).ok_or(Error::Verb(transport::Error::NoPd(qp.pd)))?;
+        let pd = t
+            .pds
+            .get(&qp.pd.0)
+            .ok_or(Error::no_such(format_args!("protection domain {:?}", qp.pd)))?;
         let mut attr = self.ah_attr(ip, qp.traffic_class);
         // SAFETY: the PD is alive (held by the table under our read lock) and `attr` is a
         // fully initialized address vector.
@@ -449,7 +454,11 @@ impl RdmaCoreDevice {
         access: Access,
     ) -> Result<MrInfo> {
         let mut t = write_tables(&self.tables);
-        let swpd = t.pds.get(&pd.0).ok_or(Error::Verb(transport::Error::NoPd(pd)))?.clone();
+        let swpd = t
+            .pds
+            .get(&pd.0)
+            .ok_or(Error::no_such(format_args!("protection domain {:?}", pd)))?
+            .clone();
         // SAFETY: the caller's `fd` is borrowed for the call; the kernel takes its own
         // reference to the dma-buf it names.
         let mr = unsafe { swpd.reg_dmabuf_mr(offset, len, iova, fd, access_flags(access)) };
@@ -653,12 +662,33 @@ impl Provider for RdmaCoreDevice {
         Ok(PdId(id))
     }
 
+    fn dealloc_pd(&self, pd: PdId) -> Result<()> {
+        let mut t = write_tables(&self.tables);
+        let p = t.pds.get(&pd.0).ok_or(Error::no_such(format_args!("protection domain {pd:?}")))?;
+        // Its regions, QPs and SRQs hold it too: sideway deallocates it with the last.
+        if Arc::strong_count(p) > 1 {
+            return Err(Error::refused(
+                ErrorKind::Busy,
+                format!("protection domain {pd:?} still has memory regions, QPs or SRQs"),
+            ));
+        }
+        drop(t.pds.remove(&pd.0));
+        Ok(())
+    }
+
     fn reg_mr(&self, pd: PdId, len: usize, access: Access) -> Result<MrInfo> {
         if len == 0 {
-            return Err(Error::Verb(transport::Error::InvalidMr("zero length")));
+            return Err(Error::refused(
+                ErrorKind::InvalidArgument,
+                concat!("invalid memory region: ", "zero length"),
+            ));
         }
         let mut t = write_tables(&self.tables);
-        let swpd = t.pds.get(&pd.0).ok_or(Error::Verb(transport::Error::NoPd(pd)))?.clone();
+        let swpd = t
+            .pds
+            .get(&pd.0)
+            .ok_or(Error::no_such(format_args!("protection domain {:?}", pd)))?
+            .clone();
         // SAFETY: a fresh private anonymous mapping; the result is checked.
         let p = unsafe {
             libc::mmap(
@@ -880,7 +910,7 @@ impl Provider for RdmaCoreDevice {
 
     fn req_notify_cq(&self, cq: CqId) -> Result<()> {
         let t = read_tables(&self.tables);
-        let c = t.cqs.get(&cq.0).ok_or(Error::Verb(transport::Error::NoCq(cq)))?;
+        let c = t.cqs.get(&cq.0).ok_or(Error::no_such(format_args!("CQ {:?}", cq)))?;
         // SAFETY: the CQ is alive (read lock).
         let rc = unsafe { sys::ibv_req_notify_cq(c.ptr(), 0) };
         if rc != 0 {
@@ -910,7 +940,11 @@ impl Provider for RdmaCoreDevice {
 
     fn create_srq(&self, pd: PdId, max_wr: u32) -> Result<SrqId> {
         let mut t = write_tables(&self.tables);
-        let swpd = t.pds.get(&pd.0).ok_or(Error::Verb(transport::Error::NoPd(pd)))?.clone();
+        let swpd = t
+            .pds
+            .get(&pd.0)
+            .ok_or(Error::no_such(format_args!("protection domain {:?}", pd)))?
+            .clone();
         let id = t.id();
         let mut attr = sys::ibv_srq_init_attr {
             srq_context: id as usize as *mut libc::c_void,
@@ -933,7 +967,7 @@ impl Provider for RdmaCoreDevice {
 
     fn post_srq_recv(&self, srq: SrqId, wrs: &[RecvWr]) -> Result<()> {
         let t = read_tables(&self.tables);
-        let s = t.srqs.get(&srq.0).ok_or(Error::Verb(transport::Error::NoSrq(srq)))?;
+        let s = t.srqs.get(&srq.0).ok_or(Error::no_such(format_args!("SRQ {:?}", srq)))?;
         with_recv_wrs(wrs, |head| {
             let mut bad = ptr::null_mut();
             // SAFETY: the SRQ is alive and `head` is a valid, null-terminated chain.
@@ -944,7 +978,7 @@ impl Provider for RdmaCoreDevice {
 
     fn arm_srq_limit(&self, srq: SrqId, limit: u32) -> Result<()> {
         let t = read_tables(&self.tables);
-        let s = t.srqs.get(&srq.0).ok_or(Error::Verb(transport::Error::NoSrq(srq)))?;
+        let s = t.srqs.get(&srq.0).ok_or(Error::no_such(format_args!("SRQ {:?}", srq)))?;
         let mut attr = sys::ibv_srq_attr { max_wr: 0, max_sge: 0, srq_limit: limit };
         // SAFETY: the SRQ is alive and `attr` initialized.
         let rc = unsafe {
@@ -958,8 +992,11 @@ impl Provider for RdmaCoreDevice {
 
     fn create_qp(&self, spec: &QpSpec) -> Result<Qpn> {
         let mut t = write_tables(&self.tables);
-        let swpd =
-            t.pds.get(&spec.pd.0).ok_or(Error::Verb(transport::Error::NoPd(spec.pd)))?.clone();
+        let swpd = t
+            .pds
+            .get(&spec.pd.0)
+            .ok_or(Error::no_such(format_args!("protection domain {:?}", spec.pd)))?
+            .clone();
         let cq = |id: CqId| t.cqs.get(&id.0).map(|c| c.ptr()).ok_or(Error::ForeignObject("CQ"));
         let (send_cq, recv_cq) = (cq(spec.send_cq)?, cq(spec.recv_cq)?);
         let srq = match spec.srq {
@@ -1007,7 +1044,7 @@ impl Provider for RdmaCoreDevice {
     fn modify_qp(&self, qpn: Qpn, m: &ModifyQp) -> Result<()> {
         use sys::ibv_qp_attr_mask as k;
         let mut t = write_tables(&self.tables);
-        let q = t.qps.get_mut(&qpn.get()).ok_or(Error::Verb(transport::Error::NoQp(qpn)))?;
+        let q = t.qps.get_mut(&qpn.get()).ok_or(Error::no_such(format_args!("QP {}", qpn)))?;
         if let Some(tc) = m.traffic_class {
             q.traffic_class = tc;
         }
@@ -1079,12 +1116,10 @@ impl Provider for RdmaCoreDevice {
             // SAFETY: the QP is alive; libibverbs keeps `state` current.
             let from = state_from_ibv(unsafe { (*qp.ptr()).state });
             return Err(match (rc, m.state) {
-                (libc::EINVAL, Some(to)) => {
-                    Error::Verb(transport::Error::Transition(transport::TransitionError::Invalid {
-                        from,
-                        to,
-                    }))
-                }
+                (libc::EINVAL, Some(to)) => Error::refused(
+                    ErrorKind::InvalidState,
+                    format!("invalid QP transition {from:?} -> {to:?}"),
+                ),
                 _ => self.errno("ibv_modify_qp", rc),
             });
         }
@@ -1093,7 +1128,7 @@ impl Provider for RdmaCoreDevice {
 
     fn query_qp(&self, qpn: Qpn) -> Result<(QpState, QpAttr)> {
         let t = read_tables(&self.tables);
-        let q = t.qps.get(&qpn.get()).ok_or(Error::Verb(transport::Error::NoQp(qpn)))?;
+        let q = t.qps.get(&qpn.get()).ok_or(Error::no_such(format_args!("QP {}", qpn)))?;
         // SAFETY: all-zero is a valid value of both attribute structs.
         let (mut a, mut init): (sys::ibv_qp_attr, sys::ibv_qp_init_attr) =
             unsafe { (MaybeUninit::zeroed().assume_init(), MaybeUninit::zeroed().assume_init()) };
@@ -1143,7 +1178,7 @@ impl Provider for RdmaCoreDevice {
 
     fn post_send(&self, qpn: Qpn, wrs: &[SendWr]) -> Result<()> {
         let t = read_tables(&self.tables);
-        let q = t.qps.get(&qpn.get()).ok_or(Error::Verb(transport::Error::NoQp(qpn)))?;
+        let q = t.qps.get(&qpn.get()).ok_or(Error::no_such(format_args!("QP {}", qpn)))?;
         let ud = q.qp_type == QpType::Ud;
         // SAFETY: the QP is alive (read lock).
         unsafe { self.post_send_raw(q.qp.ptr(), qpn, wrs, ud, &|ip| self.ah(&t, q, ip)) }
@@ -1163,7 +1198,12 @@ impl Provider for RdmaCoreDevice {
             // UD looks its address handles up in the table.
             return self.post_send(qpn, wrs);
         }
-        let no_ah = |_| Err(Error::Verb(transport::Error::InvalidWr("not a UD QP")));
+        let no_ah = |_| {
+            Err(Error::refused(
+                ErrorKind::InvalidArgument,
+                concat!("invalid work request: ", "not a UD QP"),
+            ))
+        };
         // SAFETY: as above.
         unsafe { self.post_send_raw(qp, qpn, wrs, false, &no_ah) }
     }
@@ -1174,7 +1214,12 @@ impl Provider for RdmaCoreDevice {
         if wr.ud.is_some() || wr.sgl.len() > FEW_SGES {
             return Ok(None);
         }
-        let no_ah = |_| Err(Error::Verb(transport::Error::InvalidWr("not a UD QP")));
+        let no_ah = |_| {
+            Err(Error::refused(
+                ErrorKind::InvalidArgument,
+                concat!("invalid work request: ", "not a UD QP"),
+            ))
+        };
         let mut r = Box::new(RawSend {
             wr: raw_send_wr(wr, false, &no_ah)?,
             sges: few_sges(&wr.sgl),
@@ -1243,7 +1288,7 @@ impl Provider for RdmaCoreDevice {
 
     fn post_recv(&self, qpn: Qpn, wrs: &[RecvWr]) -> Result<()> {
         let t = read_tables(&self.tables);
-        let q = t.qps.get(&qpn.get()).ok_or(Error::Verb(transport::Error::NoQp(qpn)))?;
+        let q = t.qps.get(&qpn.get()).ok_or(Error::no_such(format_args!("QP {}", qpn)))?;
         // SAFETY: the QP is alive (read lock).
         unsafe { self.post_recv_raw(q.qp.ptr(), qpn, wrs) }
     }
@@ -1401,7 +1446,10 @@ impl RdmaCoreDevice {
     }
 
     fn host_bytes(&self, t: &Tables, lkey: u32) -> Result<(*mut u8, usize)> {
-        let r = t.mrs.get(&lkey).ok_or(Error::Verb(transport::Error::InvalidMr("unknown key")))?;
+        let r = t.mrs.get(&lkey).ok_or(Error::refused(
+            ErrorKind::InvalidArgument,
+            concat!("invalid memory region: ", "unknown key"),
+        ))?;
         r.bytes().ok_or(Error::Unsupported {
             device: self.name.clone(),
             what: "host access to a dma-buf region",
@@ -1476,9 +1524,7 @@ unsafe fn refuses_receives(qp: *mut sys::ibv_qp) -> Option<QpState> {
 unsafe fn check_send_state(qp: *mut sys::ibv_qp, qpn: Qpn) -> Result<()> {
     // SAFETY: the caller's promise, passed on.
     match unsafe { refuses_sends(qp) } {
-        Some(state) => {
-            Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_send" }))
-        }
+        Some(state) => Err(Error::bad_state(qpn, state, "post_send")),
         None => Ok(()),
     }
 }
@@ -1491,9 +1537,7 @@ unsafe fn check_send_state(qp: *mut sys::ibv_qp, qpn: Qpn) -> Result<()> {
 unsafe fn check_recv_state(qp: *mut sys::ibv_qp, qpn: Qpn) -> Result<()> {
     // SAFETY: the caller's promise, passed on.
     match unsafe { refuses_receives(qp) } {
-        Some(state) => {
-            Err(Error::Verb(transport::Error::BadState { qpn, state, verb: "post_recv" }))
-        }
+        Some(state) => Err(Error::bad_state(qpn, state, "post_recv")),
         None => Ok(()),
     }
 }
@@ -1600,9 +1644,10 @@ fn raw_send_wr(
         }
     }
     if ud {
-        let d = wr
-            .ud
-            .ok_or(Error::Verb(transport::Error::InvalidWr("a UD send needs a destination")))?;
+        let d = wr.ud.ok_or(Error::refused(
+            ErrorKind::InvalidArgument,
+            concat!("invalid work request: ", "a UD send needs a destination"),
+        ))?;
         let ah = ah(d.ip)?;
         r.wr = sys::wr_t {
             ud: sys::ud_t { ah: ah.ptr(), remote_qpn: d.qpn.get(), remote_qkey: d.qkey.0 },

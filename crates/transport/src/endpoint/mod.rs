@@ -9,7 +9,7 @@ mod responder;
 mod tables;
 mod verbs;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Hash maps keyed by numbers: foldhash is several times faster than SipHash on them.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -60,12 +60,20 @@ pub struct EndpointConfig {
     pub cnp_interval: Duration,
     /// The requester sets AckReq after this many packets without one (rxe: 64).
     pub ack_req_every: u32,
+    /// The most protection domains allocated at once (rxe's `max_pd`: 0x7ff0).
+    pub max_pd: u32,
 }
 
 impl EndpointConfig {
     /// Defaults for a device at `ip`.
     pub fn new(ip: IpAddr, key_seed: u64) -> EndpointConfig {
-        EndpointConfig { ip, key_seed, cnp_interval: Duration::from_micros(50), ack_req_every: 64 }
+        EndpointConfig {
+            ip,
+            key_seed,
+            cnp_interval: Duration::from_micros(50),
+            ack_req_every: 64,
+            max_pd: 0x7ff0,
+        }
     }
 }
 
@@ -115,6 +123,17 @@ pub enum Error {
     /// No such shared receive queue.
     #[error("no SRQ {0:?}")]
     NoSrq(SrqId),
+    /// As many objects of a kind as the device allows exist already.
+    #[error("the device allows {max} {what}")]
+    Exhausted {
+        /// The objects.
+        what: &'static str,
+        /// The most there may be.
+        max: u32,
+    },
+    /// The protection domain still holds a memory region, QP or SRQ.
+    #[error("protection domain {0:?} still has memory regions, QPs or SRQs")]
+    PdInUse(PdId),
     /// No such protection domain.
     #[error("no protection domain {0:?}")]
     NoPd(PdId),
@@ -189,7 +208,9 @@ fn retransmit_timeout(code: u8) -> Option<Duration> {
 pub struct Endpoint<M: Memory> {
     cfg: EndpointConfig,
     dev: Device<M>,
-    pds: u32,
+    /// The protection domains allocated, and the last id given.
+    pds: BTreeSet<u32>,
+    next_pd: u32,
     qps: BTreeMap<Qpn, QueuePair>,
     next_qpn: u32,
     /// Control packets (NAKs that end a QP, CNPs) ready to go.
@@ -222,7 +243,8 @@ impl<M: Memory> Endpoint<M> {
                 cqs: CqTable::default(),
                 counters: Counters::default(),
             },
-            pds: 0,
+            pds: BTreeSet::new(),
+            next_pd: 0,
             qps: BTreeMap::new(),
             next_qpn: 0x11,
             ctrl: VecDeque::new(),

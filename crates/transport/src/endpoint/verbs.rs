@@ -12,10 +12,39 @@ use crate::wr::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
 use super::*;
 
 impl<M: Memory> Endpoint<M> {
-    /// A new protection domain.
-    pub fn alloc_pd(&mut self) -> PdId {
-        self.pds += 1;
-        PdId(self.pds)
+    /// A new protection domain; refused once [`EndpointConfig::max_pd`] exist.
+    pub fn alloc_pd(&mut self) -> Result<PdId, Error> {
+        if self.pds.len() >= self.cfg.max_pd as usize {
+            return Err(Error::Exhausted { what: "protection domains", max: self.cfg.max_pd });
+        }
+        // Ids are not reused (a stale id names nothing), and never 0.
+        self.next_pd = self.next_pd.checked_add(1).unwrap_or(1);
+        while self.next_pd == 0 || self.pds.contains(&self.next_pd) {
+            self.next_pd = self.next_pd.wrapping_add(1);
+        }
+        self.pds.insert(self.next_pd);
+        Ok(PdId(self.next_pd))
+    }
+
+    /// Frees a protection domain (`ibv_dealloc_pd`); refused while a memory region, QP or
+    /// shared receive queue is in it.
+    pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), Error> {
+        if !self.pds.contains(&pd.0) {
+            return Err(Error::NoPd(pd));
+        }
+        let in_use = self.dev.mrs.by_lkey.values().any(|m| m.pd == pd)
+            || self.qps.values().any(|q| q.pd == pd)
+            || self.dev.cqs.srqs.iter().flatten().any(|s| s.pd == pd);
+        if in_use {
+            return Err(Error::PdInUse(pd));
+        }
+        self.pds.remove(&pd.0);
+        Ok(())
+    }
+
+    /// How many protection domains are allocated.
+    pub fn pd_count(&self) -> usize {
+        self.pds.len()
     }
 
     /// A new completion queue.
@@ -47,7 +76,7 @@ impl<M: Memory> Endpoint<M> {
         len: u64,
         access: Access,
     ) -> Result<MrInfo, Error> {
-        if pd.0 == 0 || pd.0 > self.pds {
+        if !self.pds.contains(&pd.0) {
             return Err(Error::NoPd(pd));
         }
         if len == 0 || addr.checked_add(len).is_none() {
@@ -97,7 +126,7 @@ impl<M: Memory> Endpoint<M> {
         caps: QpCaps,
         srq: Option<SrqId>,
     ) -> Result<Qpn, Error> {
-        if pd.0 == 0 || pd.0 > self.pds {
+        if !self.pds.contains(&pd.0) {
             return Err(Error::NoPd(pd));
         }
         if let Some(id) = srq {
@@ -162,7 +191,7 @@ impl<M: Memory> Endpoint<M> {
 
     /// A new shared receive queue in `pd` holding up to `max_wr` receives.
     pub fn create_srq(&mut self, pd: PdId, max_wr: u32) -> Result<SrqId, Error> {
-        if pd.0 == 0 || pd.0 > self.pds {
+        if !self.pds.contains(&pd.0) {
             return Err(Error::NoPd(pd));
         }
         self.dev.cqs.srqs.push(Some(Srq { pd, rq: VecDeque::new(), max_wr, limit: 0 }));

@@ -342,7 +342,7 @@ pub const BUF_ADDR: u64 = 0x7f00_0000_0000;
 /// Sets up a QP of `qp_type` on node `node` with a `buf_len`-byte buffer.
 pub fn side(net: &mut Net, node: usize, qp_type: QpType, buf_len: usize) -> Side {
     let n = &mut net.nodes[node];
-    let pd = n.alloc_pd();
+    let pd = n.alloc_pd().unwrap();
     let cq = n.create_cq();
     let id = n.memory_mut().add(buf_len);
     let access =

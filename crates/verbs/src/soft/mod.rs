@@ -625,7 +625,11 @@ impl Provider for SoftDevice {
     }
 
     fn alloc_pd(&self) -> Result<PdId> {
-        Ok(lock(&self.sh.state).ep.alloc_pd())
+        Ok(lock(&self.sh.state).ep.alloc_pd()?)
+    }
+
+    fn dealloc_pd(&self, pd: PdId) -> Result<()> {
+        Ok(lock(&self.sh.state).ep.dealloc_pd(pd)?)
     }
 
     fn reg_mr(&self, pd: PdId, len: usize, access: Access) -> Result<MrInfo> {
