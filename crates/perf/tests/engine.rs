@@ -77,7 +77,8 @@ fn pair(max_size: usize) -> (End, End) {
     let all =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let make = |ip: &str| {
-        let ctx = Context::soft(ip.parse().unwrap(), 4791, &ContextOptions::default()).unwrap();
+        let ctx =
+            providers::open_soft(ip.parse().unwrap(), 4791, &ContextOptions::default()).unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(1024, None).unwrap();
         let mr = pd.reg_mr(layout.region_len(1), all).unwrap();

@@ -523,7 +523,7 @@ fn device_checks(plan: &Plan, sys: &Path, d: &str, r: &mut Run<'_>) -> Option<Co
     let t = Instant::now();
     r.progress.starting(&format!("device/{d}"));
     let opts = ContextOptions { progress: Progress::Busy, ..Default::default() };
-    let ctx = match Context::open(d, &opts) {
+    let ctx = match providers::open(d, &opts) {
         Ok(c) => {
             r.push(Check::pass(
                 &format!("device/{d}/present"),

@@ -2,13 +2,15 @@
 //! queues and channels, queue pairs (RC, UC, UD), shared receive queues and asynchronous
 //! events — the objects and the vocabulary of `libibverbs`, with Rust ownership.
 //!
-//! ```no_run
-//! use verbs::{Access, Context, ContextOptions};
-//! let ctx = Context::open("soft:127.0.0.1", &ContextOptions::default())?;
+//! ```
+//! # fn demo(ctx: verbs::Context) -> verbs::Result<()> {
+//! use verbs::Access;
+//! // `ctx` from a provider: `providers::open("soft:127.0.0.1", &Default::default())`
 //! let pd = ctx.alloc_pd()?;
 //! let mr = pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
 //! println!("rkey {:#x} at {:#x}", mr.rkey(), mr.addr());
-//! # Ok::<(), verbs::Error>(())
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! Every object holds its context alive; dropping an object destroys it on the device.
@@ -17,27 +19,25 @@
 //! request that outlives its region fails with a protection error instead of touching freed
 //! memory. `unsafe` lives only in providers.
 //!
-//! Providers implement [`Provider`]: [`soft`] (a userspace RoCEv2 device over UDP sockets, on
-//! any Linux host) and, with the `rdma-core` feature, [`rdmacore`] (real devices through
-//! libibverbs).
+//! Providers implement [`Provider`], each in its own crate: `soft` (a userspace RoCEv2 device
+//! over UDP sockets, on any Linux host) and `rdmacore` (real devices through libibverbs).
+//! `providers::open` opens a device by its [`DeviceName`] with whichever is built in; this
+//! crate knows none of them.
 
 mod device;
 mod provider;
-#[cfg(feature = "rdma-core")]
-pub mod rdmacore;
-pub mod soft;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use device::{DeviceName, Progress, ROCE_PORT, soft_devices};
+pub use device::{DeviceName, Progress, ROCE_PORT};
 pub use provider::{Handle, Provider};
 pub use transport::{
     Access, CqId, ModifyQp, Mtu, Path, Psn, QKey, QpAttr, QpCaps, QpState, QpType, Qpn, RKey,
     RecvWr, SendOp, SendWr, Sge, Sgl, SrqId, UdDest, WcOpcode, WcStatus, WorkCompletion,
 };
-pub use transport::{Counters, PdId};
+pub use transport::{Counters, MrId, MrInfo, PdId};
 
 /// Why a verb failed. [`Error::kind`] says it in words any caller can match, whichever
 /// provider answered; the variants carry the details.
@@ -437,50 +437,7 @@ impl fmt::Debug for Context {
 }
 
 impl Context {
-    /// Opens a device by name: `soft`, `soft:<IP>[:<udp-port>]` (see [`DeviceName`]), or
-    /// the name of an RDMA device (`mlx5_0`, `rxe0`) through the rdma-core provider.
-    pub fn open(name: &str, opts: &ContextOptions) -> Result<Context> {
-        match DeviceName::parse(name)? {
-            DeviceName::Soft { ip, port } => Context::soft(ip, port, opts),
-            DeviceName::SoftDefault => {
-                let dev = soft::SoftDevice::open_default_loopback(opts)?;
-                Ok(Context { dev: Arc::new(dev) })
-            }
-            DeviceName::Rdma(name) => Context::rdma_core(Some(&name), opts),
-        }
-    }
-
-    /// Opens an RDMA device through rdma-core (the first one when `name` is `None`).
-    pub fn rdma_core(name: Option<&str>, opts: &ContextOptions) -> Result<Context> {
-        #[cfg(feature = "rdma-core")]
-        {
-            Ok(Context { dev: Arc::new(rdmacore::RdmaCoreDevice::open(name, opts)?) })
-        }
-        #[cfg(not(feature = "rdma-core"))]
-        {
-            let _ = (name, opts);
-            Err(Error::NotBuilt)
-        }
-    }
-
-    /// The RDMA devices rdma-core's libibverbs lists.
-    pub fn rdma_core_devices() -> Result<Vec<String>> {
-        #[cfg(feature = "rdma-core")]
-        {
-            rdmacore::device_names()
-        }
-        #[cfg(not(feature = "rdma-core"))]
-        {
-            Err(Error::NotBuilt)
-        }
-    }
-
-    /// Opens the soft device at `ip`, UDP port `port`.
-    pub fn soft(ip: std::net::IpAddr, port: u16, opts: &ContextOptions) -> Result<Context> {
-        Ok(Context { dev: Arc::new(soft::SoftDevice::open(ip, port, opts)?) })
-    }
-
-    /// Wraps a provider's device.
+    /// Wraps a provider's device: how a provider hands out a context.
     pub fn from_provider(dev: Arc<dyn Provider>) -> Context {
         Context { dev }
     }
@@ -1227,7 +1184,7 @@ impl PreparedRaw {
 /// ~190 instructions podnet added to each `ibv_post_send`).
 pub struct Prepared<W> {
     wr: W,
-    pub(crate) raw: Option<PreparedRaw>,
+    raw: Option<PreparedRaw>,
 }
 
 /// A prepared send work request.
@@ -1240,6 +1197,11 @@ impl<W> Prepared<W> {
     /// The request as posted.
     pub fn wr(&self) -> &W {
         &self.wr
+    }
+
+    /// The provider's own form of it, if the provider made one ([`Provider::prepare_send`]).
+    pub fn raw_mut(&mut self) -> Option<&mut PreparedRaw> {
+        self.raw.as_mut()
     }
 }
 

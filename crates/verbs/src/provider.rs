@@ -23,14 +23,12 @@ impl Handle {
     pub const NONE: Handle = Handle(0);
 
     /// A handle holding `v` (a provider's pointer or index).
-    #[cfg_attr(not(feature = "rdma-core"), allow(dead_code))]
-    pub(crate) fn new(v: usize) -> Handle {
+    pub fn new(v: usize) -> Handle {
         Handle(v)
     }
 
     /// What the provider put in it.
-    #[cfg_attr(not(feature = "rdma-core"), allow(dead_code))]
-    pub(crate) fn get(self) -> usize {
+    pub fn get(self) -> usize {
         self.0
     }
 }

@@ -81,7 +81,7 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
             world.rank
         );
     }
-    let ctx = verbs::Context::open(&args.ib_dev, &opts)?;
+    let ctx = providers::open(&args.ib_dev, &opts)?;
     let host = hostname();
     let info = serde_json::json!({ "ip": ctx.ip().to_string(), "port": args.port, "device": ctx.device_name() });
     ensure!(args.count != Some(0), "--count must be at least 1");

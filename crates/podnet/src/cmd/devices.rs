@@ -12,7 +12,7 @@ use crate::cli::DevicesArgs;
 pub(crate) fn run(args: &DevicesArgs) -> anyhow::Result<ExitCode> {
     let mut devs = host::rdma_devices(&args.sysfs_root);
     if !args.no_soft {
-        devs.extend(verbs::soft_devices(&args.sysfs_root)?);
+        devs.extend(providers::soft_devices(&args.sysfs_root)?);
     }
     let mut out = std::io::stdout().lock();
     if args.json {

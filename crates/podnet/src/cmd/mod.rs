@@ -27,10 +27,12 @@ pub(crate) fn open_device(dev: &DeviceArgs, opts: &ContextOptions) -> anyhow::Re
             bail!("--provider soft drives soft devices (soft, soft:<IP>), not {n:?}")
         }
         (ProviderKind::Soft, n) => {
-            Context::open(&n.map_or_else(|| "soft".into(), |n| n.to_string()), opts)?
+            providers::open(&n.map_or_else(|| "soft".into(), |n| n.to_string()), opts)?
         }
-        (ProviderKind::RdmaCore, Some(DeviceName::Rdma(n))) => Context::rdma_core(Some(&n), opts)?,
-        (ProviderKind::RdmaCore, None) => Context::rdma_core(None, opts)?,
+        (ProviderKind::RdmaCore, Some(DeviceName::Rdma(n))) => {
+            providers::open_rdma_core(Some(&n), opts)?
+        }
+        (ProviderKind::RdmaCore, None) => providers::open_rdma_core(None, opts)?,
         (ProviderKind::RdmaCore, Some(soft)) => {
             bail!(
                 "{:?} is a soft device; --provider rdma-core opens RDMA devices (`podnet devices`)",

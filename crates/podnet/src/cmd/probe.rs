@@ -36,7 +36,7 @@ pub(crate) const BURST: usize = 32;
 
 fn side() -> anyhow::Result<Side> {
     let opts = ContextOptions { progress: Progress::Event, ..Default::default() };
-    let ctx = Context::open("soft", &opts)?;
+    let ctx = providers::open("soft", &opts)?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(64, None)?;
     let mr = pd.reg_mr(2 * SIZE, Access::LOCAL_WRITE)?;

@@ -1,8 +1,8 @@
 //! A plain `cargo build` of the default features (the rdma-core provider in them) on a host
 //! without cmake or libclang stops with podnet's message naming the packages to install
 //! (scripts/cmake-or-explain, which .cargo/config.toml makes cargo run as `cmake`), not with
-//! CMake's or bindgen's. Each case is a real cargo build of the verbs crate with that feature,
-//! in its own target folder, with the tool taken away.
+//! CMake's or bindgen's. Each case is a real cargo build of the rdma-core provider's crate, in
+//! its own target folder, with the tool taken away.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,12 +11,12 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// `cargo build -p podnet-verbs --features rdma-core` with `PATH` and more `env`; its output.
+/// `cargo build -p podnet-rdmacore` with `PATH` and more `env`; its output.
 fn build(path: &std::ffi::OsStr, env: &[(&str, &str)]) -> (bool, String) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root())
-        .args(["build", "--locked", "--offline", "-p", "podnet-verbs", "--features", "rdma-core"])
+        .args(["build", "--locked", "--offline", "-p", "podnet-rdmacore"])
         .arg("--target-dir")
         .arg(root().join("target/build-check"))
         .env("PATH", path)

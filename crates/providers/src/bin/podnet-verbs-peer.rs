@@ -72,7 +72,7 @@ impl Peer {
                     ["raw"] => Ipv4Receive::Raw,
                     _ => Ipv4Receive::Auto,
                 };
-                let ctx = Context::open(
+                let ctx = providers::open(
                     dev,
                     &ContextOptions { progress, ipv4_receive, ..Default::default() },
                 )

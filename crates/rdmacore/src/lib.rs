@@ -30,12 +30,12 @@ use sideway::ibverbs::device_context::DeviceContext;
 use sideway::ibverbs::memory_region::MemoryRegion as SwMr;
 use sideway::ibverbs::protection_domain::ProtectionDomain as SwPd;
 use smallvec::SmallVec;
-use transport::{
+use verbs::{
     Access, Counters, CqId, ModifyQp, MrId, MrInfo, PdId, QKey, QpAttr, QpState, QpType, Qpn,
     RecvWr, SendOp, SendWr, SrqId, WcOpcode, WcStatus, WorkCompletion,
 };
 
-use crate::{
+use verbs::{
     AsyncEvent, ContextOptions, Error, ErrorKind, Gid, GidEntry, GidType, Handle, Mtu, PortAttr,
     PortState, PostFailure, PreparedRaw, PreparedRecv, PreparedSend, Provider, Psn, QpSpec, Result,
 };
@@ -1143,7 +1143,7 @@ impl Provider for RdmaCoreDevice {
         let dest = (q.qp_type != QpType::Ud)
             .then(|| dgid.to_ip())
             .flatten()
-            .map(|ip| transport::Path { ip, qpn: Qpn::new(a.dest_qp_num) });
+            .map(|ip| verbs::Path { ip, qpn: Qpn::new(a.dest_qp_num) });
         let mut access = Access(0);
         for bit in
             [Access::LOCAL_WRITE, Access::REMOTE_WRITE, Access::REMOTE_READ, Access::REMOTE_ATOMIC]
@@ -1256,7 +1256,7 @@ impl Provider for RdmaCoreDevice {
 
     unsafe fn post_prepared_send(&self, qpn: Qpn, h: Handle, p: &mut PreparedSend) -> Result<()> {
         let (wr_id, signaled) = (p.wr().wr_id, p.wr().signaled);
-        let raw = p.raw.as_mut().and_then(|b| b.form_mut::<RawSend>());
+        let raw = p.raw_mut().and_then(|b| b.form_mut::<RawSend>());
         let Some(r) = raw.filter(|_| h != Handle::NONE) else {
             // SAFETY: the caller's promise, passed on.
             return unsafe { self.post_send_direct(qpn, h, std::slice::from_ref(p.wr())) };
@@ -1268,7 +1268,7 @@ impl Provider for RdmaCoreDevice {
 
     unsafe fn post_prepared_recv(&self, qpn: Qpn, h: Handle, p: &mut PreparedRecv) -> Result<()> {
         let wr_id = p.wr().wr_id;
-        let raw = p.raw.as_mut().and_then(|b| b.form_mut::<RawRecv>());
+        let raw = p.raw_mut().and_then(|b| b.form_mut::<RawRecv>());
         let Some(r) = raw.filter(|_| h != Handle::NONE) else {
             // SAFETY: the caller's promise, passed on.
             return unsafe { self.post_recv_direct(qpn, h, std::slice::from_ref(p.wr())) };
@@ -1485,7 +1485,7 @@ const FEW_SGES: usize = 4;
 
 /// Up to [`FEW_SGES`] scatter/gather elements as libibverbs takes them, the rest zero.
 #[inline]
-fn few_sges(sgl: &transport::Sgl) -> [sys::ibv_sge; FEW_SGES] {
+fn few_sges(sgl: &verbs::Sgl) -> [sys::ibv_sge; FEW_SGES] {
     let mut sges = [sys::ibv_sge { addr: 0, length: 0, lkey: 0 }; FEW_SGES];
     for (d, s) in sges.iter_mut().zip(sgl) {
         *d = raw_sge(s);
@@ -1608,7 +1608,7 @@ fn raw_send_wr(
         | if wr.solicited { sys::ibv_send_flags::IBV_SEND_SOLICITED.0 } else { 0 }
         | if wr.inline { sys::ibv_send_flags::IBV_SEND_INLINE.0 } else { 0 };
     use sys::ibv_wr_opcode::*;
-    let rdma = |remote_addr: u64, rkey: transport::RKey| sys::wr_t {
+    let rdma = |remote_addr: u64, rkey: verbs::RKey| sys::wr_t {
         rdma: sys::rdma_t { remote_addr, rkey: rkey.0 },
     };
     match wr.op {
@@ -1691,13 +1691,13 @@ unsafe fn poll_raw(cq: *mut sys::ibv_cq, out: &mut [WorkCompletion]) -> usize {
 }
 
 /// Every scatter/gather element of `sgls`, in order, as libibverbs takes them.
-fn raw_sges<'a>(sgls: impl Iterator<Item = &'a transport::Sgl>) -> SmallVec<[sys::ibv_sge; 4]> {
+fn raw_sges<'a>(sgls: impl Iterator<Item = &'a verbs::Sgl>) -> SmallVec<[sys::ibv_sge; 4]> {
     sgls.flatten().map(raw_sge).collect()
 }
 
 /// One scatter/gather element as libibverbs takes it.
 #[inline]
-fn raw_sge(s: &transport::Sge) -> sys::ibv_sge {
+fn raw_sge(s: &verbs::Sge) -> sys::ibv_sge {
     sys::ibv_sge { addr: s.addr, length: s.length, lkey: s.lkey }
 }
 

@@ -23,7 +23,7 @@ const QKEY: u32 = 0x1111_1111;
 const WAIT: Duration = Duration::from_secs(5);
 
 fn open(name: &str) -> Context {
-    Context::open(name, &ContextOptions::default()).unwrap_or_else(|e| panic!("open {name}: {e}"))
+    providers::open(name, &ContextOptions::default()).unwrap_or_else(|e| panic!("open {name}: {e}"))
 }
 
 /// The two devices under test.

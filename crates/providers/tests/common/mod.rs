@@ -257,7 +257,7 @@ impl Local {
     }
 
     pub fn with_options(ip: IpAddr, opts: &ContextOptions, qp_type: QpType, len: usize) -> Local {
-        let ctx = Context::soft(ip, 4791, opts).expect("open soft device");
+        let ctx = providers::open_soft(ip, 4791, opts).expect("open soft device");
         let pd = ctx.alloc_pd().unwrap();
         let channel = ctx.create_comp_channel().unwrap();
         let cq = ctx.create_cq(4096, Some(&channel)).unwrap();

@@ -10,8 +10,8 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use verbs::{
-    Access, Connect, Context, ContextOptions, ModifyQp, Mtu, Path, Progress, Psn, QpCaps, QpInit,
-    QpState, QpType, RecvWr, SendOp, SendWr, WcStatus, empty_wc,
+    Access, Connect, ContextOptions, ModifyQp, Mtu, Path, Progress, Psn, QpCaps, QpInit, QpState,
+    QpType, RecvWr, SendOp, SendWr, WcStatus, empty_wc,
 };
 
 fn rss_kib() -> u64 {
@@ -35,8 +35,8 @@ fn scenario(n: usize) {
     let opts = ContextOptions { progress: Progress::Event, ..Default::default() };
     let ip = |s: &str| s.parse::<IpAddr>().unwrap();
     let base = rss_kib();
-    let a = Context::soft(ip("127.0.0.1"), 4791, &opts).unwrap();
-    let b = Context::soft(ip("127.0.0.2"), 4791, &opts).unwrap();
+    let a = providers::open_soft(ip("127.0.0.1"), 4791, &opts).unwrap();
+    let b = providers::open_soft(ip("127.0.0.2"), 4791, &opts).unwrap();
     let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ma, mb) = (pa.reg_mr(65536, all).unwrap(), pb.reg_mr(65536, all).unwrap());

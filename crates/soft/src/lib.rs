@@ -24,13 +24,46 @@ use transport::{
     WorkCompletion,
 };
 
-use crate::device::ROCE_PORT;
-use crate::{
+use verbs::ROCE_PORT;
+use verbs::{
     AsyncEvent, ContextOptions, Error, Gid, GidEntry, GidType, PortAttr, PortState, Progress,
     Provider, QpSpec, Result, UdpOffload,
 };
 
 pub use io::RxPath as ReceivePath;
+
+/// The soft devices this host could open: one per local address (`soft:<ip>`, from
+/// `getifaddrs`), described as sysfs describes an RDMA device — a port that is active when the
+/// interface is up, the active MTU derived from the interface's as for RoCE, one RoCE v2 GID.
+/// MTUs come from `sys` when the kernel cannot be asked.
+pub fn soft_devices(sys: &std::path::Path) -> std::io::Result<Vec<host::DeviceInfo>> {
+    Ok(host::local_addrs(sys)?
+        .into_iter()
+        .map(|a| host::DeviceInfo {
+            name: format!("soft:{}", a.ip),
+            provider: "soft".into(),
+            node_guid: None,
+            fw_ver: None,
+            ports: vec![host::PortInfo {
+                port: 1,
+                state: if a.up { "ACTIVE" } else { "DOWN" }.into(),
+                phys_state: if a.up { "LinkUp" } else { "Disabled" }.into(),
+                rate: String::new(),
+                speed_gbps: None,
+                width: None,
+                link_layer: "Ethernet".into(),
+                active_mtu: a.mtu.and_then(host::active_mtu_for),
+                gids: vec![host::GidInfo {
+                    index: 0,
+                    gid: verbs::Gid::from_ip(a.ip).0.into(),
+                    gid_type: "RoCE v2".into(),
+                    netdev: Some(a.netdev.clone()),
+                }],
+                netdev: Some(a.netdev),
+            }],
+        })
+        .collect())
+}
 
 /// Memory owned by the soft device: one zeroed buffer per registered region. The region's
 /// virtual address is the buffer's real address, as a NIC would see it.

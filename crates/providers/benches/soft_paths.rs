@@ -10,8 +10,8 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use verbs::{
-    Access, Connect, Context, ContextOptions, Ipv4Receive, ModifyQp, Mtu, Path, Progress, Psn,
-    QpCaps, QpInit, QpState, QpType, SendOp, SendWr, WcStatus, empty_wc,
+    Access, Connect, ContextOptions, Ipv4Receive, ModifyQp, Mtu, Path, Progress, Psn, QpCaps,
+    QpInit, QpState, QpType, SendOp, SendWr, WcStatus, empty_wc,
 };
 
 fn netns() {
@@ -30,8 +30,8 @@ fn netns() {
 fn run(ips: (&str, &str), v4: Ipv4Receive, size: usize, secs: f64) -> (f64, f64) {
     let opts = ContextOptions { progress: Progress::Event, ipv4_receive: v4, ..Default::default() };
     let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-    let a = Context::soft(ip(ips.0), 4791, &opts).unwrap();
-    let b = Context::soft(ip(ips.1), 4791, &opts).unwrap();
+    let a = providers::open_soft(ip(ips.0), 4791, &opts).unwrap();
+    let b = providers::open_soft(ip(ips.1), 4791, &opts).unwrap();
     let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ma, mb) = (pa.reg_mr(size, all).unwrap(), pb.reg_mr(size, all).unwrap());

@@ -21,8 +21,8 @@ fn ip(s: &str) -> IpAddr {
 #[test]
 fn port_attributes_and_roce_v2_gids() {
     private_netns(0);
-    let c4 = Context::open("soft:127.0.0.1", &ContextOptions::default()).unwrap();
-    let c6 = Context::open("soft:[fd00::1]:4791", &ContextOptions::default()).unwrap();
+    let c4 = providers::open("soft:127.0.0.1", &ContextOptions::default()).unwrap();
+    let c6 = providers::open("soft:[fd00::1]:4791", &ContextOptions::default()).unwrap();
     assert_eq!(c4.device_name(), "soft:127.0.0.1");
     assert_eq!(c6.device_name(), "soft:fd00::1");
     let p = c4.query_port();
@@ -37,14 +37,14 @@ fn port_attributes_and_roce_v2_gids() {
     let e = c4.query_gid(1).unwrap_err();
     assert!(matches!(e, Error::NoGid { index: 1, len: 1, .. }), "{e}");
     // Other names go to the rdma-core provider; this host has no RDMA device.
-    let e = Context::open("mlx5_0", &ContextOptions::default()).unwrap_err();
+    let e = providers::open("mlx5_0", &ContextOptions::default()).unwrap_err();
     if cfg!(feature = "rdma-core") {
         assert!(matches!(e, Error::NoRdmaDevice { .. } | Error::NoLibibverbs), "{e}");
         assert!(e.to_string().contains("mlx5_0") || e.to_string().contains("libibverbs"), "{e}");
     } else {
         assert!(matches!(e, Error::NotBuilt), "{e}");
     }
-    let e = Context::open("soft:1.2.3", &ContextOptions::default()).unwrap_err();
+    let e = providers::open("soft:1.2.3", &ContextOptions::default()).unwrap_err();
     assert!(matches!(e, Error::BadDeviceName { .. }), "{e}");
 }
 
@@ -53,15 +53,15 @@ fn the_default_device_takes_the_next_free_loopback_address() {
     private_netns(0);
     let opts = ContextOptions::default();
     let names: Vec<String> = (0..3)
-        .map(|_| Context::open("soft", &opts).unwrap())
+        .map(|_| providers::open("soft", &opts).unwrap())
         .collect::<Vec<_>>()
         .iter()
         .map(Context::device_name)
         .collect();
     assert_eq!(names, ["soft:127.0.0.1", "soft:127.0.0.2", "soft:127.0.0.3"]);
     // An explicit name that is taken is an error, not a silent move.
-    let _a = Context::open("soft:127.0.0.9", &opts).unwrap();
-    let e = Context::open("soft:127.0.0.9", &opts).unwrap_err();
+    let _a = providers::open("soft:127.0.0.9", &opts).unwrap();
+    let e = providers::open("soft:127.0.0.9", &opts).unwrap_err();
     assert!(e.to_string().contains("soft:127.0.0.9"), "{e}");
 }
 
@@ -70,7 +70,7 @@ fn rkeys_are_unique_and_unguessable() {
     private_netns(0);
     let mut all = Vec::new();
     for dev in ["soft:127.0.0.1", "soft:127.0.0.2"] {
-        let ctx = Context::open(dev, &ContextOptions::default()).unwrap();
+        let ctx = providers::open(dev, &ContextOptions::default()).unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let mrs: Vec<_> = (0..500).map(|_| pd.reg_mr(64, ALL).unwrap()).collect();
         let keys: Vec<u32> = mrs.iter().map(|m| m.rkey().0).collect();
@@ -120,7 +120,7 @@ fn protection_domains_isolate() {
 fn an_srq_serves_two_qps_and_signals_its_limit() {
     private_netns(0);
     let opts = ContextOptions::default();
-    let server = Context::open("soft:127.0.0.1", &opts).unwrap();
+    let server = providers::open("soft:127.0.0.1", &opts).unwrap();
     let pd = server.alloc_pd().unwrap();
     let cq = server.create_cq(64, None).unwrap();
     let mr = pd.reg_mr(1 << 16, ALL).unwrap();
@@ -280,7 +280,7 @@ fn inject(src: IpAddr, dst: IpAddr, good: bool) {
 fn every_datagram_is_icrc_checked() {
     private_netns(0);
     for (dev, src) in [("127.0.0.1", "127.0.0.5"), ("fd00::1", "fd00::2")] {
-        let ctx = Context::soft(ip(dev), 4791, &ContextOptions::default()).unwrap();
+        let ctx = providers::open_soft(ip(dev), 4791, &ContextOptions::default()).unwrap();
         inject(ip(src), ip(dev), true);
         inject(ip(src), ip(dev), false);
         inject(ip(src), ip(dev), true);

@@ -1,0 +1,62 @@
+//! Every podnet verbs provider behind one open-by-name: a [`verbs::DeviceName`] decides which
+//! provider opens a device — the soft provider (`soft`, `soft:<IP>[:<udp-port>]`) always, the
+//! rdma-core provider (any other name: `mlx5_0`, `rxe0`) when the `rdma-core` feature is on,
+//! else [`verbs::Error::NotBuilt`]. Tools open devices here and then speak only the verbs API.
+//!
+//! ```no_run
+//! use verbs::{Access, ContextOptions};
+//! let ctx = providers::open("soft:127.0.0.1", &ContextOptions::default())?;
+//! let pd = ctx.alloc_pd()?;
+//! let mr = pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//! println!("rkey {:#x} at {:#x}", mr.rkey(), mr.addr());
+//! # Ok::<(), verbs::Error>(())
+//! ```
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use verbs::{Context, ContextOptions, DeviceName, Result};
+
+pub use soft::soft_devices;
+
+/// Opens a device by name: `soft`, `soft:<IP>[:<udp-port>]` (see [`DeviceName`]), or the
+/// name of an RDMA device (`mlx5_0`, `rxe0`) through the rdma-core provider.
+pub fn open(name: &str, opts: &ContextOptions) -> Result<Context> {
+    match DeviceName::parse(name)? {
+        DeviceName::Soft { ip, port } => open_soft(ip, port, opts),
+        DeviceName::SoftDefault => {
+            Ok(Context::from_provider(Arc::new(soft::SoftDevice::open_default_loopback(opts)?)))
+        }
+        DeviceName::Rdma(name) => open_rdma_core(Some(&name), opts),
+    }
+}
+
+/// Opens the soft device at `ip`, UDP port `port`.
+pub fn open_soft(ip: IpAddr, port: u16, opts: &ContextOptions) -> Result<Context> {
+    Ok(Context::from_provider(Arc::new(soft::SoftDevice::open(ip, port, opts)?)))
+}
+
+/// Opens an RDMA device through rdma-core (the first one when `name` is `None`).
+pub fn open_rdma_core(name: Option<&str>, opts: &ContextOptions) -> Result<Context> {
+    #[cfg(feature = "rdma-core")]
+    {
+        Ok(Context::from_provider(Arc::new(rdmacore::RdmaCoreDevice::open(name, opts)?)))
+    }
+    #[cfg(not(feature = "rdma-core"))]
+    {
+        let _ = (name, opts);
+        Err(verbs::Error::NotBuilt)
+    }
+}
+
+/// The RDMA devices rdma-core's libibverbs lists.
+pub fn rdma_core_devices() -> Result<Vec<String>> {
+    #[cfg(feature = "rdma-core")]
+    {
+        rdmacore::device_names()
+    }
+    #[cfg(not(feature = "rdma-core"))]
+    {
+        Err(verbs::Error::NotBuilt)
+    }
+}
