@@ -1,7 +1,7 @@
 //! What a soft device costs a host that talks to many peers: resident memory and idle CPU with
 //! 1, 100 and 1,000 connected RC QPs at default queue depths, event-driven progress.
 //!
-//! `sudo cargo bench -p podnet-verbs --bench qp_scale` (root: a private network namespace).
+//! `sudo cargo bench -p podnet-providers --bench qp_scale` (root: a private network namespace).
 //! Both ends live in this process (devices 127.0.0.1 and 127.0.0.2), so the figures are for
 //! 2 × N QPs; each QP's receive queue is filled to its default depth (512) and one message
 //! crosses every connection before the idle measurement.

@@ -2,7 +2,7 @@
 //! API: two soft devices in this process (each with its own progress thread) in a private
 //! network namespace, A writing to B over RC.
 //!
-//! `sudo cargo bench -p podnet-verbs --bench soft_paths` (root: a network namespace and, for
+//! `sudo cargo bench -p podnet-providers --bench soft_paths` (root: a network namespace and, for
 //! the raw path, CAP_NET_RAW). Prints, per path and message size, goodput and B's receive
 //! rate in packets per second.
 
