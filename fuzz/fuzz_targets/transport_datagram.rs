@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
     let target = [QpState::Reset, QpState::Init, QpState::Rtr, QpState::Rts, QpState::Err][data[1] as usize % 5];
     let peer: std::net::IpAddr = "10.0.0.2".parse().unwrap();
     let mut ep = Endpoint::new(EndpointConfig::new("10.0.0.1".parse().unwrap(), 1), VecMemory::new());
-    let pd = ep.alloc_pd();
+    let pd = ep.alloc_pd().unwrap();
     let cq = ep.create_cq();
     let id = ep.memory_mut().add(1 << 16);
     let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;

@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
     let mut info = Vec::new();
     for (i, ip) in ips.iter().enumerate() {
         let mut ep = Endpoint::new(EndpointConfig::new(*ip, i as u64), VecMemory::new());
-        let pd = ep.alloc_pd();
+        let pd = ep.alloc_pd().unwrap();
         let cq = ep.create_cq();
         let id = ep.memory_mut().add(1 << 16);
         let mr = ep.register_mr(pd, id, 0x10000, 1 << 16, all).unwrap();

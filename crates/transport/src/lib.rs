@@ -14,19 +14,19 @@
 //! rxe (`docs/rxe-reference.md`); where rxe departs from IBTA (it treats `retry_cnt` 7 as
 //! infinite), podnet follows IBTA.
 
-mod counters;
 mod endpoint;
+mod errors;
 mod memory;
 mod qp;
 mod time;
-mod wr;
 
-pub use counters::Counters;
-pub use endpoint::{CqId, Endpoint, EndpointConfig, Error, Event, RecvMeta, SrqId, Transmit};
-pub use memory::{Access, Memory, MemoryError, MrId, MrInfo, PdId, VecMemory};
-pub use qp::{
-    MAX_INLINE_DATA, ModifyQp, Mtu, Path, QpAttr, QpCaps, QpState, QpType, TransitionError,
-};
+pub use endpoint::{Endpoint, EndpointConfig, Error, Event, RecvMeta, Transmit};
+pub use memory::{Memory, MemoryError, VecMemory};
+pub use qp::TransitionError;
 pub use time::Instant;
-pub use wire::{Psn, QKey, Qpn, RKey};
-pub use wr::{RecvWr, SendOp, SendWr, Sge, Sgl, UdDest, WcOpcode, WcStatus, WorkCompletion};
+// The verbs vocabulary the engine speaks, for its users' convenience.
+pub use verbs::{
+    Access, Counters, CqId, MAX_INLINE_DATA, ModifyQp, MrId, MrInfo, Mtu, Path, PdId, Psn, QKey,
+    QpAttr, QpCaps, QpState, QpType, Qpn, RKey, RecvWr, SendOp, SendWr, Sge, Sgl, SrqId, UdDest,
+    WcOpcode, WcStatus, WorkCompletion,
+};

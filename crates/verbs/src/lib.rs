@@ -24,20 +24,26 @@
 //! `providers::open` opens a device by its [`DeviceName`] with whichever is built in; this
 //! crate knows none of them.
 
+mod counters;
 mod device;
+mod ids;
+mod memory;
 mod provider;
+mod qp_attr;
+mod wr;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use counters::Counters;
 pub use device::{DeviceName, Progress, ROCE_PORT};
+pub use ids::{CqId, SrqId};
+pub use memory::{Access, MrId, MrInfo, PdId};
 pub use provider::{Handle, Provider};
-pub use transport::{
-    Access, CqId, ModifyQp, Mtu, Path, Psn, QKey, QpAttr, QpCaps, QpState, QpType, Qpn, RKey,
-    RecvWr, SendOp, SendWr, Sge, Sgl, SrqId, UdDest, WcOpcode, WcStatus, WorkCompletion,
-};
-pub use transport::{Counters, MrId, MrInfo, PdId};
+pub use qp_attr::{MAX_INLINE_DATA, ModifyQp, Mtu, Path, QpAttr, QpCaps, QpState, QpType};
+pub use wire::{Psn, QKey, Qpn, RKey};
+pub use wr::{RecvWr, SendOp, SendWr, Sge, Sgl, UdDest, WcOpcode, WcStatus, WorkCompletion};
 
 /// Why a verb failed. [`Error::kind`] says it in words any caller can match, whichever
 /// provider answered; the variants carry the details.
@@ -215,25 +221,6 @@ fn kind_of_errno(errno: Option<i32>) -> ErrorKind {
         Some(libc::EOPNOTSUPP | libc::ENOSYS) => ErrorKind::Unsupported,
         Some(libc::EPERM | libc::EACCES | libc::EFAULT) => ErrorKind::Protection,
         _ => ErrorKind::Io,
-    }
-}
-
-/// The soft provider's engine refusing a verb, in the API's words.
-impl From<transport::Error> for Error {
-    fn from(e: transport::Error) -> Error {
-        use transport::Error as T;
-        let kind = match &e {
-            T::NoQp(_) | T::NoCq(_) | T::NoSrq(_) | T::NoPd(_) => ErrorKind::NotFound,
-            T::Transition(_) | T::BadState { .. } => ErrorKind::InvalidState,
-            T::OpNotSupported { .. } => ErrorKind::Unsupported,
-            T::QueueFull(_) => ErrorKind::ResourceExhausted,
-            T::PdInUse(_) => ErrorKind::Busy,
-            T::Exhausted { .. } => ErrorKind::ResourceExhausted,
-            T::TooLong { .. } | T::InvalidWr(_) | T::InvalidMr(_) | T::CapTooLarge { .. } => {
-                ErrorKind::InvalidArgument
-            }
-        };
-        Error::refused(kind, e.to_string())
     }
 }
 
@@ -752,7 +739,7 @@ impl Connect {
 /// A registered memory region (`ibv_mr`) and the memory it owns.
 pub struct MemoryRegion {
     dev: Arc<dyn Provider>,
-    info: transport::MrInfo,
+    info: MrInfo,
     /// The provider's direct reference to the region's memory.
     h: Handle,
     /// Its protection domain, freed after it (fields drop after `Drop::drop` deregisters).

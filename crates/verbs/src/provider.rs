@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use transport::{
+use crate::{
     Access, Counters, CqId, ModifyQp, MrInfo, PdId, QpAttr, QpState, Qpn, RecvWr, SendWr, SrqId,
     WorkCompletion,
 };

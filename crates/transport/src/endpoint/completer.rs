@@ -8,11 +8,10 @@ use std::time::Duration;
 use wire::ext::{NakCode, Syndrome};
 use wire::{Operation, Psn, Qpn, roce};
 
-use crate::counters::Counters;
+use verbs::{Counters, QpState, SendOp, WcStatus, WorkCompletion};
+
 use crate::memory::Memory;
-use crate::qp::QpState;
 use crate::time::Instant;
-use crate::wr::{SendOp, WcStatus, WorkCompletion};
 
 use super::*;
 

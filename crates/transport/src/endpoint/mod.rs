@@ -2,12 +2,12 @@
 //! time.
 
 mod completer;
+mod objects;
 mod packets;
 mod queue_pair;
 mod requester;
 mod responder;
 mod tables;
-mod verbs;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -20,23 +20,15 @@ use wire::bth;
 use wire::icrc::PseudoHeader;
 use wire::{Opcode, Operation, Psn, Qpn, roce};
 
-use crate::counters::Counters;
-use crate::memory::{Memory, PdId};
-use crate::qp::{QpState, QpType, TransitionError};
+use verbs::{Counters, CqId, PdId, QpState, QpType, SrqId, WorkCompletion};
+
+use crate::memory::Memory;
+use crate::qp::TransitionError;
 use crate::time::Instant;
-use crate::wr::WorkCompletion;
 
 use packets::*;
 use queue_pair::*;
 use tables::*;
-
-/// A completion queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CqId(pub u32);
-
-/// A shared receive queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SrqId(pub u32);
 
 /// An asynchronous event (`ibv_async_event`), from [`Endpoint::poll_event`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

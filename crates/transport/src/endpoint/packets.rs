@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use wire::{Opcode, Operation, Qpn, Transport, roce};
 
-use crate::qp::QpType;
+use verbs::QpType;
 
 use super::*;
 

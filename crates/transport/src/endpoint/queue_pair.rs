@@ -7,10 +7,12 @@ use std::net::IpAddr;
 
 use wire::{Psn, Qpn};
 
-use crate::memory::{MrInfo, PdId};
-use crate::qp::{QpAttr, QpCaps, QpState, QpType};
+use verbs::{
+    MrInfo, PdId, QpAttr, QpCaps, QpState, QpType, RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+
 use crate::time::Instant;
-use crate::wr::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
 
 use super::*;
 

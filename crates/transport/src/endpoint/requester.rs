@@ -5,11 +5,10 @@ use wire::bth;
 use wire::ext::{AtomicEth, Deth, ImmDt, Reth};
 use wire::{Opcode, Operation, Psn, Qpn, Transport, roce};
 
-use crate::counters::Counters;
+use verbs::{Counters, QpState, QpType, SendOp, WcStatus};
+
 use crate::memory::Memory;
-use crate::qp::{QpState, QpType};
 use crate::time::Instant;
-use crate::wr::{SendOp, WcStatus};
 
 use super::*;
 

@@ -6,8 +6,9 @@ use wire::ext::{Aeth, AtomicAckEth, NakCode, Syndrome};
 use wire::icrc::PseudoHeader;
 use wire::{Opcode, Operation, Psn, Qpn, Transport, roce};
 
-use crate::memory::{Access, Memory};
-use crate::wr::{WcOpcode, WcStatus};
+use verbs::{Access, WcOpcode, WcStatus};
+
+use crate::memory::Memory;
 
 use super::*;
 

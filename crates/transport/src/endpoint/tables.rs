@@ -5,9 +5,9 @@ use std::collections::VecDeque;
 
 use wire::RKey;
 
-use crate::counters::Counters;
-use crate::memory::{Access, Memory, MrId, MrInfo, PdId};
-use crate::wr::{RecvWr, Sge, WorkCompletion};
+use verbs::{Access, Counters, MrId, MrInfo, PdId, RecvWr, Sge, WorkCompletion};
+
+use crate::memory::Memory;
 
 use super::*;
 

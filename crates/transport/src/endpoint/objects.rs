@@ -5,9 +5,13 @@ use std::collections::VecDeque;
 
 use wire::Qpn;
 
-use crate::memory::{Access, Memory, MrId, MrInfo, PdId};
-use crate::qp::{self, ModifyQp, QpAttr, QpCaps, QpState, QpType};
-use crate::wr::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
+use verbs::{
+    Access, ModifyQp, MrId, MrInfo, PdId, QpAttr, QpCaps, QpState, QpType, RecvWr, SendOp, SendWr,
+    WcOpcode, WcStatus, WorkCompletion,
+};
+
+use crate::memory::Memory;
+use crate::qp;
 
 use super::*;
 
@@ -141,11 +145,11 @@ impl<M: Memory> Endpoint<M> {
                 return Err(Error::NoCq(cq));
             }
         }
-        if caps.max_inline_data > crate::qp::MAX_INLINE_DATA {
+        if caps.max_inline_data > verbs::MAX_INLINE_DATA {
             return Err(Error::CapTooLarge {
                 what: "max_inline_data",
                 asked: caps.max_inline_data,
-                max: crate::qp::MAX_INLINE_DATA,
+                max: verbs::MAX_INLINE_DATA,
             });
         }
         let qpn = Qpn::new(self.next_qpn);

@@ -1,0 +1,83 @@
+//! Protection domains and memory regions as the verbs name them: access rights, keys.
+
+use core::fmt;
+
+/// A protection domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PdId(pub u32);
+
+/// A provider's name for a registered buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MrId(pub u32);
+
+/// Access rights of a memory region (the `ibv_access_flags` values).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(pub u32);
+
+impl Access {
+    /// The local HCA may write (receive buffers, READ and atomic results).
+    pub const LOCAL_WRITE: Access = Access(1);
+    /// Remote RDMA WRITE.
+    pub const REMOTE_WRITE: Access = Access(2);
+    /// Remote RDMA READ.
+    pub const REMOTE_READ: Access = Access(4);
+    /// Remote atomics.
+    pub const REMOTE_ATOMIC: Access = Access(8);
+
+    /// Whether every right in `other` is granted.
+    pub const fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        Access(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Debug for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut l = f.debug_set();
+        for (a, n) in [
+            (Access::LOCAL_WRITE, "LOCAL_WRITE"),
+            (Access::REMOTE_WRITE, "REMOTE_WRITE"),
+            (Access::REMOTE_READ, "REMOTE_READ"),
+            (Access::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+        ] {
+            if self.contains(a) {
+                l.entry(&format_args!("{n}"));
+            }
+        }
+        l.finish()
+    }
+}
+
+/// A registered memory region as the endpoint knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MrInfo {
+    /// The provider's buffer.
+    pub id: MrId,
+    /// Its protection domain.
+    pub pd: PdId,
+    /// The virtual address of its first byte (what work requests and peers name).
+    pub addr: u64,
+    /// Its length in bytes.
+    pub len: u64,
+    /// Its access rights.
+    pub access: Access,
+    /// The local key.
+    pub lkey: u32,
+    /// The remote key (0 when no remote right is granted).
+    pub rkey: u32,
+}
+
+impl MrInfo {
+    /// The offset of `[addr, addr + len)` in the region, if the range lies inside it.
+    pub fn offset_of(&self, addr: u64, len: u64) -> Option<u64> {
+        let off = addr.checked_sub(self.addr)?;
+        let end = off.checked_add(len)?;
+        (end <= self.len).then_some(off)
+    }
+}
