@@ -9,6 +9,8 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features --locked -q -- -D warnings
 # The fuzz crate is outside the workspace (cargo-fuzz builds it with nightly); check it compiles.
 cargo check --manifest-path fuzz/Cargo.toml --locked -q
+# Doc examples compile and run (nextest does not run doctests).
+cargo test --workspace --all-features --locked --doc -q
 # The binary a plain `cargo build` gives (default features: the rdma-core provider in it); the
 # rxe test opens rxe in the QEMU guest with it. Only the podnet crate differs from the
 # all-features build below.

@@ -8,7 +8,7 @@
 //! let ctx = providers::open("soft:127.0.0.1", &ContextOptions::default())?;
 //! let pd = ctx.alloc_pd()?;
 //! let mr = pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-//! println!("rkey {:#x} at {:#x}", mr.rkey(), mr.addr());
+//! println!("rkey {:#x} at {:#x}", mr.rkey().0, mr.addr());
 //! # Ok::<(), verbs::Error>(())
 //! ```
 

@@ -1,0 +1,166 @@
+//! An open device (`ibv_context`) and how it is opened.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::pd::PdLife;
+use crate::*;
+
+/// How a context is opened.
+#[derive(Debug, Clone, Default)]
+pub struct ContextOptions {
+    /// Busy-poll or event-driven.
+    pub progress: Progress,
+    /// How a soft device on an IPv4 address receives (ignored elsewhere).
+    pub ipv4_receive: Ipv4Receive,
+    /// Whether a soft device on an IPv6 address uses UDP segmentation offload (ignored
+    /// elsewhere).
+    pub udp_offload: UdpOffload,
+    /// Soft devices: a fault to inject, for tests of what must catch it.
+    pub fault: FaultInjection,
+    /// rdma-core devices: the GID whose address is the device's ([`Context::ip`]) and the
+    /// source GID of its packets (`-x`); `None`: the first RoCE v2 GID, IPv4 first.
+    pub gid_index: Option<usize>,
+}
+
+/// A fault a soft device injects, for tests: the burn-in's integrity checks must catch it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FaultInjection {
+    /// Flip one byte of every `n`-th payload the transport places into memory — after its
+    /// ICRC was verified, so no transport check can see it and the application gets damaged
+    /// data (what a flaky PCIe link or a memory fault past the NIC does). `None`: never.
+    pub corrupt_every: Option<u64>,
+}
+
+/// UDP segmentation offload for a soft device: one `sendmsg` carries a run of equal-sized
+/// datagrams to one peer (`UDP_SEGMENT`) and one receive takes a run back (`UDP_GRO`), so
+/// the kernel's per-datagram costs are paid once per run. IPv6 only: the IPv4 receive path
+/// is a raw socket (for the Identification the ICRC covers), which sees runs unsegmented on
+/// loopback. With it the device sends UDP checksums, which GSO requires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UdpOffload {
+    /// On IPv6 addresses, when the kernel accepts `UDP_GRO`.
+    #[default]
+    Auto,
+    /// Never: one datagram per message, zero IPv6 UDP checksums as rxe sends.
+    Off,
+}
+
+/// How a soft device receives IPv4 RoCE datagrams, whose ICRC covers the IP Identification
+/// that a UDP socket does not show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ipv4Receive {
+    /// A raw socket when the process may open one (`CAP_NET_RAW`), else the UDP socket.
+    #[default]
+    Auto,
+    /// A raw IPv4 socket: the real IP header, a full 32-bit ICRC check.
+    Raw,
+    /// The UDP socket, the Identification recovered from the ICRC: a 16-bit check, every
+    /// packet counted in `icrc_unverified`.
+    Udp,
+}
+
+/// An open device: the root of every other verbs object (`ibv_context`).
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) dev: Arc<dyn Provider>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context").field("device", &self.dev.device_name()).finish()
+    }
+}
+
+impl Context {
+    /// Wraps a provider's device: how a provider hands out a context.
+    pub fn from_provider(dev: Arc<dyn Provider>) -> Context {
+        Context { dev }
+    }
+
+    /// The device's name (`soft:127.0.0.1`).
+    pub fn device_name(&self) -> String {
+        self.dev.device_name()
+    }
+
+    /// The provider's name (`soft`).
+    pub fn provider_name(&self) -> &'static str {
+        self.dev.provider_name()
+    }
+
+    /// Whether polling a CQ is what moves the device's packets (a busy-polled soft device):
+    /// then a side that waits for its peer should keep polling. Real devices work alone.
+    pub fn driven_by_polling(&self) -> bool {
+        self.dev.driven_by_polling()
+    }
+
+    /// The device's IP address (RoCE).
+    pub fn ip(&self) -> std::net::IpAddr {
+        self.dev.ip()
+    }
+
+    /// The port's attributes (`ibv_query_port`; RoCE devices here have one port, 1).
+    pub fn query_port(&self) -> PortAttr {
+        self.dev.port_attr()
+    }
+
+    /// The index of the GID the device's address ([`Context::ip`]) comes from: the one its
+    /// packets are sent from.
+    pub fn gid_index(&self) -> usize {
+        self.dev.gid_index()
+    }
+
+    /// The port's GID table.
+    pub fn gid_table(&self) -> Vec<GidEntry> {
+        self.dev.gid_table()
+    }
+
+    /// The GID at `index` (`ibv_query_gid`).
+    pub fn query_gid(&self, index: usize) -> Result<GidEntry> {
+        let t = self.gid_table();
+        t.iter().find(|g| g.index == index).copied().ok_or(Error::NoGid {
+            device: self.device_name(),
+            index,
+            len: t.len(),
+        })
+    }
+
+    /// A new protection domain.
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
+        let id = self.dev.alloc_pd()?;
+        let life = Arc::new(PdLife { dev: self.dev.clone(), id, freed: false });
+        Ok(ProtectionDomain { dev: self.dev.clone(), id, life })
+    }
+
+    /// A completion channel: a place to block until a CQ armed with
+    /// [`CompletionQueue::req_notify`] gets a completion.
+    pub fn create_comp_channel(&self) -> Result<CompletionChannel> {
+        Ok(CompletionChannel { dev: self.dev.clone(), id: self.dev.create_channel()? })
+    }
+
+    /// A completion queue of at least `cqe` entries, reporting to `channel` if given.
+    pub fn create_cq(
+        &self,
+        cqe: u32,
+        channel: Option<&CompletionChannel>,
+    ) -> Result<CompletionQueue> {
+        if let Some(ch) = channel
+            && !Arc::ptr_eq(&ch.dev, &self.dev)
+        {
+            return Err(Error::ForeignObject("completion channel"));
+        }
+        let id = self.dev.create_cq(cqe, channel.map(|c| c.id))?;
+        Ok(CompletionQueue { h: self.dev.cq_handle(id), dev: self.dev.clone(), id })
+    }
+
+    /// The next asynchronous event, waiting up to `timeout` (`None`: forever).
+    pub fn get_async_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
+        self.dev.get_async_event(timeout)
+    }
+
+    /// The device's transport counters (named as rxe's `hw_counters` where they overlap).
+    pub fn counters(&self) -> Counters {
+        self.dev.counters()
+    }
+}
