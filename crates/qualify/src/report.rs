@@ -17,7 +17,6 @@
 //! that is a fact, not a figure).
 
 use std::fmt::Write as _;
-use std::time::Duration;
 
 use serde::Serialize;
 
@@ -65,53 +64,17 @@ pub struct Check {
 }
 
 impl Check {
-    fn new(
-        name: &str,
-        status: Status,
-        measured: Option<f64>,
-        threshold: Option<String>,
-        unit: &str,
-        detail: &str,
-        took: Duration,
-    ) -> Check {
-        Check {
-            name: name.to_string(),
-            status,
-            measured,
-            threshold,
-            unit: unit.to_string(),
-            detail: detail.to_string(),
-            seconds: took.as_secs_f64(),
-        }
-    }
-
-    /// A passed check.
-    pub fn pass(
-        name: &str,
-        measured: Option<f64>,
-        threshold: Option<String>,
-        unit: &str,
-        detail: &str,
-        took: Duration,
-    ) -> Check {
-        Check::new(name, Status::Pass, measured, threshold, unit, detail, took)
-    }
-
-    /// A failed check.
-    pub fn fail(
-        name: &str,
-        measured: Option<f64>,
-        threshold: Option<String>,
-        unit: &str,
-        detail: &str,
-        took: Duration,
-    ) -> Check {
-        Check::new(name, Status::Fail, measured, threshold, unit, detail, took)
-    }
-
     /// A check that could not run here.
     pub fn skipped(name: &str, why: &str) -> Check {
-        Check::new(name, Status::Skipped, None, None, "", why, Duration::ZERO)
+        Check {
+            name: name.to_string(),
+            status: Status::Skipped,
+            measured: None,
+            threshold: None,
+            unit: String::new(),
+            detail: why.to_string(),
+            seconds: 0.0,
+        }
     }
 
     /// `measured unit (threshold)`, or what there is of it.

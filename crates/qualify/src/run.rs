@@ -9,6 +9,7 @@ use perf::exchange::Role;
 use perf::session::{self, Options, Outcome, PerfTest, Quiet, Row};
 use verbs::{Context, ContextOptions, Progress};
 
+use crate::check::{Measurement, Threshold};
 use crate::plan::{PerfCheck, Plan};
 use crate::report::{BwPoint, Check, LatPoint, PairResult, Report, Status};
 
@@ -125,27 +126,21 @@ pub fn run(plan: &Plan, sys: &Path, progress: &mut dyn RunProgress) -> Report {
                             v.errors,
                             v.first_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
                         );
-                        if v.errors == 0 && v.messages > 0 {
-                            Check::pass(
-                                &name,
-                                Some(0.0),
-                                Some("= 0".into()),
-                                "damaged messages",
-                                &detail,
-                                started.elapsed(),
-                            )
+                        // Nothing checked is no proof: it fails as a damaged run would.
+                        let threshold = if v.messages > 0 {
+                            Threshold::AtMost(0.0)
                         } else {
-                            Check::fail(
-                                &name,
-                                Some(v.errors as f64),
-                                Some("= 0".into()),
-                                "damaged messages",
-                                &detail,
-                                started.elapsed(),
-                            )
-                        }
+                            Threshold::Unset(format!("{detail}: no message was checked"))
+                        };
+                        Measurement::new(&name)
+                            .figure(v.errors as f64, "damaged messages")
+                            .want(threshold)
+                            .threshold_text("= 0")
+                            .detail(detail)
+                            .took(started.elapsed())
+                            .judge(None)
                     }
-                    Err(e) => Check::fail(&name, None, None, "", &e, started.elapsed()),
+                    Err(e) => failed(&name, e, started.elapsed()),
                 };
                 pair_status = pair_status.max(c.status);
                 r.push(c);
@@ -228,7 +223,7 @@ fn perf_check(
         }
         Err(e) => {
             status = Status::Fail;
-            r.push(Check::fail(&base, None, None, "", &e, started.elapsed()));
+            r.push(failed(&base, e, started.elapsed()));
         }
     }
     status
@@ -321,32 +316,18 @@ fn judge(pc: &PerfCheck, pair: &str, row: &Row, cal: &[Row], took: Duration) -> 
         } else {
             format!("{} {pair} with itself (loopback through the device)", pc.test)
         };
+        let m = Measurement::new(&name).figure(measured, unit).took(took);
         let c = match bound {
-            None if rel.is_some() => Check::fail(
-                &name,
-                Some(measured),
-                None,
-                unit,
-                "the calibration run produced no figure to compare with",
-                took,
-            ),
-            None => Check::pass(
-                &name,
-                Some(measured),
-                None,
-                unit,
-                &format!("{detail}: measured, no threshold"),
-                took,
-            ),
-            Some((b, text)) => {
-                let ok = if higher { measured >= b } else { measured <= b };
-                if ok {
-                    Check::pass(&name, Some(measured), Some(text), unit, &detail, took)
-                } else {
-                    Check::fail(&name, Some(measured), Some(text), unit, &detail, took)
-                }
-            }
-        };
+            None if rel.is_some() => m.want(Threshold::Unset(
+                "the calibration run produced no figure to compare with".into(),
+            )),
+            None => m.detail(format!("{detail}: measured, no threshold")),
+            Some((b, text)) => m
+                .want(if higher { Threshold::AtLeast(b) } else { Threshold::AtMost(b) })
+                .threshold_text(text)
+                .detail(detail),
+        }
+        .judge(None);
         out.push(c);
     };
     match row {
@@ -399,27 +380,13 @@ fn host_checks(plan: &Plan, sys: &Path, r: &mut Run<'_>) {
         } else {
             let bad: Vec<String> =
                 govs.iter().filter(|(_, g)| g != want).map(|(c, g)| format!("{c}={g}")).collect();
-            let measured = (govs.len() - bad.len()) as f64;
-            let th = Some(format!("= {} CPUs", govs.len()));
-            if bad.is_empty() {
-                Check::pass(
-                    name,
-                    Some(measured),
-                    th,
-                    "CPUs",
-                    &format!("every CPU's governor is {want}"),
-                    Duration::ZERO,
-                )
-            } else {
-                Check::fail(
-                    name,
-                    Some(measured),
-                    th,
-                    "CPUs",
-                    &format!("want {want}: {}", bad.join(", ")),
-                    Duration::ZERO,
-                )
-            }
+            Measurement::new(name)
+                .figure((govs.len() - bad.len()) as f64, "CPUs")
+                .want(Threshold::AtLeast(govs.len() as f64))
+                .threshold_text(format!("= {} CPUs", govs.len()))
+                .detail(format!("every CPU's governor is {want}"))
+                .on_fail(format!("want {want}: {}", bad.join(", ")))
+                .judge(None)
         };
         r.push(c);
     }
@@ -464,22 +431,14 @@ fn host_checks(plan: &Plan, sys: &Path, r: &mut Run<'_>) {
         if h.nic_numa_node {
             let name = format!("host/{d}/numa_node");
             r.push(match host::numa_node(sys, d) {
-                Some(n) if n >= 0 => Check::pass(
-                    &name,
-                    Some(n as f64),
-                    Some(">= 0".into()),
-                    "node",
-                    &format!("{d} is on NUMA node {n}: pin its traffic there"),
-                    Duration::ZERO,
-                ),
-                Some(n) => Check::fail(
-                    &name,
-                    Some(n as f64),
-                    Some(">= 0".into()),
-                    "node",
-                    "the PCI function reports no NUMA node (-1): firmware/BIOS lost the locality",
-                    Duration::ZERO,
-                ),
+                Some(n) => Measurement::new(&name)
+                    .figure(n as f64, "node")
+                    .want(Threshold::AtLeast(0.0))
+                    .detail(format!("{d} is on NUMA node {n}: pin its traffic there"))
+                    .on_fail(
+                        "the PCI function reports no NUMA node (-1): firmware/BIOS lost the locality",
+                    )
+                    .judge(None),
                 None => Check::skipped(&name, "no device/numa_node (a virtual device)"),
             });
         }
@@ -497,26 +456,16 @@ fn host_checks(plan: &Plan, sys: &Path, r: &mut Run<'_>) {
 }
 
 fn mtu_check(name: &str, nd: &str, mtu: u32, min: u32) -> Check {
-    let th = Some(format!(">= {min}"));
-    if mtu >= min {
-        Check::pass(
-            name,
-            Some(f64::from(mtu)),
-            th,
-            "bytes",
-            &format!("netdev {nd}"),
-            Duration::ZERO,
-        )
-    } else {
-        Check::fail(
-            name,
-            Some(f64::from(mtu)),
-            th,
-            "bytes",
-            &format!("netdev {nd}"),
-            Duration::ZERO,
-        )
-    }
+    Measurement::new(name)
+        .figure(f64::from(mtu), "bytes")
+        .want(Threshold::AtLeast(f64::from(min)))
+        .detail(format!("netdev {nd}"))
+        .judge(None)
+}
+
+/// A check that could not measure: it failed with `error`.
+fn failed(name: &str, error: impl Into<String>, took: Duration) -> Check {
+    Measurement::new(name).want(Threshold::Unset(error.into())).took(took).judge(None)
 }
 
 fn device_checks(plan: &Plan, sys: &Path, d: &str, r: &mut Run<'_>) -> Option<Context> {
@@ -525,85 +474,49 @@ fn device_checks(plan: &Plan, sys: &Path, d: &str, r: &mut Run<'_>) -> Option<Co
     let opts = ContextOptions { progress: Progress::Busy, ..Default::default() };
     let ctx = match providers::open(d, &opts) {
         Ok(c) => {
-            r.push(Check::pass(
-                &format!("device/{d}/present"),
-                None,
-                None,
-                "",
-                &format!("opened ({} provider)", c.provider_name()),
-                t.elapsed(),
-            ));
+            r.push(
+                Measurement::new(format!("device/{d}/present"))
+                    .detail(format!("opened ({} provider)", c.provider_name()))
+                    .took(t.elapsed())
+                    .judge(None),
+            );
             c
         }
         Err(e) => {
-            r.push(Check::fail(
-                &format!("device/{d}/present"),
-                None,
-                None,
-                "",
-                &e.to_string(),
-                t.elapsed(),
-            ));
+            r.push(failed(&format!("device/{d}/present"), e.to_string(), t.elapsed()));
             return None;
         }
     };
     let dc = &plan.device;
     let port = ctx.query_port();
     if dc.port_active {
-        let ok = port.state == verbs::PortState::Active;
-        let detail = format!("port 1 is {:?}", port.state);
-        r.push(if ok {
-            Check::pass(
-                &format!("device/{d}/port_active"),
-                None,
-                Some("ACTIVE".into()),
-                "",
-                &detail,
-                Duration::ZERO,
-            )
-        } else {
-            Check::fail(
-                &format!("device/{d}/port_active"),
-                None,
-                Some("ACTIVE".into()),
-                "",
-                &detail,
-                Duration::ZERO,
-            )
-        });
+        let state = format!("{:?}", port.state).to_uppercase();
+        r.push(
+            Measurement::new(format!("device/{d}/port_active"))
+                .words(state)
+                .want(Threshold::Is("ACTIVE".into()))
+                .detail(format!("port 1 is {:?}", port.state))
+                .judge(None),
+        );
     }
     if dc.roce_v2_gid {
         let n = ctx.gid_table().iter().filter(|g| g.gid_type == verbs::GidType::RoceV2).count();
-        let name = format!("device/{d}/roce_v2_gid");
-        r.push(if n > 0 {
-            Check::pass(
-                &name,
-                Some(n as f64),
-                Some(">= 1".into()),
-                "GIDs",
-                "RoCE v2 GIDs on port 1",
-                Duration::ZERO,
-            )
-        } else {
-            Check::fail(
-                &name,
-                Some(0.0),
-                Some(">= 1".into()),
-                "GIDs",
-                "no RoCE v2 GID: the netdev has no IP address?",
-                Duration::ZERO,
-            )
-        });
+        r.push(
+            Measurement::new(format!("device/{d}/roce_v2_gid"))
+                .figure(n as f64, "GIDs")
+                .want(Threshold::AtLeast(1.0))
+                .detail("RoCE v2 GIDs on port 1")
+                .on_fail("no RoCE v2 GID: the netdev has no IP address?")
+                .judge(None),
+        );
     }
     if let Some(min) = dc.min_active_mtu {
-        let m = port.active_mtu.bytes();
-        let name = format!("device/{d}/active_mtu");
-        let th = Some(format!(">= {min}"));
-        r.push(if m >= min {
-            Check::pass(&name, Some(f64::from(m)), th, "bytes", "", Duration::ZERO)
-        } else {
-            Check::fail(&name, Some(f64::from(m)), th, "bytes", "", Duration::ZERO)
-        });
+        r.push(
+            Measurement::new(format!("device/{d}/active_mtu"))
+                .figure(f64::from(port.active_mtu.bytes()), "bytes")
+                .want(Threshold::AtLeast(f64::from(min)))
+                .judge(None),
+        );
     }
     if dc.min_speed_gbps.is_some() || dc.width.is_some() {
         let info = host::rdma_device(sys, d);
@@ -611,39 +524,23 @@ fn device_checks(plan: &Plan, sys: &Path, d: &str, r: &mut Run<'_>) -> Option<Co
         if let Some(min) = dc.min_speed_gbps {
             let name = format!("device/{d}/speed");
             r.push(match p.and_then(|p| p.speed_gbps) {
-                Some(s) if s >= min => Check::pass(
-                    &name,
-                    Some(s),
-                    Some(format!(">= {min}")),
-                    "Gb/s",
-                    "",
-                    Duration::ZERO,
-                ),
-                Some(s) => Check::fail(
-                    &name,
-                    Some(s),
-                    Some(format!(">= {min}")),
-                    "Gb/s",
-                    "the link came up slower than planned",
-                    Duration::ZERO,
-                ),
+                Some(s) => Measurement::new(&name)
+                    .figure(s, "Gb/s")
+                    .want(Threshold::AtLeast(min))
+                    .on_fail("the link came up slower than planned")
+                    .judge(None),
                 None => Check::skipped(&name, "no link rate (a soft device has none)"),
             });
         }
         if let Some(w) = &dc.width {
             let name = format!("device/{d}/width");
             r.push(match p.and_then(|p| p.width.clone()) {
-                Some(x) if &x == w => {
-                    Check::pass(&name, None, Some(w.clone()), "", &x, Duration::ZERO)
-                }
-                Some(x) => Check::fail(
-                    &name,
-                    None,
-                    Some(w.clone()),
-                    "",
-                    &format!("width {x}"),
-                    Duration::ZERO,
-                ),
+                Some(x) => Measurement::new(&name)
+                    .words(&x)
+                    .want(Threshold::Is(w.clone()))
+                    .detail(x.clone())
+                    .on_fail(format!("width {x}"))
+                    .judge(None),
                 None => Check::skipped(&name, "no link width (a soft device has none)"),
             });
         }

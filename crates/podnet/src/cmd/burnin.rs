@@ -12,7 +12,8 @@ use burnin::pattern::Pattern;
 use burnin::run::{End, Live, Plan};
 use burnin::world::{self, Flags};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use qualify::report::{Check, Report};
+use qualify::check::{Measurement, Threshold};
+use qualify::report::Report;
 use verbs::{ContextOptions, Progress};
 
 use crate::cli::BurninArgs;
@@ -194,34 +195,32 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
                 if e.end == End::Sender { "bandwidth" } else { "integrity" }
             );
             let took = Duration::from_secs_f64(seconds);
+            // The burn-in judged each edge (every byte checked at the receiver): the report
+            // carries that verdict, with the figure it rests on.
+            let m = Measurement::new(&name).took(took);
+            let damaged = |m: Measurement| {
+                m.figure(e.damaged as f64, "damaged messages").threshold_text("= 0")
+            };
             r.checks.push(match (e.end, e.ok()) {
-                (End::Sender, true) => Check::pass(
-                    &name,
-                    e.mb_per_s,
-                    None,
-                    "MB/s",
-                    &format!("peer {}", e.peer_host),
-                    took,
-                ),
-                (End::Receiver, true) => Check::pass(
-                    &name,
-                    Some(0.0),
-                    Some("= 0".into()),
-                    "damaged messages",
-                    &format!("{} messages checked", e.messages),
-                    took,
-                ),
-                (_, false) => Check::fail(
-                    &name,
-                    Some(e.damaged as f64),
-                    Some("= 0".into()),
-                    "damaged messages",
-                    e.error
-                        .as_deref()
-                        .or(e.first_damage.as_deref())
-                        .unwrap_or("no message arrived"),
-                    took,
-                ),
+                (End::Sender, true) => match e.mb_per_s {
+                    Some(v) => m.figure(v, "MB/s"),
+                    None => m,
+                }
+                .detail(format!("peer {}", e.peer_host))
+                .judge(None),
+                (End::Receiver, true) => damaged(m)
+                    .want(Threshold::AtMost(0.0))
+                    .detail(format!("{} messages checked", e.messages))
+                    .judge(None),
+                (_, false) => damaged(m)
+                    .want(Threshold::Unset(
+                        e.error
+                            .as_deref()
+                            .or(e.first_damage.as_deref())
+                            .unwrap_or("no message arrived")
+                            .to_string(),
+                    ))
+                    .judge(None),
             });
         }
         r.seconds = started.elapsed().as_secs_f64();
