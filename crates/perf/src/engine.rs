@@ -322,12 +322,10 @@ fn split(id: u64) -> (usize, u64) {
 /// and reads the OS clock (for its deadline and stall limit) only once it has spun for
 /// [`CLOCK_TICKS`] ticks, and then once per as many: a completion that is already there or
 /// comes soon costs no clock read at all. The OS clock is a system call where the kernel's
-/// clocksource is not the TSC (HPET in VMs: ~3.4 µs in the QEMU guest, and it takes QEMU's
-/// global lock), and one that lands while the awaited completion arrives delays the answer by
-/// as much. Counting polls alone was not enough: how long a poll takes varies a hundredfold
-/// (a load of one byte, an `ibv_poll_cq`). On rxe in the guest, 8,000 iterations: WRITE
-/// latency made 4,065 `clock_gettime` calls with a clock read per 1,024 polls, 116,439 with
-/// its byte watch a tight loop, and 246 with this gate; SEND latency 2,151, then 586.
+/// clocksource is not the TSC (HPET in VMs, and it takes QEMU's global lock in the guest), and
+/// one that lands while the awaited completion arrives delays the answer by as much. Counting
+/// polls alone was not enough: how long a poll takes varies a hundredfold (a load of one
+/// byte, an `ibv_poll_cq`). Measured: BENCHMARKS.md, "Hot paths", H6.
 const CLOCK_EVERY: u32 = 64;
 
 /// TSC ticks between a busy loop's OS clock reads: 2^21, 0.4–2 ms at 1–5 GHz.
@@ -383,8 +381,7 @@ fn wait_wc(
         }
         // No PAUSE (`spin_loop`) between polls, as perftest's loops have none: a poll is a
         // read of the CQ's memory already, and under TCG a PAUSE leaves the translated code
-        // and takes QEMU's global lock — 0.27 µs each in the guest (0.3–0.5 µs with both
-        // vCPUs pausing), a third of a SEND-latency client's profile samples.
+        // and takes QEMU's global lock (BENCHMARKS.md, "Hot paths", H7).
         if s.channel.is_none() && !gate.due_after_poll() {
             continue;
         }
@@ -1095,8 +1092,8 @@ pub fn write_lat(
             }
             rec.post();
             // Only every 16th WRITE, and the last, asks for a completion (as SEND latency's
-            // sends): the poll is then off the ping-pong's path 15 times in 16 — on rxe under
-            // TCG a poll after each post cost the round trip 1.5–5 % (BENCHMARKS.md).
+            // sends): the poll is then off the ping-pong's path 15 times in 16
+            // (BENCHMARKS.md, "Hot paths", H8).
             let signaled = scnt % SIGNAL_EVERY == SIGNAL_EVERY - 1 || scnt + 1 == iters;
             template.set_wr_id(wr_id(0, scnt));
             template.set_signaled(signaled);

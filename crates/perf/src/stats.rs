@@ -136,8 +136,8 @@ impl Latency {
 
 /// A cheap clock for per-message timestamps: the CPU's time-stamp counter on x86-64 (what
 /// perftest's `get_cycles` reads), elsewhere nanoseconds of the OS clock. Reading the OS clock
-/// is a system call where the kernel's clocksource is not the TSC (HPET in VMs, and in the
-/// QEMU guest, where one read costs ~3 µs); a tick is one instruction. Ticks become
+/// is a system call where the kernel's clocksource is not the TSC (HPET in VMs and the QEMU
+/// guest: BENCHMARKS.md, "Hot paths", H6); a tick is one instruction. Ticks become
 /// nanoseconds with a rate measured against the OS clock over the recording itself.
 #[derive(Debug, Clone, Copy)]
 pub struct TickClock {

@@ -236,8 +236,8 @@ fn state_from_ibv(s: u32) -> QpState {
 
 // Both conversions run for every completion polled. A compare for the common case and a
 // table load keep them free of the jump tables a `match` over many values compiles to: an
-// indirect jump is a hash lookup under QEMU's TCG (where the rxe tests run), and the two
-// took ~0.25 us of each poll there.
+// indirect jump is a hash lookup under QEMU's TCG, where the rxe tests run (BENCHMARKS.md,
+// "Hot paths", H3).
 #[inline]
 fn status_from_ibv(s: u32) -> WcStatus {
     use sys::ibv_wc_status::*;
@@ -1371,7 +1371,7 @@ impl RdmaCoreDevice {
         unsafe { check_send_state(qp, qpn)? };
         let mut bad = ptr::null_mut();
         // One WR of a few SGEs (every latency test's post) is built on the stack, without
-        // the general path's vectors: under TCG that was ~1 µs of each post.
+        // the general path's vectors (BENCHMARKS.md, "Hot paths", H4).
         if let [wr] = wrs
             && wr.sgl.len() <= FEW_SGES
         {
@@ -1428,8 +1428,7 @@ impl RdmaCoreDevice {
             if rc == 0 { Ok(()) } else { Err(self.errno("ibv_post_recv", rc)) }
         };
         // One receive of a few SGEs (a SEND-latency side reposts one per message) is built
-        // on the stack: the general path's vectors were ~360 of its ~480 instructions
-        // (callgrind in the guest), and under TCG each costs nanoseconds.
+        // on the stack, without the general path's vectors (BENCHMARKS.md, "Hot paths", H5).
         if let [wr] = wrs
             && wr.sgl.len() <= FEW_SGES
         {

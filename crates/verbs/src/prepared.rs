@@ -21,9 +21,8 @@ pub struct PreparedRaw {
 /// failure comes back as [`PostFailure`] ([`PostFailure::into_error`] names it).
 ///
 /// On a latency test's critical path each call through the table, and each look at a boxed
-/// form's type, costs under TCG what a handful of instructions cost natively: posting this way,
-/// with [`MappedByte`], took podnet's fastest WRITE-latency iteration on rxe in the guest from
-/// 1.2 µs over perftest's to 0.35 µs (BENCHMARKS.md).
+/// form's type, costs under emulation what a handful of instructions cost natively (measured:
+/// BENCHMARKS.md, "Hot paths", H1).
 ///
 /// # Safety
 /// `form` is the pointer [`PreparedRaw`] holds for this function's own form, and `qp` is a
@@ -95,8 +94,7 @@ impl PreparedRaw {
 /// A work request built once and posted many times ([`QueuePair::prepare_send`],
 /// [`QueuePair::prepare_recv`]): a post may change only its id (and a send's signaled flag),
 /// as perftest's latency loops change only those of their `ctx->wr`. The provider keeps it
-/// in its own form, so a post skips the conversion (on rdma-core under TCG, ~120 of the
-/// ~190 instructions podnet added to each `ibv_post_send`).
+/// in its own form, so a post skips the conversion (BENCHMARKS.md, "Hot paths", H2).
 pub struct Prepared<W> {
     pub(crate) wr: W,
     pub(crate) raw: Option<PreparedRaw>,
