@@ -36,8 +36,9 @@ use verbs::{
 };
 
 use verbs::{
-    AsyncEvent, ContextOptions, Error, ErrorKind, Gid, GidEntry, GidType, Handle, Mtu, PortAttr,
-    PortState, PostFailure, PreparedRaw, PreparedRecv, PreparedSend, Provider, Psn, QpSpec, Result,
+    AsyncEvent, ContextOptions, Error, ErrorKind, FastPath, Gid, GidEntry, GidType, Handle, Mtu,
+    PortAttr, PortState, PostFailure, PreparedRaw, PreparedRecv, PreparedSend, Provider, Psn,
+    QpSpec, Result,
 };
 
 /// The port every RoCE device here is driven on.
@@ -745,86 +746,6 @@ impl Provider for RdmaCoreDevice {
         Ok(())
     }
 
-    fn mr_handle(&self, lkey: u32) -> Handle {
-        let t = read_tables(&self.tables);
-        // A dma-buf region has no host mapping: no handle, and its accesses say so.
-        self.host_bytes(&t, lkey).map_or(Handle::NONE, |(p, _)| Handle::new(p as usize))
-    }
-
-    fn mr_mapping(&self, h: Handle) -> Option<*mut u8> {
-        (h != Handle::NONE).then_some(h.get() as *mut u8)
-    }
-
-    fn post_errno(&self, verb: &'static str, rc: i32) -> Error {
-        self.errno(if verb == "post_recv" { "ibv_post_recv" } else { "ibv_post_send" }, rc)
-    }
-
-    unsafe fn mr_read_direct(
-        &self,
-        lkey: u32,
-        h: Handle,
-        offset: usize,
-        out: &mut [u8],
-    ) -> Result<()> {
-        if h == Handle::NONE {
-            return self.mr_read(lkey, offset, out);
-        }
-        let src = (h.get() as *const u8).wrapping_add(offset);
-        // SAFETY: `h` is the region's mapping and the range lies inside the region (the
-        // caller's promise); the device may write concurrently, as with any RDMA buffer.
-        unsafe { ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
-        Ok(())
-    }
-
-    unsafe fn mr_watch_byte_direct(
-        &self,
-        lkey: u32,
-        h: Handle,
-        offset: usize,
-        want: u8,
-        spins: u32,
-    ) -> Result<bool> {
-        if h == Handle::NONE {
-            // No mapping to spin on: one looked-up read answers (callers watch again).
-            let mut b = [0u8; 1];
-            self.mr_read(lkey, offset, &mut b)?;
-            return Ok(b[0] == want);
-        }
-        let at = (h.get() as *const u8).wrapping_add(offset);
-        // A loop of one load and one compare, as perftest's `while (*poll_buf != rcnt)`: under
-        // TCG it runs as one translated block chained to itself, where a call per read leaves
-        // it for a lookup at every return.
-        for _ in 0..spins {
-            // SAFETY: `h` is the region's mapping and `offset` lies inside it (the caller's
-            // promise); volatile, since the device writes it behind the compiler's back.
-            if unsafe { ptr::read_volatile(at) } == want {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-
-    unsafe fn mr_write_direct(
-        &self,
-        lkey: u32,
-        h: Handle,
-        offset: usize,
-        data: &[u8],
-    ) -> Result<()> {
-        if h == Handle::NONE {
-            return self.mr_write(lkey, offset, data);
-        }
-        let dst = (h.get() as *mut u8).wrapping_add(offset);
-        if let [b] = data {
-            // SAFETY: as in mr_read_direct (a WRITE-latency side's counter byte).
-            unsafe { ptr::write_volatile(dst, *b) };
-            return Ok(());
-        }
-        // SAFETY: as in mr_read_direct.
-        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
-        Ok(())
-    }
-
     fn mr_write(&self, lkey: u32, offset: usize, data: &[u8]) -> Result<()> {
         let t = read_tables(&self.tables);
         let (p, len) = self.host_bytes(&t, lkey)?;
@@ -891,21 +812,6 @@ impl Provider for RdmaCoreDevice {
         let Some(c) = t.cqs.get(&cq.0).copied() else { return 0 };
         // SAFETY: the CQ is alive (read lock).
         unsafe { poll_raw(c.ptr(), out) }
-    }
-
-    fn cq_handle(&self, cq: CqId) -> Handle {
-        read_tables(&self.tables)
-            .cqs
-            .get(&cq.0)
-            .map_or(Handle::NONE, |c| Handle::new(c.ptr() as usize))
-    }
-
-    unsafe fn poll_cq_direct(&self, cq: CqId, h: Handle, out: &mut [WorkCompletion]) -> usize {
-        if h == Handle::NONE {
-            return self.poll_cq(cq, out);
-        }
-        // SAFETY: the caller vouches that `h` is the live CQ's pointer (cq_handle's).
-        unsafe { poll_raw(h.get() as *mut sys::ibv_cq, out) }
     }
 
     fn req_notify_cq(&self, cq: CqId) -> Result<()> {
@@ -1184,108 +1090,6 @@ impl Provider for RdmaCoreDevice {
         unsafe { self.post_send_raw(q.qp.ptr(), qpn, wrs, ud, &|ip| self.ah(&t, q, ip)) }
     }
 
-    fn qp_handle(&self, qpn: Qpn) -> Handle {
-        read_tables(&self.tables)
-            .qps
-            .get(&qpn.get())
-            .map_or(Handle::NONE, |q| Handle::new(q.qp.ptr() as usize))
-    }
-
-    unsafe fn post_send_direct(&self, qpn: Qpn, h: Handle, wrs: &[SendWr]) -> Result<()> {
-        let qp = h.get() as *mut sys::ibv_qp;
-        // SAFETY: the caller vouches that `h` is the live QP's pointer (qp_handle's).
-        if h == Handle::NONE || unsafe { (*qp).qp_type } == sys::ibv_qp_type::IBV_QPT_UD {
-            // UD looks its address handles up in the table.
-            return self.post_send(qpn, wrs);
-        }
-        let no_ah = |_| {
-            Err(Error::refused(
-                ErrorKind::InvalidArgument,
-                concat!("invalid work request: ", "not a UD QP"),
-            ))
-        };
-        // SAFETY: as above.
-        unsafe { self.post_send_raw(qp, qpn, wrs, false, &no_ah) }
-    }
-
-    fn prepare_send(&self, wr: &SendWr) -> Result<Option<PreparedRaw>> {
-        // UD sends look their address handles up at each post; long lists take the
-        // general path.
-        if wr.ud.is_some() || wr.sgl.len() > FEW_SGES {
-            return Ok(None);
-        }
-        let no_ah = |_| {
-            Err(Error::refused(
-                ErrorKind::InvalidArgument,
-                concat!("invalid work request: ", "not a UD QP"),
-            ))
-        };
-        let mut r = Box::new(RawSend {
-            wr: raw_send_wr(wr, false, &no_ah)?,
-            sges: few_sges(&wr.sgl),
-            flags: 0,
-        });
-        r.wr.num_sge = wr.sgl.len() as i32;
-        // Points into the same box, which does not move.
-        r.wr.sg_list = if wr.sgl.is_empty() { ptr::null_mut() } else { r.sges.as_mut_ptr() };
-        r.flags = r.wr.send_flags & !sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
-        // SAFETY: `direct_post_send` takes a `RawSend` and this provider's QP handles.
-        Ok(Some(unsafe { PreparedRaw::new(r, Some(direct_post_send)) }))
-    }
-
-    fn prepare_recv(&self, wr: &RecvWr) -> Result<Option<PreparedRaw>> {
-        if wr.sgl.len() > FEW_SGES {
-            return Ok(None);
-        }
-        let mut r = Box::new(RawRecv {
-            wr: sys::ibv_recv_wr {
-                wr_id: wr.wr_id,
-                next: ptr::null_mut(),
-                sg_list: ptr::null_mut(),
-                num_sge: wr.sgl.len() as i32,
-            },
-            sges: few_sges(&wr.sgl),
-        });
-        if !wr.sgl.is_empty() {
-            // Points into the same box, which does not move.
-            r.wr.sg_list = r.sges.as_mut_ptr();
-        }
-        // SAFETY: `direct_post_recv` takes a `RawRecv` and this provider's QP handles.
-        Ok(Some(unsafe { PreparedRaw::new(r, Some(direct_post_recv)) }))
-    }
-
-    unsafe fn post_prepared_send(&self, qpn: Qpn, h: Handle, p: &mut PreparedSend) -> Result<()> {
-        let (wr_id, signaled) = (p.wr().wr_id, p.wr().signaled);
-        let raw = p.raw_mut().and_then(|b| b.form_mut::<RawSend>());
-        let Some(r) = raw.filter(|_| h != Handle::NONE) else {
-            // SAFETY: the caller's promise, passed on.
-            return unsafe { self.post_send_direct(qpn, h, std::slice::from_ref(p.wr())) };
-        };
-        // SAFETY: `r` is a `RawSend`; the QP is alive (the caller's promise).
-        unsafe { direct_post_send((r as *mut RawSend).cast(), h, wr_id, signaled) }
-            .map_err(|f| f.into_error(self, qpn, "post_send"))
-    }
-
-    unsafe fn post_prepared_recv(&self, qpn: Qpn, h: Handle, p: &mut PreparedRecv) -> Result<()> {
-        let wr_id = p.wr().wr_id;
-        let raw = p.raw_mut().and_then(|b| b.form_mut::<RawRecv>());
-        let Some(r) = raw.filter(|_| h != Handle::NONE) else {
-            // SAFETY: the caller's promise, passed on.
-            return unsafe { self.post_recv_direct(qpn, h, std::slice::from_ref(p.wr())) };
-        };
-        // SAFETY: `r` is a `RawRecv`; the QP is alive (the caller's promise).
-        unsafe { direct_post_recv((r as *mut RawRecv).cast(), h, wr_id, false) }
-            .map_err(|f| f.into_error(self, qpn, "post_recv"))
-    }
-
-    unsafe fn post_recv_direct(&self, qpn: Qpn, h: Handle, wrs: &[RecvWr]) -> Result<()> {
-        if h == Handle::NONE {
-            return self.post_recv(qpn, wrs);
-        }
-        // SAFETY: the caller vouches that `h` is the live QP's pointer (qp_handle's).
-        unsafe { self.post_recv_raw(h.get() as *mut sys::ibv_qp, qpn, wrs) }
-    }
-
     fn post_recv(&self, qpn: Qpn, wrs: &[RecvWr]) -> Result<()> {
         let t = read_tables(&self.tables);
         let q = t.qps.get(&qpn.get()).ok_or(Error::no_such(format_args!("QP {}", qpn)))?;
@@ -1351,6 +1155,197 @@ impl Provider for RdmaCoreDevice {
             }
         }
         c
+    }
+
+    fn fast_path(self: Arc<Self>) -> Option<Arc<dyn FastPath>> {
+        Some(self)
+    }
+}
+
+impl FastPath for RdmaCoreDevice {
+    fn mr_handle(&self, lkey: u32) -> Handle {
+        let t = read_tables(&self.tables);
+        // A dma-buf region has no host mapping: no handle, and its accesses say so.
+        self.host_bytes(&t, lkey).map_or(Handle::NONE, |(p, _)| Handle::new(p as usize))
+    }
+
+    fn mr_mapping(&self, h: Handle) -> Option<*mut u8> {
+        (h != Handle::NONE).then_some(h.get() as *mut u8)
+    }
+
+    fn post_errno(&self, verb: &'static str, rc: i32) -> Error {
+        self.errno(if verb == "post_recv" { "ibv_post_recv" } else { "ibv_post_send" }, rc)
+    }
+
+    unsafe fn mr_read(&self, lkey: u32, h: Handle, offset: usize, out: &mut [u8]) -> Result<()> {
+        if h == Handle::NONE {
+            return Provider::mr_read(self, lkey, offset, out);
+        }
+        let src = (h.get() as *const u8).wrapping_add(offset);
+        // SAFETY: `h` is the region's mapping and the range lies inside the region (the
+        // caller's promise); the device may write concurrently, as with any RDMA buffer.
+        unsafe { ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    unsafe fn mr_watch_byte(
+        &self,
+        lkey: u32,
+        h: Handle,
+        offset: usize,
+        want: u8,
+        spins: u32,
+    ) -> Result<bool> {
+        if h == Handle::NONE {
+            // No mapping to spin on: one looked-up read answers (callers watch again).
+            let mut b = [0u8; 1];
+            Provider::mr_read(self, lkey, offset, &mut b)?;
+            return Ok(b[0] == want);
+        }
+        let at = (h.get() as *const u8).wrapping_add(offset);
+        // A loop of one load and one compare, as perftest's `while (*poll_buf != rcnt)`: under
+        // TCG it runs as one translated block chained to itself, where a call per read leaves
+        // it for a lookup at every return.
+        for _ in 0..spins {
+            // SAFETY: `h` is the region's mapping and `offset` lies inside it (the caller's
+            // promise); volatile, since the device writes it behind the compiler's back.
+            if unsafe { ptr::read_volatile(at) } == want {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    unsafe fn mr_write(&self, lkey: u32, h: Handle, offset: usize, data: &[u8]) -> Result<()> {
+        if h == Handle::NONE {
+            return Provider::mr_write(self, lkey, offset, data);
+        }
+        let dst = (h.get() as *mut u8).wrapping_add(offset);
+        if let [b] = data {
+            // SAFETY: as in `FastPath::mr_read` (a WRITE-latency side's counter byte).
+            unsafe { ptr::write_volatile(dst, *b) };
+            return Ok(());
+        }
+        // SAFETY: as in `FastPath::mr_read`.
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        Ok(())
+    }
+
+    fn cq_handle(&self, cq: CqId) -> Handle {
+        read_tables(&self.tables)
+            .cqs
+            .get(&cq.0)
+            .map_or(Handle::NONE, |c| Handle::new(c.ptr() as usize))
+    }
+
+    unsafe fn poll_cq(&self, cq: CqId, h: Handle, out: &mut [WorkCompletion]) -> usize {
+        if h == Handle::NONE {
+            return Provider::poll_cq(self, cq, out);
+        }
+        // SAFETY: the caller vouches that `h` is the live CQ's pointer (cq_handle's).
+        unsafe { poll_raw(h.get() as *mut sys::ibv_cq, out) }
+    }
+
+    fn qp_handle(&self, qpn: Qpn) -> Handle {
+        read_tables(&self.tables)
+            .qps
+            .get(&qpn.get())
+            .map_or(Handle::NONE, |q| Handle::new(q.qp.ptr() as usize))
+    }
+
+    unsafe fn post_send(&self, qpn: Qpn, h: Handle, wrs: &[SendWr]) -> Result<()> {
+        let qp = h.get() as *mut sys::ibv_qp;
+        // SAFETY: the caller vouches that `h` is the live QP's pointer (qp_handle's).
+        if h == Handle::NONE || unsafe { (*qp).qp_type } == sys::ibv_qp_type::IBV_QPT_UD {
+            // UD looks its address handles up in the table.
+            return Provider::post_send(self, qpn, wrs);
+        }
+        let no_ah = |_| {
+            Err(Error::refused(
+                ErrorKind::InvalidArgument,
+                concat!("invalid work request: ", "not a UD QP"),
+            ))
+        };
+        // SAFETY: as above.
+        unsafe { self.post_send_raw(qp, qpn, wrs, false, &no_ah) }
+    }
+
+    fn prepare_send(&self, wr: &SendWr) -> Result<Option<PreparedRaw>> {
+        // UD sends look their address handles up at each post; long lists take the
+        // general path.
+        if wr.ud.is_some() || wr.sgl.len() > FEW_SGES {
+            return Ok(None);
+        }
+        let no_ah = |_| {
+            Err(Error::refused(
+                ErrorKind::InvalidArgument,
+                concat!("invalid work request: ", "not a UD QP"),
+            ))
+        };
+        let mut r = Box::new(RawSend {
+            wr: raw_send_wr(wr, false, &no_ah)?,
+            sges: few_sges(&wr.sgl),
+            flags: 0,
+        });
+        r.wr.num_sge = wr.sgl.len() as i32;
+        // Points into the same box, which does not move.
+        r.wr.sg_list = if wr.sgl.is_empty() { ptr::null_mut() } else { r.sges.as_mut_ptr() };
+        r.flags = r.wr.send_flags & !sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        // SAFETY: `direct_post_send` takes a `RawSend` and this provider's QP handles.
+        Ok(Some(unsafe { PreparedRaw::new(r, Some(direct_post_send)) }))
+    }
+
+    fn prepare_recv(&self, wr: &RecvWr) -> Result<Option<PreparedRaw>> {
+        if wr.sgl.len() > FEW_SGES {
+            return Ok(None);
+        }
+        let mut r = Box::new(RawRecv {
+            wr: sys::ibv_recv_wr {
+                wr_id: wr.wr_id,
+                next: ptr::null_mut(),
+                sg_list: ptr::null_mut(),
+                num_sge: wr.sgl.len() as i32,
+            },
+            sges: few_sges(&wr.sgl),
+        });
+        if !wr.sgl.is_empty() {
+            // Points into the same box, which does not move.
+            r.wr.sg_list = r.sges.as_mut_ptr();
+        }
+        // SAFETY: `direct_post_recv` takes a `RawRecv` and this provider's QP handles.
+        Ok(Some(unsafe { PreparedRaw::new(r, Some(direct_post_recv)) }))
+    }
+
+    unsafe fn post_prepared_send(&self, qpn: Qpn, h: Handle, p: &mut PreparedSend) -> Result<()> {
+        let (wr_id, signaled) = (p.wr().wr_id, p.wr().signaled);
+        let raw = p.raw_mut().and_then(|b| b.form_mut::<RawSend>());
+        let Some(r) = raw.filter(|_| h != Handle::NONE) else {
+            // SAFETY: the caller's promise, passed on.
+            return unsafe { FastPath::post_send(self, qpn, h, std::slice::from_ref(p.wr())) };
+        };
+        // SAFETY: `r` is a `RawSend`; the QP is alive (the caller's promise).
+        unsafe { direct_post_send((r as *mut RawSend).cast(), h, wr_id, signaled) }
+            .map_err(|f| f.into_error(self, qpn, "post_send"))
+    }
+
+    unsafe fn post_prepared_recv(&self, qpn: Qpn, h: Handle, p: &mut PreparedRecv) -> Result<()> {
+        let wr_id = p.wr().wr_id;
+        let raw = p.raw_mut().and_then(|b| b.form_mut::<RawRecv>());
+        let Some(r) = raw.filter(|_| h != Handle::NONE) else {
+            // SAFETY: the caller's promise, passed on.
+            return unsafe { FastPath::post_recv(self, qpn, h, std::slice::from_ref(p.wr())) };
+        };
+        // SAFETY: `r` is a `RawRecv`; the QP is alive (the caller's promise).
+        unsafe { direct_post_recv((r as *mut RawRecv).cast(), h, wr_id, false) }
+            .map_err(|f| f.into_error(self, qpn, "post_recv"))
+    }
+
+    unsafe fn post_recv(&self, qpn: Qpn, h: Handle, wrs: &[RecvWr]) -> Result<()> {
+        if h == Handle::NONE {
+            return Provider::post_recv(self, qpn, wrs);
+        }
+        // SAFETY: the caller vouches that `h` is the live QP's pointer (qp_handle's).
+        unsafe { self.post_recv_raw(h.get() as *mut sys::ibv_qp, qpn, wrs) }
     }
 }
 

@@ -65,6 +65,8 @@ pub enum Ipv4Receive {
 #[derive(Clone)]
 pub struct Context {
     pub(crate) dev: Arc<dyn Provider>,
+    /// The provider's hot paths, handed to every object created here.
+    pub(crate) fast: Option<Arc<dyn FastPath>>,
 }
 
 impl fmt::Debug for Context {
@@ -76,7 +78,8 @@ impl fmt::Debug for Context {
 impl Context {
     /// Wraps a provider's device: how a provider hands out a context.
     pub fn from_provider(dev: Arc<dyn Provider>) -> Context {
-        Context { dev }
+        let fast = dev.clone().fast_path();
+        Context { dev, fast }
     }
 
     /// The device's name (`soft:127.0.0.1`).
@@ -130,7 +133,7 @@ impl Context {
     pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
         let id = self.dev.alloc_pd()?;
         let life = Arc::new(PdLife { dev: self.dev.clone(), id, freed: false });
-        Ok(ProtectionDomain { dev: self.dev.clone(), id, life })
+        Ok(ProtectionDomain { dev: self.dev.clone(), fast: self.fast.clone(), id, life })
     }
 
     /// A completion channel: a place to block until a CQ armed with
@@ -151,7 +154,8 @@ impl Context {
             return Err(Error::ForeignObject("completion channel"));
         }
         let id = self.dev.create_cq(cqe, channel.map(|c| c.id))?;
-        Ok(CompletionQueue { h: self.dev.cq_handle(id), dev: self.dev.clone(), id })
+        let h = self.fast.as_ref().map_or(Handle::NONE, |f| f.cq_handle(id));
+        Ok(CompletionQueue { h, fast: self.fast.clone(), dev: self.dev.clone(), id })
     }
 
     /// The next asynchronous event, waiting up to `timeout` (`None`: forever).

@@ -10,7 +10,8 @@ use crate::*;
 pub struct CompletionQueue {
     pub(crate) dev: Arc<dyn Provider>,
     pub(crate) id: CqId,
-    /// The provider's direct reference to the CQ.
+    /// The provider's hot paths and its direct reference to the CQ.
+    pub(crate) fast: Option<Arc<dyn FastPath>>,
     pub(crate) h: Handle,
 }
 
@@ -30,8 +31,11 @@ impl CompletionQueue {
     /// On a busy-poll context this also drives the device's I/O.
     #[inline]
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
-        // SAFETY: the handle is this CQ's, which only `self`'s drop destroys.
-        unsafe { self.dev.poll_cq_direct(self.id, self.h, out) }
+        match &self.fast {
+            // SAFETY: the handle is this CQ's, which only `self`'s drop destroys.
+            Some(f) => unsafe { f.poll_cq(self.id, self.h, out) },
+            None => self.dev.poll_cq(self.id, out),
+        }
     }
 
     /// Polls until one completion arrives or `timeout` passes.

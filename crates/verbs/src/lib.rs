@@ -52,7 +52,7 @@ pub use mr::{MappedByte, MemoryRegion};
 pub use pd::ProtectionDomain;
 pub use port::{AsyncEvent, Gid, GidEntry, GidType, PortAttr, PortState};
 pub use prepared::{DirectPost, PostFailure, Prepared, PreparedRaw, PreparedRecv, PreparedSend};
-pub use provider::{Handle, Provider};
+pub use provider::{FastPath, Handle, Provider};
 pub use qp::{Connect, QpInit, QpSpec, QueuePair};
 pub use qp_attr::{MAX_INLINE_DATA, ModifyQp, Mtu, Path, QpAttr, QpCaps, QpState, QpType};
 pub use srq::SharedReceiveQueue;

@@ -10,7 +10,8 @@ use crate::*;
 pub struct MemoryRegion {
     pub(crate) dev: Arc<dyn Provider>,
     pub(crate) info: MrInfo,
-    /// The provider's direct reference to the region's memory.
+    /// The provider's hot paths and its direct reference to the region's memory.
+    pub(crate) fast: Option<Arc<dyn FastPath>>,
     pub(crate) h: Handle,
     /// Its protection domain, freed after it (fields drop after `Drop::drop` deregisters).
     pub(crate) _pd: Arc<PdLife>,
@@ -81,9 +82,12 @@ impl MemoryRegion {
     #[inline]
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;
-        // SAFETY: the handle is this region's, which lives as long as `self`; the range was
-        // checked against the region just above.
-        unsafe { self.dev.mr_read_direct(self.info.lkey, self.h, offset, out) }
+        match &self.fast {
+            // SAFETY: the handle is this region's, which lives as long as `self`; the range
+            // was checked against the region just above.
+            Some(f) => unsafe { f.mr_read(self.info.lkey, self.h, offset, out) },
+            None => self.dev.mr_read(self.info.lkey, offset, out),
+        }
     }
 
     /// Reads the byte at `offset` up to `spins` times until it is `want`; whether it was.
@@ -92,8 +96,18 @@ impl MemoryRegion {
     #[inline]
     pub fn watch_byte(&self, offset: usize, want: u8, spins: u32) -> Result<bool> {
         self.check(offset, 1)?;
-        // SAFETY: as in `read`.
-        unsafe { self.dev.mr_watch_byte_direct(self.info.lkey, self.h, offset, want, spins) }
+        if let Some(f) = &self.fast {
+            // SAFETY: as in `read`.
+            return unsafe { f.mr_watch_byte(self.info.lkey, self.h, offset, want, spins) };
+        }
+        let mut b = [0u8; 1];
+        for _ in 0..spins {
+            self.dev.mr_read(self.info.lkey, offset, &mut b)?;
+            if b[0] == want {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The byte at `offset`, to read and write in place where the provider maps the region's
@@ -101,7 +115,7 @@ impl MemoryRegion {
     /// provider's regions, dma-buf). What a WRITE-latency loop spins on and bumps.
     pub fn mapped_byte(&self, offset: usize) -> Result<Option<MappedByte<'_>>> {
         self.check(offset, 1)?;
-        Ok(self.dev.mr_mapping(self.h).map(|base| MappedByte {
+        Ok(self.fast.as_ref().and_then(|f| f.mr_mapping(self.h)).map(|base| MappedByte {
             at: base.wrapping_add(offset),
             _region: std::marker::PhantomData,
         }))
@@ -111,8 +125,11 @@ impl MemoryRegion {
     #[inline]
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check(offset, data.len())?;
-        // SAFETY: as in `read`.
-        unsafe { self.dev.mr_write_direct(self.info.lkey, self.h, offset, data) }
+        match &self.fast {
+            // SAFETY: as in `read`.
+            Some(f) => unsafe { f.mr_write(self.info.lkey, self.h, offset, data) },
+            None => self.dev.mr_write(self.info.lkey, offset, data),
+        }
     }
 
     /// A copy of `len` bytes at `offset`.

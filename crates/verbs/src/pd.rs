@@ -12,6 +12,7 @@ use crate::*;
 /// [`ProtectionDomain::dealloc`] frees it now, or says what keeps it.
 pub struct ProtectionDomain {
     pub(crate) dev: Arc<dyn Provider>,
+    pub(crate) fast: Option<Arc<dyn FastPath>>,
     pub(crate) id: PdId,
     pub(crate) life: Arc<PdLife>,
 }
@@ -68,7 +69,8 @@ impl ProtectionDomain {
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
         let info = self.dev.reg_mr(self.id, len, access)?;
         Ok(MemoryRegion {
-            h: self.dev.mr_handle(info.lkey),
+            h: self.fast.as_ref().map_or(Handle::NONE, |f| f.mr_handle(info.lkey)),
+            fast: self.fast.clone(),
             dev: self.dev.clone(),
             info,
             _pd: self.life.clone(),
@@ -91,7 +93,8 @@ impl ProtectionDomain {
         use std::os::fd::AsRawFd;
         let info = self.dev.reg_dmabuf_mr(self.id, fd.as_raw_fd(), offset, len, iova, access)?;
         Ok(MemoryRegion {
-            h: self.dev.mr_handle(info.lkey),
+            h: self.fast.as_ref().map_or(Handle::NONE, |f| f.mr_handle(info.lkey)),
+            fast: self.fast.clone(),
             dev: self.dev.clone(),
             info,
             _pd: self.life.clone(),
@@ -120,9 +123,10 @@ impl ProtectionDomain {
             srq,
         };
         let qpn = self.dev.create_qp(&spec)?;
-        let h = self.dev.qp_handle(qpn);
+        let h = self.fast.as_ref().map_or(Handle::NONE, |f| f.qp_handle(qpn));
         Ok(QueuePair {
             dev: self.dev.clone(),
+            fast: self.fast.clone(),
             qpn,
             qp_type: init.qp_type,
             h,

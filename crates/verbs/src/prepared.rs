@@ -42,8 +42,8 @@ pub enum PostFailure {
 impl PostFailure {
     /// The error a post of `verb` (`post_send`, `post_recv`) on QP `qpn` of `dev` gives for
     /// this failure: the state error, as the soft provider's, or the provider's
-    /// ([`Provider::post_errno`]).
-    pub fn into_error(self, dev: &(impl Provider + ?Sized), qpn: Qpn, verb: &'static str) -> Error {
+    /// ([`FastPath::post_errno`]).
+    pub fn into_error(self, dev: &(impl FastPath + ?Sized), qpn: Qpn, verb: &'static str) -> Error {
         match self {
             PostFailure::State(state) => Error::bad_state(qpn, state, verb),
             PostFailure::Errno(rc) => dev.post_errno(verb, rc),
@@ -56,8 +56,8 @@ impl PreparedRaw {
     ///
     /// # Safety
     /// `post`, if given, takes a pointer to a `T` as its form, and a handle of a live QP of the
-    /// provider that returns this from [`Provider::prepare_send`] or
-    /// [`Provider::prepare_recv`].
+    /// provider that returns this from [`FastPath::prepare_send`] or
+    /// [`FastPath::prepare_recv`].
     pub unsafe fn new<T: std::any::Any + Send>(
         form: Box<T>,
         post: Option<DirectPost>,
@@ -112,7 +112,7 @@ impl<W> Prepared<W> {
         &self.wr
     }
 
-    /// The provider's own form of it, if the provider made one ([`Provider::prepare_send`]).
+    /// The provider's own form of it, if the provider made one ([`FastPath::prepare_send`]).
     pub fn raw_mut(&mut self) -> Option<&mut PreparedRaw> {
         self.raw.as_mut()
     }
@@ -153,7 +153,10 @@ impl QueuePair {
     /// Builds `wr` into the provider's form once, to be posted many times with
     /// [`QueuePair::post_prepared_send`].
     pub fn prepare_send(&self, wr: SendWr) -> Result<PreparedSend> {
-        let mut raw = self.dev.prepare_send(&wr)?;
+        let mut raw = match &self.fast {
+            Some(f) => f.prepare_send(&wr)?,
+            None => None,
+        };
         if let Some(r) = &mut raw {
             r.qp = self.h;
         }
@@ -163,21 +166,27 @@ impl QueuePair {
     /// Posts a prepared send, with its current id and signaled flag (`ibv_post_send`).
     #[inline]
     pub fn post_prepared_send(&self, p: &mut PreparedSend) -> Result<()> {
+        let Some(fast) = &self.fast else {
+            return self.dev.post_send(self.qpn, std::slice::from_ref(&p.wr));
+        };
         let (wr_id, signaled) = (p.wr.wr_id, p.wr.signaled);
         if let Some(raw) = &mut p.raw
             // SAFETY: the handle is this QP's, which only `self`'s drop destroys.
             && let Some(r) = unsafe { raw.post_direct(self.h, wr_id, signaled) }
         {
-            return r.map_err(|f| f.into_error(&*self.dev, self.qpn, "post_send"));
+            return r.map_err(|f| f.into_error(&**fast, self.qpn, "post_send"));
         }
         // SAFETY: as in `post_send_batch`.
-        unsafe { self.dev.post_prepared_send(self.qpn, self.h, p) }
+        unsafe { fast.post_prepared_send(self.qpn, self.h, p) }
     }
 
     /// Builds `wr` into the provider's form once, to be posted many times with
     /// [`QueuePair::post_prepared_recv`].
     pub fn prepare_recv(&self, wr: RecvWr) -> Result<PreparedRecv> {
-        let mut raw = self.dev.prepare_recv(&wr)?;
+        let mut raw = match &self.fast {
+            Some(f) => f.prepare_recv(&wr)?,
+            None => None,
+        };
         if let Some(r) = &mut raw {
             r.qp = self.h;
         }
@@ -187,14 +196,17 @@ impl QueuePair {
     /// Posts a prepared receive, with its current id (`ibv_post_recv`).
     #[inline]
     pub fn post_prepared_recv(&self, p: &mut PreparedRecv) -> Result<()> {
+        let Some(fast) = &self.fast else {
+            return self.dev.post_recv(self.qpn, std::slice::from_ref(&p.wr));
+        };
         let wr_id = p.wr.wr_id;
         if let Some(raw) = &mut p.raw
             // SAFETY: as in `post_prepared_send`.
             && let Some(r) = unsafe { raw.post_direct(self.h, wr_id, false) }
         {
-            return r.map_err(|f| f.into_error(&*self.dev, self.qpn, "post_recv"));
+            return r.map_err(|f| f.into_error(&**fast, self.qpn, "post_recv"));
         }
         // SAFETY: as in `post_send_batch`.
-        unsafe { self.dev.post_prepared_recv(self.qpn, self.h, p) }
+        unsafe { fast.post_prepared_recv(self.qpn, self.h, p) }
     }
 }

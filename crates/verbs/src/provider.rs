@@ -1,6 +1,7 @@
 //! The interface every provider implements.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{
@@ -33,8 +34,9 @@ impl Handle {
     }
 }
 
-/// A device as a provider drives it. The public types ([`crate::Context`] and friends) call
-/// these methods; objects are named by the ids the provider hands out.
+/// A device as a provider drives it: one safe method per verb. The public types
+/// ([`crate::Context`] and friends) call these methods; objects are named by the ids the
+/// provider hands out. The hot paths are apart, in [`FastPath`].
 pub trait Provider: Send + Sync + fmt::Debug {
     /// The device's name (`soft:127.0.0.1`, `mlx5_0`).
     fn device_name(&self) -> String;
@@ -117,20 +119,30 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn post_send(&self, qpn: Qpn, wrs: &[SendWr]) -> Result<()>;
     /// Posts receive work requests.
     fn post_recv(&self, qpn: Qpn, wrs: &[RecvWr]) -> Result<()>;
-    /// The direct reference to a QP, for [`Provider::post_send_direct`] and
-    /// [`Provider::post_recv_direct`].
-    fn qp_handle(&self, _qpn: Qpn) -> Handle {
-        Handle::NONE
+    /// Waits for an asynchronous event.
+    fn get_async_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent>;
+    /// The device's counters.
+    fn counters(&self) -> Counters;
+    /// The provider's hot paths, if it has them: every object the API creates afterwards
+    /// keeps them, with its own [`Handle`], and posts, polls and touches its memory through
+    /// them instead of the methods above.
+    fn fast_path(self: Arc<Self>) -> Option<Arc<dyn FastPath>> {
+        None
     }
-    /// The direct reference to a CQ, for [`Provider::poll_cq_direct`].
-    fn cq_handle(&self, _cq: CqId) -> Handle {
-        Handle::NONE
-    }
-    /// The direct reference to a region's host memory, for [`Provider::mr_read_direct`] and
-    /// [`Provider::mr_write_direct`].
-    fn mr_handle(&self, _lkey: u32) -> Handle {
-        Handle::NONE
-    }
+}
+
+/// A provider's hot paths, apart from [`Provider`]: posting, polling and region access through
+/// the provider's direct reference to each object (its [`Handle`], for rdma-core the
+/// libibverbs pointer), with no lookup by id, prepared requests in the provider's own form, and
+/// a region's mapping. Optional ([`Provider::fast_path`]): without it every verb goes through
+/// the [`Provider`] method of the same name. Why these exist: BENCHMARKS.md, "Hot paths".
+pub trait FastPath: Send + Sync {
+    /// The direct reference to a QP.
+    fn qp_handle(&self, qpn: Qpn) -> Handle;
+    /// The direct reference to a CQ.
+    fn cq_handle(&self, cq: CqId) -> Handle;
+    /// The direct reference to a region's host memory.
+    fn mr_handle(&self, lkey: u32) -> Handle;
     /// Where the region behind handle `h` lies in this process's memory, for
     /// [`crate::MemoryRegion::mapped_byte`]; `None` where the provider does not map it there.
     fn mr_mapping(&self, h: Handle) -> Option<*mut u8> {
@@ -139,76 +151,54 @@ pub trait Provider: Send + Sync + fmt::Debug {
     }
     /// The error for a post of `verb` (`post_send`, `post_recv`) that the provider's verb
     /// refused with error number `rc` ([`crate::PostFailure::Errno`]).
-    fn post_errno(&self, verb: &'static str, rc: i32) -> Error {
-        Error::Call {
-            device: self.device_name(),
-            verb,
-            source: std::io::Error::from_raw_os_error(rc),
-        }
-    }
+    fn post_errno(&self, verb: &'static str, rc: i32) -> Error;
     /// [`Provider::post_send`] through the QP's handle.
     ///
     /// # Safety
-    /// `h` is [`Handle::NONE`] or what [`Provider::qp_handle`] gave for `qpn`, and the QP has
-    /// not been destroyed (its owner is alive and not dropping).
-    unsafe fn post_send_direct(&self, qpn: Qpn, h: Handle, wrs: &[SendWr]) -> Result<()> {
-        let _ = h;
-        self.post_send(qpn, wrs)
-    }
+    /// `h` is what [`FastPath::qp_handle`] gave for `qpn`, and the QP has not been destroyed
+    /// (its owner is alive and not dropping).
+    unsafe fn post_send(&self, qpn: Qpn, h: Handle, wrs: &[SendWr]) -> Result<()>;
     /// [`Provider::post_recv`] through the QP's handle.
     ///
     /// # Safety
-    /// As for [`Provider::post_send_direct`].
-    unsafe fn post_recv_direct(&self, qpn: Qpn, h: Handle, wrs: &[RecvWr]) -> Result<()> {
-        let _ = h;
-        self.post_recv(qpn, wrs)
-    }
+    /// As for [`FastPath::post_send`].
+    unsafe fn post_recv(&self, qpn: Qpn, h: Handle, wrs: &[RecvWr]) -> Result<()>;
     /// [`Provider::poll_cq`] through the CQ's handle.
     ///
     /// # Safety
-    /// `h` is [`Handle::NONE`] or what [`Provider::cq_handle`] gave for `cq`, and the CQ has
-    /// not been destroyed.
-    unsafe fn poll_cq_direct(&self, cq: CqId, h: Handle, out: &mut [WorkCompletion]) -> usize {
-        let _ = h;
-        self.poll_cq(cq, out)
-    }
+    /// `h` is what [`FastPath::cq_handle`] gave for `cq`, and the CQ has not been destroyed.
+    unsafe fn poll_cq(&self, cq: CqId, h: Handle, out: &mut [WorkCompletion]) -> usize;
     /// [`Provider::mr_read`] through the region's handle.
     ///
     /// # Safety
-    /// `h` is [`Handle::NONE`] or what [`Provider::mr_handle`] gave for `lkey`, the region is
-    /// registered, and `offset + out.len()` lies within it.
-    unsafe fn mr_read_direct(
-        &self,
-        lkey: u32,
-        h: Handle,
-        offset: usize,
-        out: &mut [u8],
-    ) -> Result<()> {
-        let _ = h;
-        self.mr_read(lkey, offset, out)
-    }
+    /// `h` is what [`FastPath::mr_handle`] gave for `lkey`, the region is registered, and
+    /// `offset + out.len()` lies within it.
+    unsafe fn mr_read(&self, lkey: u32, h: Handle, offset: usize, out: &mut [u8]) -> Result<()>;
     /// [`Provider::mr_write`] through the region's handle.
     ///
     /// # Safety
-    /// As for [`Provider::mr_read_direct`].
-    unsafe fn mr_write_direct(
+    /// As for [`FastPath::mr_read`].
+    unsafe fn mr_write(&self, lkey: u32, h: Handle, offset: usize, data: &[u8]) -> Result<()>;
+    /// Reads the byte at `offset` up to `spins` times until it is `want` (a WRITE-latency
+    /// side waiting for its peer's counter); whether it was.
+    ///
+    /// # Safety
+    /// As for [`FastPath::mr_read`], `offset` within the region.
+    unsafe fn mr_watch_byte(
         &self,
         lkey: u32,
         h: Handle,
         offset: usize,
-        data: &[u8],
-    ) -> Result<()> {
-        let _ = h;
-        self.mr_write(lkey, offset, data)
-    }
-    /// A send work request in this provider's own form, for
-    /// [`Provider::post_prepared_send`]; `None` where it keeps none (the request is then
-    /// posted as it is).
+        want: u8,
+        spins: u32,
+    ) -> Result<bool>;
+    /// A send work request in this provider's own form, for [`FastPath::post_prepared_send`];
+    /// `None` where it keeps none (the request is then posted as it is).
     fn prepare_send(&self, wr: &SendWr) -> Result<Option<PreparedRaw>> {
         let _ = wr;
         Ok(None)
     }
-    /// A receive work request in this provider's own form, as [`Provider::prepare_send`].
+    /// A receive work request in this provider's own form, as [`FastPath::prepare_send`].
     fn prepare_recv(&self, wr: &RecvWr) -> Result<Option<PreparedRaw>> {
         let _ = wr;
         Ok(None)
@@ -217,44 +207,17 @@ pub trait Provider: Send + Sync + fmt::Debug {
     /// one, with the request's current id and signaled flag.
     ///
     /// # Safety
-    /// As for [`Provider::post_send_direct`].
+    /// As for [`FastPath::post_send`].
     unsafe fn post_prepared_send(&self, qpn: Qpn, h: Handle, p: &mut PreparedSend) -> Result<()> {
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.post_send_direct(qpn, h, std::slice::from_ref(p.wr())) }
+        unsafe { self.post_send(qpn, h, std::slice::from_ref(p.wr())) }
     }
-    /// Posts a prepared receive on the QP `qpn`, as [`Provider::post_prepared_send`].
+    /// Posts a prepared receive on the QP `qpn`, as [`FastPath::post_prepared_send`].
     ///
     /// # Safety
-    /// As for [`Provider::post_send_direct`].
+    /// As for [`FastPath::post_send`].
     unsafe fn post_prepared_recv(&self, qpn: Qpn, h: Handle, p: &mut PreparedRecv) -> Result<()> {
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.post_recv_direct(qpn, h, std::slice::from_ref(p.wr())) }
+        unsafe { self.post_recv(qpn, h, std::slice::from_ref(p.wr())) }
     }
-    /// Reads the byte at `offset` up to `spins` times until it is `want` (a WRITE-latency
-    /// side waiting for its peer's counter); whether it was.
-    ///
-    /// # Safety
-    /// As for [`Provider::mr_read_direct`], `offset` within the region.
-    unsafe fn mr_watch_byte_direct(
-        &self,
-        lkey: u32,
-        h: Handle,
-        offset: usize,
-        want: u8,
-        spins: u32,
-    ) -> Result<bool> {
-        let mut b = [0u8; 1];
-        for _ in 0..spins {
-            // SAFETY: the caller's promise, passed on.
-            unsafe { self.mr_read_direct(lkey, h, offset, &mut b)? };
-            if b[0] == want {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-    /// Waits for an asynchronous event.
-    fn get_async_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent>;
-    /// The device's counters.
-    fn counters(&self) -> Counters;
 }

@@ -97,7 +97,8 @@ pub struct QueuePair {
     pub(crate) dev: Arc<dyn Provider>,
     pub(crate) qpn: Qpn,
     pub(crate) qp_type: QpType,
-    /// The provider's direct reference to the QP.
+    /// The provider's hot paths and its direct reference to the QP.
+    pub(crate) fast: Option<Arc<dyn FastPath>>,
     pub(crate) h: Handle,
     /// Its protection domain, freed after it.
     pub(crate) _pd: Arc<PdLife>,
@@ -169,8 +170,11 @@ impl QueuePair {
     /// Posts several send work requests with one doorbell.
     #[inline]
     pub fn post_send_batch(&self, wrs: &[SendWr]) -> Result<()> {
-        // SAFETY: the handle is this QP's, which only `self`'s drop destroys.
-        unsafe { self.dev.post_send_direct(self.qpn, self.h, wrs) }
+        match &self.fast {
+            // SAFETY: the handle is this QP's, which only `self`'s drop destroys.
+            Some(f) => unsafe { f.post_send(self.qpn, self.h, wrs) },
+            None => self.dev.post_send(self.qpn, wrs),
+        }
     }
 
     /// Posts a receive work request (`ibv_post_recv`).
@@ -181,8 +185,11 @@ impl QueuePair {
     /// Posts several receive work requests.
     #[inline]
     pub fn post_recv_batch(&self, wrs: &[RecvWr]) -> Result<()> {
-        // SAFETY: as in `post_send_batch`.
-        unsafe { self.dev.post_recv_direct(self.qpn, self.h, wrs) }
+        match &self.fast {
+            // SAFETY: as in `post_send_batch`.
+            Some(f) => unsafe { f.post_recv(self.qpn, self.h, wrs) },
+            None => self.dev.post_recv(self.qpn, wrs),
+        }
     }
 }
 
