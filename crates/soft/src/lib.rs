@@ -65,6 +65,31 @@ pub fn soft_devices(sys: &std::path::Path) -> std::io::Result<Vec<host::DeviceIn
         .collect())
 }
 
+/// The one rule for holding back what the engine would send (the ACK of what just arrived,
+/// mostly) when a busy poll or a completion-channel wait hands the application completions:
+/// the application usually posts at once, and that post's doorbell sends both in one
+/// `sendmmsg`. Held at most once: a poll that returns nothing, or the next one that returns
+/// something without a post in between, sends. Whatever is held also goes out when a QP or
+/// the device is destroyed (`transmit` sends all the engine has).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct HeldBack {
+    held: bool,
+}
+
+impl HeldBack {
+    /// A poll (or wait) returned completions (`returned`) or none: whether to send now.
+    fn after_poll(&mut self, returned: bool) -> bool {
+        let hold = returned && !self.held;
+        self.held = hold;
+        !hold
+    }
+
+    /// The application posted: its doorbell sent what was held.
+    fn sent(&mut self) {
+        self.held = false;
+    }
+}
+
 /// Memory owned by the soft device: one zeroed buffer per registered region. The region's
 /// virtual address is the buffer's real address, as a NIC would see it.
 #[derive(Debug, Default)]
@@ -194,8 +219,8 @@ struct State {
     batch: Vec<Transmit>,
     port_ok: bool,
     driver: DriverCounters,
-    /// A busy poll held back the engine's datagrams for the application's next post.
-    tx_held: bool,
+    /// Whether the engine's datagrams are held back for the application's next post.
+    held: HeldBack,
     /// Busy polls so far (to read the clock only now and then).
     polls: u64,
 }
@@ -344,7 +369,7 @@ impl SoftDevice {
                 batch,
                 port_ok: true,
                 driver: DriverCounters::default(),
-                tx_held: false,
+                held: HeldBack::default(),
                 polls: 0,
             }),
             epoch: std::time::Instant::now(),
@@ -757,13 +782,9 @@ impl Provider for SoftDevice {
                 None => break,
             }
         }
-        if busy && (n == 0 || st.tx_held) {
-            // Nothing for the application, or it already had its chance: send now.
+        if busy && st.held.after_poll(n > 0) {
             let now = self.sh.now();
             self.sh.transmit(&mut st, now);
-            st.tx_held = false;
-        } else if busy {
-            st.tx_held = true;
         }
         n
     }
@@ -803,17 +824,15 @@ impl Provider for SoftDevice {
                 // sends both in one sendmmsg (and anything held goes out before a sleep).
                 sh.drive_with(&mut st, true, false);
                 if let Some(cq) = pop() {
-                    if st.tx_held {
-                        // Held once already and no post came: send now, never hold twice.
+                    if st.held.after_poll(true) {
                         let now = sh.now();
                         sh.transmit(&mut st, now);
                     }
-                    st.tx_held = !st.tx_held;
                     break Some(cq);
                 }
+                st.held.after_poll(false);
                 let now = sh.now();
                 sh.transmit(&mut st, now);
-                st.tx_held = false;
                 sh.notify(&mut st);
                 st.ep.poll_timeout().map(|t| t.0)
             };
@@ -913,7 +932,7 @@ impl Provider for SoftDevice {
         // The doorbell: send now, from this thread (with anything a busy poll held back).
         let now = self.sh.now();
         self.sh.transmit(&mut st, now);
-        st.tx_held = false;
+        st.held.sent();
         self.sh.notify(&mut st);
         self.sh.kick(&st);
         r
@@ -956,5 +975,22 @@ impl Provider for SoftDevice {
         let mut c = st.ep.counters().clone();
         c.icrc_unverified += st.driver.icrc_unverified;
         c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HeldBack;
+
+    #[test]
+    fn held_back_at_most_once_and_sent_by_the_next_post_or_poll() {
+        let mut h = HeldBack::default();
+        assert!(!h.after_poll(true), "completions returned: hold for the post");
+        assert!(h.after_poll(true), "no post came: the next poll sends, never holds twice");
+        assert!(!h.after_poll(true), "sent: the next completions may hold again");
+        h.sent();
+        assert!(h.after_poll(false), "a poll that returns nothing sends");
+        assert!(!h.after_poll(true));
+        assert!(h.after_poll(false), "nothing returned: send what is held");
     }
 }
