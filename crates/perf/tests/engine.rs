@@ -3,9 +3,10 @@
 //! figures are ordered as they must be, and a failing work request stops the loop with it.
 
 use perf::engine::{self, BwOp, BwPlan, LatPlan, Layout, Peer, RemoteBuffer, Side, Stop};
+use providers::ContextOptions;
 use verbs::{
-    Access, CompletionQueue, Connect, Context, ContextOptions, MemoryRegion, ModifyQp, Mtu, Path,
-    ProtectionDomain, Psn, QpInit, QpState, QpType, QueuePair, RKey, WcStatus,
+    Access, CompletionQueue, Connect, Context, MemoryRegion, ModifyQp, Mtu, Path, ProtectionDomain,
+    Psn, QpInit, QpState, QpType, QueuePair, RKey, WcStatus,
 };
 
 fn netns() {

@@ -9,9 +9,10 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use providers::{ContextOptions, Progress};
 use verbs::{
-    Access, Connect, ContextOptions, ModifyQp, Mtu, Path, Progress, Psn, QpCaps, QpInit, QpState,
-    QpType, RecvWr, SendOp, SendWr, WcStatus, empty_wc,
+    Access, Connect, ModifyQp, Mtu, Path, Psn, QpCaps, QpInit, QpState, QpType, RecvWr, SendOp,
+    SendWr, WcStatus, empty_wc,
 };
 
 fn rss_kib() -> u64 {

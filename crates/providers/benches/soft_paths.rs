@@ -9,9 +9,10 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use providers::{ContextOptions, Ipv4Receive, Progress};
 use verbs::{
-    Access, Connect, ContextOptions, Ipv4Receive, ModifyQp, Mtu, Path, Progress, Psn, QpCaps,
-    QpInit, QpState, QpType, SendOp, SendWr, WcStatus, empty_wc,
+    Access, Connect, ModifyQp, Mtu, Path, Psn, QpCaps, QpInit, QpState, QpType, SendOp, SendWr,
+    WcStatus, empty_wc,
 };
 
 fn netns() {

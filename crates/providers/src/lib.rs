@@ -4,8 +4,8 @@
 //! else [`verbs::Error::NotBuilt`]. Tools open devices here and then speak only the verbs API.
 //!
 //! ```no_run
-//! use verbs::{Access, ContextOptions};
-//! let ctx = providers::open("soft:127.0.0.1", &ContextOptions::default())?;
+//! use verbs::Access;
+//! let ctx = providers::open("soft:127.0.0.1", &providers::ContextOptions::default())?;
 //! let pd = ctx.alloc_pd()?;
 //! let mr = pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
 //! println!("rkey {:#x} at {:#x}", mr.rkey().0, mr.addr());
@@ -15,32 +15,60 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use verbs::{Context, ContextOptions, DeviceName, Result};
+use verbs::{Context, DeviceName, Result};
 
-pub use soft::soft_devices;
+pub use soft::{FaultInjection, Ipv4Receive, Progress, UdpOffload, soft_devices};
+
+/// How a device is opened: each provider's own knobs, in one place for the tools.
+#[derive(Debug, Clone, Default)]
+pub struct ContextOptions {
+    /// Soft devices: busy-poll or event-driven.
+    pub progress: Progress,
+    /// Soft devices on an IPv4 address: how they receive.
+    pub ipv4_receive: Ipv4Receive,
+    /// Soft devices on an IPv6 address: whether they use UDP segmentation offload.
+    pub udp_offload: UdpOffload,
+    /// Soft devices: a fault to inject, for tests of what must catch it.
+    pub fault: FaultInjection,
+    /// rdma-core devices: the GID whose address is the device's ([`Context::ip`]) and the
+    /// source GID of its packets (`-x`); `None`: the first RoCE v2 GID, IPv4 first.
+    pub gid_index: Option<usize>,
+}
+
+impl ContextOptions {
+    /// The soft provider's part.
+    pub fn soft(&self) -> soft::SoftOptions {
+        soft::SoftOptions {
+            progress: self.progress,
+            ipv4_receive: self.ipv4_receive,
+            udp_offload: self.udp_offload,
+            fault: self.fault,
+        }
+    }
+}
 
 /// Opens a device by name: `soft`, `soft:<IP>[:<udp-port>]` (see [`DeviceName`]), or the
 /// name of an RDMA device (`mlx5_0`, `rxe0`) through the rdma-core provider.
 pub fn open(name: &str, opts: &ContextOptions) -> Result<Context> {
     match DeviceName::parse(name)? {
         DeviceName::Soft { ip, port } => open_soft(ip, port, opts),
-        DeviceName::SoftDefault => {
-            Ok(Context::from_provider(Arc::new(soft::SoftDevice::open_default_loopback(opts)?)))
-        }
+        DeviceName::SoftDefault => Ok(Context::from_provider(Arc::new(
+            soft::SoftDevice::open_default_loopback(&opts.soft())?,
+        ))),
         DeviceName::Rdma(name) => open_rdma_core(Some(&name), opts),
     }
 }
 
 /// Opens the soft device at `ip`, UDP port `port`.
 pub fn open_soft(ip: IpAddr, port: u16, opts: &ContextOptions) -> Result<Context> {
-    Ok(Context::from_provider(Arc::new(soft::SoftDevice::open(ip, port, opts)?)))
+    Ok(Context::from_provider(Arc::new(soft::SoftDevice::open(ip, port, &opts.soft())?)))
 }
 
 /// Opens an RDMA device through rdma-core (the first one when `name` is `None`).
 pub fn open_rdma_core(name: Option<&str>, opts: &ContextOptions) -> Result<Context> {
     #[cfg(feature = "rdma-core")]
     {
-        Ok(Context::from_provider(Arc::new(rdmacore::RdmaCoreDevice::open(name, opts)?)))
+        Ok(Context::from_provider(Arc::new(rdmacore::RdmaCoreDevice::open(name, opts.gid_index)?)))
     }
     #[cfg(not(feature = "rdma-core"))]
     {

@@ -9,9 +9,10 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use common::{ALL, Conn, Local, private_netns};
+use providers::{ContextOptions, Progress};
 use verbs::{
-    Access, AsyncEvent, Context, ContextOptions, Error, GidType, Mtu, PortState, Progress, QpInit,
-    QpType, RKey, RecvWr, SendOp, SendWr, WcStatus,
+    Access, AsyncEvent, Context, Error, GidType, Mtu, PortState, QpInit, QpType, RKey, RecvWr,
+    SendOp, SendWr, WcStatus,
 };
 
 fn ip(s: &str) -> IpAddr {
@@ -343,8 +344,10 @@ fn the_wire_carries_the_qp_traffic_class_df_and_id_0() {
 fn the_fault_hook_damages_payloads_past_the_icrc() {
     private_netns(0);
     let clean = ContextOptions { progress: Progress::Event, ..Default::default() };
-    let faulty =
-        ContextOptions { fault: verbs::FaultInjection { corrupt_every: Some(3) }, ..clean.clone() };
+    let faulty = ContextOptions {
+        fault: providers::FaultInjection { corrupt_every: Some(3) },
+        ..clean.clone()
+    };
     let a = Local::with_options(ip("127.0.0.1"), &clean, QpType::Rc, 1 << 16);
     let b = Local::with_options(ip("127.0.0.2"), &faulty, QpType::Rc, 1 << 16);
     let c = Conn::default();

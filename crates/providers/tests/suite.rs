@@ -12,10 +12,11 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use common::{ALL, Conn, connect_qp, pattern_bytes};
+use providers::ContextOptions;
 use verbs::{
-    Access, AsyncEvent, CompletionChannel, CompletionQueue, Context, ContextOptions, Error,
-    ErrorKind, MemoryRegion, ModifyQp, Mtu, ProtectionDomain, QKey, QpCaps, QpInit, QpState,
-    QpType, QueuePair, RecvWr, SendOp, SendWr, SharedReceiveQueue, UdDest, WcOpcode, WcStatus,
+    Access, AsyncEvent, CompletionChannel, CompletionQueue, Context, Error, ErrorKind,
+    MemoryRegion, ModifyQp, Mtu, ProtectionDomain, QKey, QpCaps, QpInit, QpState, QpType,
+    QueuePair, RecvWr, SendOp, SendWr, SharedReceiveQueue, UdDest, WcOpcode, WcStatus,
     WorkCompletion, empty_wc,
 };
 

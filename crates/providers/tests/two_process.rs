@@ -9,7 +9,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Conn, Family, Local, Remote, private_netns};
-use verbs::{Progress, QpType, RKey, SendOp, SendWr, UdDest, WcStatus};
+use providers::Progress;
+use verbs::{QpType, RKey, SendOp, SendWr, UdDest, WcStatus};
 
 const SLOT: usize = 64 * 1024;
 const SIZES: [usize; 6] = [0, 1, 1023, 1024, 1025, SLOT];
@@ -364,8 +365,10 @@ fn write_with_imm_into_an_srq() {
 fn ipv4_through_a_plain_udp_socket_recovers_the_id_and_counts_every_packet() {
     private_netns(0);
     let (ip_a, ip_b) = Family::V4.ips();
-    let opts =
-        verbs::ContextOptions { ipv4_receive: verbs::Ipv4Receive::Udp, ..Default::default() };
+    let opts = providers::ContextOptions {
+        ipv4_receive: providers::Ipv4Receive::Udp,
+        ..Default::default()
+    };
     let a = Local::with_options(ip_a, &opts, QpType::Rc, 1 << 20);
     let mut peer = Remote::spawn();
     peer.cmd(&format!("open soft:{ip_b} event udp"));

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use perf::exchange::Role;
 use perf::session::{self, Options, Outcome, PerfTest, Quiet, Row};
-use verbs::{Context, ContextOptions, Progress};
+use providers::{ContextOptions, Progress};
+use verbs::Context;
 
 use crate::check::{Measurement, Threshold};
 use crate::plan::{PerfCheck, Plan};

@@ -36,9 +36,8 @@ use verbs::{
 };
 
 use verbs::{
-    AsyncEvent, ContextOptions, Error, ErrorKind, FastPath, Gid, GidEntry, GidType, Handle, Mtu,
-    PortAttr, PortState, PostFailure, PreparedRaw, PreparedRecv, PreparedSend, Provider, Psn,
-    QpSpec, Result,
+    AsyncEvent, Error, ErrorKind, FastPath, Gid, GidEntry, GidType, Handle, Mtu, PortAttr,
+    PortState, PostFailure, PreparedRaw, PreparedRecv, PreparedSend, Provider, Psn, QpSpec, Result,
 };
 
 /// The port every RoCE device here is driven on.
@@ -325,8 +324,8 @@ fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> bool {
 
 impl RdmaCoreDevice {
     /// Opens `name` (the first device when `None`). The device's address is the RoCE v2 GID
-    /// at `opts.gid_index`, or the first RoCE v2 GID (IPv4 before IPv6).
-    pub fn open(name: Option<&str>, opts: &ContextOptions) -> Result<RdmaCoreDevice> {
+    /// at `gid_index`, or the first RoCE v2 GID (IPv4 before IPv6).
+    pub fn open(name: Option<&str>, gid_index: Option<usize>) -> Result<RdmaCoreDevice> {
         let list = device_list(name)?;
         let found: Vec<String> = list.iter().map(|d| d.name()).collect();
         let dev = list.iter().find(|d| name.is_none_or(|n| d.name() == n)).ok_or_else(|| {
@@ -345,7 +344,7 @@ impl RdmaCoreDevice {
         // keeps it open for as long as the pointer is used.
         let ctx_raw = Raw(unsafe { ctx.context() });
         let gids = gid_table(ctx_raw.ptr(), &dev_name);
-        let gid = match opts.gid_index {
+        let gid = match gid_index {
             Some(i) => *gids.iter().find(|g| g.index == i).ok_or(Error::NoGid {
                 device: dev_name.clone(),
                 index: i,

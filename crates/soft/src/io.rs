@@ -154,7 +154,7 @@ impl Sockets {
     pub(crate) fn open(
         ip: IpAddr,
         port: u16,
-        v4: verbs::Ipv4Receive,
+        v4: crate::Ipv4Receive,
         offload: bool,
     ) -> io::Result<Sockets> {
         let domain = if ip.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
@@ -178,7 +178,7 @@ impl Sockets {
             setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
             setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
             let raw_sock = match v4 {
-                verbs::Ipv4Receive::Udp => Err(io::Error::from_raw_os_error(libc::EPERM)),
+                crate::Ipv4Receive::Udp => Err(io::Error::from_raw_os_error(libc::EPERM)),
                 _ => Socket::new(Domain::IPV4, Type::RAW.nonblocking(), Some(Protocol::UDP)),
             };
             match raw_sock {
@@ -201,7 +201,7 @@ impl Sockets {
                     rx_path = RxPath::Raw;
                 }
                 Err(e)
-                    if e.raw_os_error() == Some(libc::EPERM) && v4 != verbs::Ipv4Receive::Raw =>
+                    if e.raw_os_error() == Some(libc::EPERM) && v4 != crate::Ipv4Receive::Raw =>
                 {
                     rx_path = RxPath::UdpRecovered;
                 }

@@ -8,6 +8,7 @@
 //! while no application thread does (see [`Progress`]).
 
 mod io;
+mod options;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -26,11 +27,11 @@ use transport::{
 
 use verbs::ROCE_PORT;
 use verbs::{
-    AsyncEvent, ContextOptions, Error, Gid, GidEntry, GidType, PortAttr, PortState, Progress,
-    Provider, QpSpec, Result, UdpOffload,
+    AsyncEvent, Error, Gid, GidEntry, GidType, PortAttr, PortState, Provider, QpSpec, Result,
 };
 
 pub use io::RxPath as ReceivePath;
+pub use options::{FaultInjection, Ipv4Receive, Progress, SoftOptions, UdpOffload};
 
 /// The soft devices this host could open: one per local address (`soft:<ip>`, from
 /// `getifaddrs`), described as sysfs describes an RDMA device — a port that is active when the
@@ -281,7 +282,7 @@ impl fmt::Debug for SoftDevice {
 
 impl SoftDevice {
     /// Opens the device at `ip`:`port` (binds its sockets).
-    pub fn open(ip: IpAddr, port: u16, opts: &ContextOptions) -> Result<SoftDevice> {
+    pub fn open(ip: IpAddr, port: u16, opts: &SoftOptions) -> Result<SoftDevice> {
         let name = device_name(ip, port);
         let io =
             io::Sockets::open(ip, port, opts.ipv4_receive, opts.udp_offload == UdpOffload::Auto)
@@ -292,7 +293,7 @@ impl SoftDevice {
     /// Opens `soft:127.0.0.1`, or — when another process already holds it — the next
     /// loopback address (127.0.0.2, …, 127.0.0.254), so that two tools on one host just work,
     /// as two processes sharing one RDMA NIC do.
-    pub fn open_default_loopback(opts: &ContextOptions) -> Result<SoftDevice> {
+    pub fn open_default_loopback(opts: &SoftOptions) -> Result<SoftDevice> {
         for last in 1..=254u8 {
             let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, last));
             match io::Sockets::open(ip, ROCE_PORT, opts.ipv4_receive, false) {
@@ -313,7 +314,7 @@ impl SoftDevice {
         })
     }
 
-    fn start(name: String, io: io::Sockets, opts: &ContextOptions) -> Result<SoftDevice> {
+    fn start(name: String, io: io::Sockets, opts: &SoftOptions) -> Result<SoftDevice> {
         let mut seed = [0u8; 8];
         getrandom::fill(&mut seed).map_err(|e| Error::Open {
             device: name.clone(),

@@ -7,60 +7,6 @@ use std::time::Duration;
 use crate::pd::PdLife;
 use crate::*;
 
-/// How a context is opened.
-#[derive(Debug, Clone, Default)]
-pub struct ContextOptions {
-    /// Busy-poll or event-driven.
-    pub progress: Progress,
-    /// How a soft device on an IPv4 address receives (ignored elsewhere).
-    pub ipv4_receive: Ipv4Receive,
-    /// Whether a soft device on an IPv6 address uses UDP segmentation offload (ignored
-    /// elsewhere).
-    pub udp_offload: UdpOffload,
-    /// Soft devices: a fault to inject, for tests of what must catch it.
-    pub fault: FaultInjection,
-    /// rdma-core devices: the GID whose address is the device's ([`Context::ip`]) and the
-    /// source GID of its packets (`-x`); `None`: the first RoCE v2 GID, IPv4 first.
-    pub gid_index: Option<usize>,
-}
-
-/// A fault a soft device injects, for tests: the burn-in's integrity checks must catch it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct FaultInjection {
-    /// Flip one byte of every `n`-th payload the transport places into memory — after its
-    /// ICRC was verified, so no transport check can see it and the application gets damaged
-    /// data (what a flaky PCIe link or a memory fault past the NIC does). `None`: never.
-    pub corrupt_every: Option<u64>,
-}
-
-/// UDP segmentation offload for a soft device: one `sendmsg` carries a run of equal-sized
-/// datagrams to one peer (`UDP_SEGMENT`) and one receive takes a run back (`UDP_GRO`), so
-/// the kernel's per-datagram costs are paid once per run. IPv6 only: the IPv4 receive path
-/// is a raw socket (for the Identification the ICRC covers), which sees runs unsegmented on
-/// loopback. With it the device sends UDP checksums, which GSO requires.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum UdpOffload {
-    /// On IPv6 addresses, when the kernel accepts `UDP_GRO`.
-    #[default]
-    Auto,
-    /// Never: one datagram per message, zero IPv6 UDP checksums as rxe sends.
-    Off,
-}
-
-/// How a soft device receives IPv4 RoCE datagrams, whose ICRC covers the IP Identification
-/// that a UDP socket does not show.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Ipv4Receive {
-    /// A raw socket when the process may open one (`CAP_NET_RAW`), else the UDP socket.
-    #[default]
-    Auto,
-    /// A raw IPv4 socket: the real IP header, a full 32-bit ICRC check.
-    Raw,
-    /// The UDP socket, the Identification recovered from the ICRC: a 16-bit check, every
-    /// packet counted in `icrc_unverified`.
-    Udp,
-}
-
 /// An open device: the root of every other verbs object (`ibv_context`).
 #[derive(Clone)]
 pub struct Context {

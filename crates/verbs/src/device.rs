@@ -64,18 +64,6 @@ impl DeviceName {
     }
 }
 
-/// How a context makes progress.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Progress {
-    /// Completion polling drives the device's I/O in the polling thread: lowest latency, one
-    /// core busy while polling. A helper thread serves the device while nobody polls.
-    Busy,
-    /// A progress thread sleeps in `poll(2)` until a packet or a timer is due and wakes
-    /// completion channels: idle costs no CPU.
-    #[default]
-    Event,
-}
-
 impl DeviceName {
     /// Whether the soft provider opens it.
     pub fn is_soft(&self) -> bool {

@@ -41,10 +41,10 @@ mod qp_attr;
 mod srq;
 mod wr;
 
-pub use context::{Context, ContextOptions, FaultInjection, Ipv4Receive, UdpOffload};
+pub use context::Context;
 pub use counters::Counters;
 pub use cq::{CompletionChannel, CompletionQueue, empty_wc};
-pub use device::{DeviceName, Progress, ROCE_PORT};
+pub use device::{DeviceName, ROCE_PORT};
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{CqId, SrqId};
 pub use memory::{Access, MrId, MrInfo, PdId};

@@ -12,9 +12,9 @@ use burnin::pattern::Pattern;
 use burnin::run::{End, Live, Plan};
 use burnin::world::{self, Flags};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use providers::{ContextOptions, Progress};
 use qualify::check::{Measurement, Threshold};
 use qualify::report::Report;
-use verbs::{ContextOptions, Progress};
 
 use crate::cli::BurninArgs;
 

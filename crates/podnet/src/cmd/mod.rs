@@ -12,7 +12,8 @@ mod qualify;
 use std::process::ExitCode;
 
 use anyhow::bail;
-use verbs::{Context, ContextOptions, DeviceName};
+use providers::ContextOptions;
+use verbs::{Context, DeviceName};
 
 use crate::cli::{CaptureCommand, Cli, Command, DeviceArgs, ProviderKind};
 

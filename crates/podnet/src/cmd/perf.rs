@@ -13,8 +13,9 @@ use perf::engine::BwOp;
 use perf::exchange::{Key, Role};
 use perf::session::{self, Connected, Observer, Options, PerfTest, Row};
 use perf::stats::{Bandwidth, Latency, PERFTEST_MB};
+use providers::{ContextOptions, Progress, UdpOffload};
 use serde_json::{Value, json};
-use verbs::{Context, ContextOptions, Mtu, Progress, QpType, UdpOffload};
+use verbs::{Context, Mtu, QpType};
 
 use crate::cli::PerfArgs;
 

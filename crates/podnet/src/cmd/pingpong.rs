@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use providers::{ContextOptions, Progress};
 use serde_json::json;
 use verbs::{
-    Access, CompletionChannel, CompletionQueue, Connect, Context, ContextOptions, Gid,
-    MemoryRegion, ModifyQp, Mtu, Path, Progress, Psn, QpCaps, QpInit, QpState, QpType, QueuePair,
-    RecvWr, SendOp, SendWr, WcStatus, WorkCompletion, empty_wc,
+    Access, CompletionChannel, CompletionQueue, Connect, Context, Gid, MemoryRegion, ModifyQp, Mtu,
+    Path, Psn, QpCaps, QpInit, QpState, QpType, QueuePair, RecvWr, SendOp, SendWr, WcStatus,
+    WorkCompletion, empty_wc,
 };
 
 use crate::cli::PingpongArgs;

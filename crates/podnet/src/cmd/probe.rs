@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use providers::{ContextOptions, Progress};
 use telemetry::prometheus_client::metrics::family::Family;
 use telemetry::prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use telemetry::prometheus_client::registry::Registry;
 use telemetry::sample::{PortSample, StateValue};
 use verbs::{
-    Access, CompletionQueue, Context, ContextOptions, Path, Progress, Psn, QpInit, QpType,
-    QueuePair, RecvWr, SendOp, SendWr,
+    Access, CompletionQueue, Context, Path, Psn, QpInit, QpType, QueuePair, RecvWr, SendOp, SendWr,
 };
 
 struct Side {

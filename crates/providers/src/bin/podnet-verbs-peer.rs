@@ -20,10 +20,11 @@
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
+use providers::{ContextOptions, Ipv4Receive, Progress};
 use verbs::{
-    Access, CompletionQueue, Connect, Context, ContextOptions, Ipv4Receive, MemoryRegion, ModifyQp,
-    Mtu, Path, Progress, ProtectionDomain, Psn, QKey, QpCaps, QpInit, QpState, QpType, Qpn,
-    QueuePair, RecvWr, SharedReceiveQueue, empty_wc,
+    Access, CompletionQueue, Connect, Context, MemoryRegion, ModifyQp, Mtu, Path, ProtectionDomain,
+    Psn, QKey, QpCaps, QpInit, QpState, QpType, Qpn, QueuePair, RecvWr, SharedReceiveQueue,
+    empty_wc,
 };
 
 /// The Q_Key of every UD QP here.

@@ -8,10 +8,11 @@ use std::net::IpAddr;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
+use providers::{ContextOptions, Progress};
 use verbs::{
-    Access, CompletionChannel, CompletionQueue, Context, ContextOptions, MemoryRegion, ModifyQp,
-    Mtu, Path, Progress, ProtectionDomain, Psn, QKey, QpCaps, QpInit, QpState, QpType, Qpn,
-    QueuePair, WorkCompletion, empty_wc,
+    Access, CompletionChannel, CompletionQueue, Context, MemoryRegion, ModifyQp, Mtu, Path,
+    ProtectionDomain, Psn, QKey, QpCaps, QpInit, QpState, QpType, Qpn, QueuePair, WorkCompletion,
+    empty_wc,
 };
 
 /// The Q_Key both sides' UD QPs use (the peer binary's).

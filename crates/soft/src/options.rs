@@ -1,0 +1,63 @@
+//! How a soft device is opened: its progress model, receive path, offload, fault injection.
+
+/// How a soft device is opened.
+#[derive(Debug, Clone, Default)]
+pub struct SoftOptions {
+    /// Busy-poll or event-driven.
+    pub progress: Progress,
+    /// How the device receives on an IPv4 address.
+    pub ipv4_receive: Ipv4Receive,
+    /// Whether the device uses UDP segmentation offload on an IPv6 address.
+    pub udp_offload: UdpOffload,
+    /// A fault to inject, for tests of what must catch it.
+    pub fault: FaultInjection,
+}
+
+/// A fault a soft device injects, for tests: the burn-in's integrity checks must catch it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FaultInjection {
+    /// Flip one byte of every `n`-th payload the transport places into memory — after its
+    /// ICRC was verified, so no transport check can see it and the application gets damaged
+    /// data (what a flaky PCIe link or a memory fault past the NIC does). `None`: never.
+    pub corrupt_every: Option<u64>,
+}
+
+/// UDP segmentation offload for a soft device: one `sendmsg` carries a run of equal-sized
+/// datagrams to one peer (`UDP_SEGMENT`) and one receive takes a run back (`UDP_GRO`), so
+/// the kernel's per-datagram costs are paid once per run. IPv6 only: the IPv4 receive path
+/// is a raw socket (for the Identification the ICRC covers), which sees runs unsegmented on
+/// loopback. With it the device sends UDP checksums, which GSO requires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UdpOffload {
+    /// On IPv6 addresses, when the kernel accepts `UDP_GRO`.
+    #[default]
+    Auto,
+    /// Never: one datagram per message, zero IPv6 UDP checksums as rxe sends.
+    Off,
+}
+
+/// How a soft device receives IPv4 RoCE datagrams, whose ICRC covers the IP Identification
+/// that a UDP socket does not show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ipv4Receive {
+    /// A raw socket when the process may open one (`CAP_NET_RAW`), else the UDP socket.
+    #[default]
+    Auto,
+    /// A raw IPv4 socket: the real IP header, a full 32-bit ICRC check.
+    Raw,
+    /// The UDP socket, the Identification recovered from the ICRC: a 16-bit check, every
+    /// packet counted in `icrc_unverified`.
+    Udp,
+}
+
+/// How a context makes progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Progress {
+    /// Completion polling drives the device's I/O in the polling thread: lowest latency, one
+    /// core busy while polling. A helper thread serves the device while nobody polls.
+    Busy,
+    /// A progress thread sleeps in `poll(2)` until a packet or a timer is due and wakes
+    /// completion channels: idle costs no CPU.
+    #[default]
+    Event,
+}
