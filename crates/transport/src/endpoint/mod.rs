@@ -88,7 +88,7 @@ pub struct RecvMeta<'a> {
 }
 
 /// A packet to send: a RoCEv2 UDP payload whose last four bytes (the ICRC) the driver fills in
-/// once it knows the IP header (`wire::icrc::seal`).
+/// once it knows the IP header (`wire::icrc::PseudoHeader::seal`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transmit {
     /// Destination address.
