@@ -165,14 +165,30 @@ impl Transport {
     }
 }
 
-/// The operation of an opcode (bits 4:0), the same for RC, UC, RD, UD and XRC: an opcode is a
-/// [`Transport`] and an `Operation` ([`Opcode::new`]). Which transports define which operation
-/// is the table's business ([`Opcode::info`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum Operation {
+// The enum and `Operation::ALL` from one list, in bit order from 0.
+macro_rules! operations {
+    ($(#[$edoc:meta])* enum; $($(#[$doc:meta])* $op:ident,)*) => {
+        $(#[$edoc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum Operation {
+            $($(#[$doc])* $op,)*
+        }
+
+        impl Operation {
+            /// Every operation, by its bits.
+            pub const ALL: [Operation; 24] = [$(Operation::$op),*];
+        }
+    };
+}
+
+operations! {
+    /// The operation of an opcode (bits 4:0), the same for RC, UC, RD, UD and XRC: an opcode
+    /// is a [`Transport`] and an `Operation` ([`Opcode::new`]). Which transports define which
+    /// operation is the table's business ([`Opcode::info`]).
+    enum;
     /// SEND First (0x00).
-    SendFirst = 0x00,
+    SendFirst,
     /// SEND Middle.
     SendMiddle,
     /// SEND Last.
@@ -222,37 +238,6 @@ pub enum Operation {
 }
 
 impl Operation {
-    /// Every operation, by its bits.
-    pub const ALL: [Operation; 24] = {
-        use Operation::*;
-        [
-            SendFirst,
-            SendMiddle,
-            SendLast,
-            SendLastWithImmediate,
-            SendOnly,
-            SendOnlyWithImmediate,
-            RdmaWriteFirst,
-            RdmaWriteMiddle,
-            RdmaWriteLast,
-            RdmaWriteLastWithImmediate,
-            RdmaWriteOnly,
-            RdmaWriteOnlyWithImmediate,
-            RdmaReadRequest,
-            RdmaReadResponseFirst,
-            RdmaReadResponseMiddle,
-            RdmaReadResponseLast,
-            RdmaReadResponseOnly,
-            Acknowledge,
-            AtomicAcknowledge,
-            CompareSwap,
-            FetchAdd,
-            Resync,
-            SendLastWithInvalidate,
-            SendOnlyWithInvalidate,
-        ]
-    };
-
     /// The operation with these bits (opcode bits 4:0), if one is defined.
     pub const fn from_bits(bits: u8) -> Option<Operation> {
         if (bits as usize) < Self::ALL.len() { Some(Self::ALL[bits as usize]) } else { None }
