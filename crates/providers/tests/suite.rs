@@ -620,14 +620,19 @@ fn verbs_suite_on_rxe() {
 fn protection_domains_are_freed_with_the_last_object_in_them() {
     let (ca, _cb) = devices();
     // More protection domains one after another than the device lets exist at once (rxe's
-    // max_pd and the soft device's: 0x7ff0), each holding a region and dropped before it:
-    // every one must be freed, after its region.
+    // max_pd and the soft device's: 0x7ff0): every one must be freed. On the soft device each
+    // holds a region and is dropped before it, so each is freed after its region — the order
+    // is the verbs API's own (the region keeps its PD), the same for every provider; on an
+    // RDMA device, where registering pins memory and the guest runs under TCG, a region in
+    // one of 64.
     let t = Instant::now();
+    let every = if ca.provider_name() == "soft" { 1 } else { 64 };
     for i in 0..0x8000u32 {
         let pd = ca.alloc_pd().unwrap_or_else(|e| panic!("protection domain {i}: {e}"));
-        let mr = pd.reg_mr(64, ALL).unwrap_or_else(|e| panic!("region {i}: {e}"));
+        let mr = (i % every == 0)
+            .then(|| pd.reg_mr(64, ALL).unwrap_or_else(|e| panic!("region {i}: {e}")));
         drop(pd);
-        if i == 0 {
+        if let (0, Some(mr)) = (i, &mr) {
             // The region outlives its PD's handle and still works.
             mr.write(0, &[7; 8]).unwrap();
             assert_eq!(mr.to_vec(0, 8).unwrap(), [7; 8]);
