@@ -154,11 +154,6 @@ impl PseudoHeader {
         self.ip[0] >> 4 == 4
     }
 
-    /// The IPv4 Identification (0 for IPv6).
-    pub fn ipv4_id(&self) -> u16 {
-        if self.is_ipv4() { u16::from_be_bytes([self.ip[4], self.ip[5]]) } else { 0 }
-    }
-
     /// Sets the IPv4 Identification (nothing for IPv6).
     pub fn set_ipv4_id(&mut self, id: u16) {
         if self.is_ipv4() {
@@ -250,8 +245,21 @@ impl PseudoHeader {
     /// The IPv4 Identification that makes the ICRC at the end of `roce` match (the one in
     /// these headers is ignored), or `None` when none does; see [`recover_ipv4_id`].
     pub fn recover_ipv4_id(&self, roce: &[u8]) -> Result<Option<u16>> {
-        let h = self.for_payload(roce.len());
-        recover_ipv4_id(h.ip_header(), &h.udp, roce)
+        if !self.is_ipv4() {
+            return Err(Error::BadIpHeader);
+        }
+        let split = icrc_split(roce.len())?;
+        let (covered, trailer) = roce.split_at(split);
+        let received = u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]);
+        let mut zeroed = *self;
+        zeroed.set_ipv4_id(0);
+        let base = zeroed.compute(covered)?;
+        // Bytes of ICRC input after the ID field: 8 (LRH stand-in) + IP header + UDP +
+        // covered, minus the 14 up to and including the ID.
+        let after = 8 + usize::from(self.ip_len) + 8 + covered.len() - 14;
+        let y = id_recovery::back(base ^ received, after)
+            .ok_or(Error::Truncated { needed: 0, available: after })?;
+        Ok(id_recovery::id_of(y))
     }
 }
 
@@ -497,27 +505,5 @@ mod id_recovery {
 /// that makes the ICRC match, or `None` when no ID does (the packet is damaged). Only 16 of
 /// the ICRC's 32 bits remain as a check; see the module notes.
 pub fn recover_ipv4_id(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) -> Result<Option<u16>> {
-    if ip_header.first().map(|b| b >> 4) != Some(4) || ip_header.len() < 20 {
-        return Err(Error::BadIpHeader);
-    }
-    let Some(split) = roce.len().checked_sub(4) else {
-        return Err(Error::Truncated { needed: 4, available: roce.len() });
-    };
-    let ihl = usize::from(ip_header[0] & 0x0f) * 4;
-    if ihl < 20 || ip_header.len() < ihl {
-        return Err(Error::BadIpHeader);
-    }
-    let mut zeroed = [0u8; 60];
-    zeroed[..ihl].copy_from_slice(&ip_header[..ihl]);
-    zeroed[4] = 0;
-    zeroed[5] = 0;
-    let (covered, trailer) = roce.split_at(split);
-    let received = u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]);
-    let base = compute(&zeroed[..ihl], udp_header, covered)?;
-    // Bytes of ICRC input after the ID field: 8 (LRH stand-in) + IP header + UDP + covered,
-    // minus the 14 up to and including the ID.
-    let after = 8 + ihl + 8 + covered.len() - 14;
-    let y = id_recovery::back(base ^ received, after)
-        .ok_or(Error::Truncated { needed: 0, available: after })?;
-    Ok(id_recovery::id_of(y))
+    PseudoHeader::captured(ip_header, udp_header)?.recover_ipv4_id(roce)
 }
