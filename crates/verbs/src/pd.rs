@@ -68,13 +68,7 @@ impl ProtectionDomain {
     /// local key and, with any remote right, a random remote key.
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
         let info = self.dev.reg_mr(self.id, len, access)?;
-        Ok(MemoryRegion {
-            h: self.fast.as_ref().map_or(Handle::NONE, |f| f.mr_handle(info.lkey)),
-            fast: self.fast.clone(),
-            dev: self.dev.clone(),
-            info,
-            _pd: self.life.clone(),
-        })
+        Ok(self.region(info))
     }
 
     /// Registers `len` bytes at `offset` of the dma-buf `fd` (GPU memory, exported by its
@@ -92,13 +86,18 @@ impl ProtectionDomain {
     ) -> Result<MemoryRegion> {
         use std::os::fd::AsRawFd;
         let info = self.dev.reg_dmabuf_mr(self.id, fd.as_raw_fd(), offset, len, iova, access)?;
-        Ok(MemoryRegion {
+        Ok(self.region(info))
+    }
+
+    /// The region the provider registered as `info`, in this PD.
+    fn region(&self, info: MrInfo) -> MemoryRegion {
+        MemoryRegion {
             h: self.fast.as_ref().map_or(Handle::NONE, |f| f.mr_handle(info.lkey)),
             fast: self.fast.clone(),
             dev: self.dev.clone(),
             info,
             _pd: self.life.clone(),
-        })
+        }
     }
 
     /// A queue pair (`ibv_create_qp`), in the RESET state.
