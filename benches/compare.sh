@@ -29,23 +29,11 @@ PODNET=$PWD/target/release/podnet
 exec unshare --net bash -s "$PODNET" "$SECS" "$RUNS" <<'EOF'
 set -euo pipefail
 PODNET=$1 SECS=$2 RUNS=$3
-ip link set lo up
-ip -6 addr add fd00::1/128 dev lo nodad
-ip -6 addr add fd00::2/128 dev lo nodad
-sleep 1
+source benches/pair.sh
+netns_up
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # perf FAMILY KEY ARGS...: one podnet pair; prints the JSON key of the client's row.
-perf() {
-  local fam=$1 key=$2; shift 2
-  local sdev=soft:127.0.0.1 cdev=soft:127.0.0.2 host=127.0.0.1
-  if [ "$fam" = 6 ]; then sdev=soft:fd00::1 cdev=soft:fd00::2 host=fd00::1; fi
-  taskset -c 0 "$PODNET" perf "$@" -d $sdev -D "$SECS" --json --timeout 30 >/dev/null &
-  local srv=$!
-  sleep 0.3
-  taskset -c 1 "$PODNET" perf "$@" -d $cdev -D "$SECS" --json --timeout 30 $host |
-    python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['$key'])"
-  wait $srv
-}
+perf() { local fam=$1 key=$2; shift 2; pair "$PODNET" "$fam" "$key" "$SECS" "$@"; }
 med() { for _ in $(seq "$RUNS"); do "$@"; done | median; }
 iperf() {
   taskset -c 0 iperf3 -s -1 -B 127.0.0.1 -p 5201 >/dev/null &

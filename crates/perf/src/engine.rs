@@ -151,9 +151,6 @@ pub struct Side<'a> {
     pub stall: Duration,
     /// SENDs and WRITEs up to this many bytes go inline.
     pub inline_size: usize,
-    /// Polling the CQ is what moves this device's packets (a busy-polled soft device): a
-    /// loop that waits on memory polls the CQ too. A NIC needs no such help.
-    pub polls_drive: bool,
 }
 
 /// The peer's buffer, for WRITE, READ and atomics.
@@ -1022,7 +1019,7 @@ pub fn write_lat(
     // The peer's counter and this side's, in place where the provider maps the region (as
     // perftest's `poll_buf` and `post_buf`): no call between seeing the peer's write and
     // posting this side's.
-    let watched = s.mr.mapped_byte(poll_at)?.filter(|_| !s.polls_drive);
+    let watched = s.mr.mapped_byte(poll_at)?;
     let counter = s.mr.mapped_byte(post_at + size - 1)?;
     // The last WRITE is signaled and its completion waited for right after its post: the
     // sends are done when they are all posted.
@@ -1036,16 +1033,7 @@ pub fn write_lat(
             let mut t0 = None::<Instant>;
             let mut gate = ClockGate::default();
             loop {
-                if s.polls_drive {
-                    // Polling the CQ is what drives a busy-polled soft device: a read, a poll.
-                    if s.mr.watch_byte(poll_at, want, 1)? {
-                        break;
-                    }
-                    try_wc(s, &mut wc)?;
-                    if !gate.due_after_poll() {
-                        continue;
-                    }
-                } else if let Some(b) = &watched {
+                if let Some(b) = &watched {
                     if (0..WATCH_SPINS).any(|_| b.load() == want) {
                         break;
                     }
@@ -1059,9 +1047,7 @@ pub fn write_lat(
                 }
                 // A WRITE that failed completes even unsignaled, and its peer never answers:
                 // the error, not the stall limit, ends the wait.
-                if !s.polls_drive {
-                    try_wc(s, &mut wc)?;
-                }
+                try_wc(s, &mut wc)?;
                 if past(deadline) {
                     break 'run;
                 }

@@ -531,7 +531,6 @@ struct Resources {
     qps: Vec<QueuePair>,
     layout: Layout,
     inline_size: usize,
-    polls_drive: bool,
 }
 
 impl Resources {
@@ -544,7 +543,6 @@ impl Resources {
             layout: self.layout,
             stall,
             inline_size: self.inline_size,
-            polls_drive: self.polls_drive,
         }
     }
 }
@@ -583,8 +581,7 @@ fn create(ctx: &Context, o: &Options, events: bool) -> Result<Resources, Error> 
         })?;
         qps.push(qp);
     }
-    let polls_drive = !events && ctx.driven_by_polling();
-    Ok(Resources { _pd: pd, mr, cq, channel, qps, layout, inline_size: o.inline_size, polls_drive })
+    Ok(Resources { _pd: pd, mr, cq, channel, qps, layout, inline_size: o.inline_size })
 }
 
 fn random_psn() -> u32 {
@@ -604,38 +601,14 @@ struct Talk<'a> {
 }
 
 impl Talk<'_> {
+    /// A side that measures: its peer answers within the stall limit.
     fn active(&self) -> std::io::Result<()> {
         self.sock.set_read_timeout(Some(self.stall))
     }
+    /// A side that does not measure waits for the one that does (as perftest's sleeps in
+    /// its side channel's read; the device moves packets meanwhile on its own).
     fn passive(&self) -> std::io::Result<()> {
         self.sock.set_read_timeout(self.wait)
-    }
-
-    /// Waits, as a side that does not measure, until the peer writes on the side channel.
-    /// With a busy-polled device this side keeps polling its CQ meanwhile: on the soft
-    /// provider that is what moves its packets (a NIC would do it alone), so a passive side
-    /// responds as fast as an active one, as with perftest on hardware.
-    fn passive_wait(&self, cq: Option<&CompletionQueue>) -> std::io::Result<()> {
-        self.passive()?;
-        let Some(cq) = cq else { return Ok(()) };
-        let t0 = std::time::Instant::now();
-        let mut wc = [verbs::empty_wc(); 4];
-        self.sock.set_nonblocking(true)?;
-        let r = loop {
-            match self.sock.peek(&mut [0u8; 1]) {
-                Ok(_) => break Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => break Err(e),
-            }
-            if self.wait.is_some_and(|w| t0.elapsed() > w) {
-                break Ok(()); // the blocking read that follows times out and says so
-            }
-            for _ in 0..64 {
-                let _ = cq.poll(&mut wc);
-            }
-        };
-        self.sock.set_nonblocking(false)?;
-        r
     }
 }
 
@@ -664,10 +637,6 @@ pub fn run(
     o.validate_options()?;
     let res = create(ctx, o, events)?;
     let side = res.side(o.stall);
-    // Busy-polled soft devices are driven by polling, also while this side waits; a real
-    // device is not, and a passive side that spun would only take a core from it (perftest's
-    // passive side sleeps in its side channel's read).
-    let busy_cq = res.polls_drive.then_some(&res.cq);
     let gid = ctx.query_gid(o.gid_index)?.gid;
     let tag = o.tag();
     let local: Vec<Key> = res
@@ -872,7 +841,7 @@ pub fn run(
                     initiator: initiates,
                     target_check: dv_on_peer,
                 };
-                let all = settle(&mut talk, &side, &round, mine, busy_cq)?;
+                let all = settle(&mut talk, &side, &round, mine)?;
                 validation.merge(&all);
             }
         }
@@ -883,8 +852,7 @@ pub fn run(
     }
     // After the measurement.
     if script.barrier_after {
-        if measures { talk.active() } else { talk.passive_wait(busy_cq) }
-            .map_err(exchange::Error::Io)?;
+        if measures { talk.active() } else { talk.passive() }.map_err(exchange::Error::Io)?;
         talk.ch.barrier(&local, KeySwap::First)?;
         talk.active().map_err(exchange::Error::Io)?;
     }
@@ -948,12 +916,10 @@ fn settle(
     side: &Side<'_>,
     round: &Round<'_>,
     mut found: engine::Validation,
-    busy_cq: Option<&CompletionQueue>,
 ) -> Result<engine::Validation, Error> {
     let &Round { op, size, seeds, completed, initiator, target_check } = round;
     // A side that did not measure waits for the one that did.
-    if initiator { talk.active() } else { talk.passive_wait(busy_cq) }
-        .map_err(exchange::Error::Io)?;
+    if initiator { talk.active() } else { talk.passive() }.map_err(exchange::Error::Io)?;
     if target_check {
         let len = 8 * side.qps.len();
         let mut counts_msg = vec![0u8; len];

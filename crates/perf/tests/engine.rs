@@ -36,7 +36,6 @@ impl End {
             layout: self.layout,
             stall: engine::STALL,
             inline_size: 0,
-            polls_drive: true,
         }
     }
 
@@ -239,8 +238,7 @@ fn a_failing_unsignaled_write_stops_write_latency() {
     netns();
     let (a, b) = pair(4096);
     let peer = wrong_rkey(&b);
-    // Watching the byte without polling, as on a device that its own thread or a NIC drives.
-    let side = Side { polls_drive: false, stall: std::time::Duration::from_secs(5), ..a.side() };
+    let side = Side { stall: std::time::Duration::from_secs(5), ..a.side() };
     // Not the initiator: it WRITEs first (WRITE 0 is unsignaled), then waits for the answer.
     let p = LatPlan { size: 2, stop: Stop::Iters(100), initiator: false, peer, seeds: None };
     assert_first_write_refused(engine::write_lat(&side, &p, &mut |_, _| ()).unwrap_err());

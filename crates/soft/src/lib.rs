@@ -222,8 +222,8 @@ struct State {
     driver: DriverCounters,
     /// Whether the engine's datagrams are held back for the application's next post.
     held: HeldBack,
-    /// Busy polls so far (to read the clock only now and then).
-    polls: u64,
+    /// When the device last received a datagram.
+    rx_at: Instant,
 }
 
 impl State {
@@ -254,9 +254,9 @@ struct Shared {
     state: Mutex<State>,
     epoch: std::time::Instant,
     stop: AtomicBool,
-    /// Nanoseconds since `epoch` of the last busy poll by an application thread, or of the
-    /// last moment one waited in `get_cq_event` (event mode).
-    last_app_poll: AtomicU64,
+    /// Moves with every busy poll (or byte watch) by an application thread and every return
+    /// from `get_cq_event`: the progress thread serves the device only while it stands still.
+    app_active: AtomicU64,
     /// Application threads now waiting in `get_cq_event`, driving the device themselves.
     app_waiters: AtomicU64,
     /// Wakes those threads when another thread delivers a channel event.
@@ -371,11 +371,11 @@ impl SoftDevice {
                 port_ok: true,
                 driver: DriverCounters::default(),
                 held: HeldBack::default(),
-                polls: 0,
+                rx_at: Instant(0),
             }),
             epoch: std::time::Instant::now(),
             stop: AtomicBool::new(false),
-            last_app_poll: AtomicU64::new(0),
+            app_active: AtomicU64::new(0),
             app_waiters: AtomicU64::new(0),
             app_wake_fd,
             sleeping_until: AtomicU64::new(u64::MAX),
@@ -427,6 +427,14 @@ fn device_name(ip: IpAddr, port: u16) -> String {
     }
 }
 
+/// How long the progress thread sleeps while an application thread drives the device; it
+/// takes over after a whole nap in which none did.
+const APP_NAP: Duration = Duration::from_micros(500);
+
+/// How long a busy device's progress thread keeps receiving without a sleep after the last
+/// datagram, while no application thread polls (nanoseconds).
+const LINGER_NS: u64 = 2_000_000;
+
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -452,14 +460,9 @@ impl Shared {
     }
 
     /// One round of device work: receive what waits (if `rx`), fire due timers, send what
-    /// the engine has, and deliver CQ and async events.
-    fn drive(&self, st: &mut State, rx: bool) {
-        self.drive_with(st, rx, true);
-    }
-
-    /// [`Shared::drive`], sending only if `send` (else the caller sends soon).
-    /// Returns the time it last read.
-    fn drive_with(&self, st: &mut State, rx: bool, send: bool) -> Instant {
+    /// the engine has if `send` (else the caller sends soon), and deliver CQ and async
+    /// events. Returns the time it last read.
+    fn drive(&self, st: &mut State, rx: bool, send: bool) -> Instant {
         let mut now = self.now();
         if rx {
             let mut got_any = false;
@@ -487,6 +490,7 @@ impl Shared {
             // Reading the clock costs as much as a small packet: only when time passed in work.
             if got_any {
                 now = self.now();
+                st.rx_at = now;
             }
         }
         if st.ep.poll_timeout().is_some_and(|t| t <= now) {
@@ -595,18 +599,38 @@ impl Shared {
         }
     }
 
+    /// An application thread drove the device (see [`Shared::app_active`]). A plain load and
+    /// store: writers that race still move it, and a poll pays no locked instruction.
+    fn app_drove(&self) {
+        let v = self.app_active.load(Ordering::Relaxed);
+        self.app_active.store(v.wrapping_add(1), Ordering::Relaxed);
+    }
+
     fn progress_loop(&self) {
+        let mut seen = self.app_active.load(Ordering::Relaxed);
         while !self.stop.load(Ordering::Acquire) {
             // An application thread polling its CQ (busy mode) or waiting for a CQ event
-            // (event mode) drives the device; stay out of its way while it does.
-            let since = self.now().0.saturating_sub(self.last_app_poll.load(Ordering::Relaxed));
-            if self.app_waiters.load(Ordering::Acquire) > 0 || since < 200_000 {
-                std::thread::sleep(Duration::from_micros(500));
+            // (event mode) drives the device; stay out of its way while it does, and until
+            // it has not for a whole nap.
+            let now_seen = self.app_active.load(Ordering::Relaxed);
+            if self.app_waiters.load(Ordering::Acquire) > 0 || now_seen != seen {
+                seen = now_seen;
+                std::thread::sleep(APP_NAP);
                 continue;
             }
             let (deadline, want_out) = {
                 let mut st = lock(&self.state);
-                self.drive(&mut st, true);
+                let now = self.drive(&mut st, true, true);
+                if self.progress == Progress::Busy && now.0.saturating_sub(st.rx_at.0) < LINGER_NS {
+                    // A busy device that just received keeps receiving without a sleep, as
+                    // its application would if it polled: a side that waits elsewhere (on a
+                    // side channel, a socket) answers as fast as one that polls. It yields
+                    // between rounds: an application thread on the same core that wants the
+                    // lock gets it (and is then seen driving).
+                    drop(st);
+                    std::thread::yield_now();
+                    continue;
+                }
                 let d = st.ep.poll_timeout().map_or(u64::MAX, |t| t.0);
                 self.sleeping_until.store(d, Ordering::Release);
                 (d, !st.backlog.is_empty())
@@ -651,6 +675,15 @@ impl Shared {
     }
 }
 
+/// Copies bytes out of the region `lkey` names.
+fn read_region(st: &State, lkey: u32, offset: usize, out: &mut [u8]) -> Result<()> {
+    let id = st.ep.mr(lkey).map(|m| m.id);
+    match id.map(|id| st.ep.memory().read(id, offset as u64, out)) {
+        Some(Ok(())) => Ok(()),
+        _ => Err(Error::OutOfBounds { offset, len: out.len(), region_len: 0 }),
+    }
+}
+
 impl Provider for SoftDevice {
     fn device_name(&self) -> String {
         self.sh.name.clone()
@@ -658,10 +691,6 @@ impl Provider for SoftDevice {
 
     fn provider_name(&self) -> &'static str {
         "soft"
-    }
-
-    fn driven_by_polling(&self) -> bool {
-        self.sh.progress == Progress::Busy
     }
 
     fn ip(&self) -> IpAddr {
@@ -716,13 +745,35 @@ impl Provider for SoftDevice {
     }
 
     fn mr_read(&self, lkey: u32, offset: usize, out: &mut [u8]) -> Result<()> {
-        let st = lock(&self.sh.state);
-        let id = st.ep.mr(lkey).map(|m| m.id);
-        let r = id.map(|id| st.ep.memory().read(id, offset as u64, out));
-        match r {
-            Some(Ok(())) => Ok(()),
-            _ => Err(Error::OutOfBounds { offset, len: out.len(), region_len: 0 }),
+        read_region(&lock(&self.sh.state), lkey, offset, out)
+    }
+
+    fn mr_watch_byte(&self, lkey: u32, offset: usize, want: u8, spins: u32) -> Result<bool> {
+        let busy = self.sh.progress == Progress::Busy;
+        let mut b = [0u8; 1];
+        for _ in 0..spins {
+            let mut st = lock(&self.sh.state);
+            read_region(&st, lkey, offset, &mut b)?;
+            if b[0] == want {
+                return Ok(true);
+            }
+            if !busy {
+                continue; // the progress thread receives
+            }
+            // As a busy poll of an empty CQ does: receive, holding what the engine would
+            // send (the ACK of the write just watched for) for the post that follows.
+            let now = self.sh.drive(&mut st, true, false);
+            self.sh.app_drove();
+            read_region(&st, lkey, offset, &mut b)?;
+            let landed = b[0] == want;
+            if st.held.after_poll(landed) {
+                self.sh.transmit(&mut st, now);
+            }
+            if landed {
+                return Ok(true);
+            }
         }
+        Ok(false)
     }
 
     fn mr_write(&self, lkey: u32, offset: usize, data: &[u8]) -> Result<()> {
@@ -763,15 +814,9 @@ impl Provider for SoftDevice {
                 // Receive, but hold what the engine would send (ACKs, mostly): when this poll
                 // returns a completion the application usually posts at once, and the post's
                 // doorbell sends both in one sendmmsg.
-                let now = self.sh.drive_with(&mut st, true, false);
-                // Keeps the helper thread away; the clock was read anyway.
-                self.sh.last_app_poll.store(now.0, Ordering::Relaxed);
-            } else {
-                st.polls = st.polls.wrapping_add(1);
-                if st.polls.is_multiple_of(16) {
-                    self.sh.last_app_poll.store(self.sh.now().0, Ordering::Relaxed);
-                }
+                self.sh.drive(&mut st, true, false);
             }
+            self.sh.app_drove();
         }
         let mut n = 0;
         while n < out.len() {
@@ -823,7 +868,7 @@ impl Provider for SoftDevice {
                 // As a busy poll does: hold what the engine would send (the ACK of what just
                 // arrived) when there is an event to return; the application's next post
                 // sends both in one sendmmsg (and anything held goes out before a sleep).
-                sh.drive_with(&mut st, true, false);
+                sh.drive(&mut st, true, false);
                 if let Some(cq) = pop() {
                     if st.held.after_poll(true) {
                         let now = sh.now();
@@ -869,7 +914,7 @@ impl Provider for SoftDevice {
             }
         };
         DRIVING.set(false);
-        sh.last_app_poll.store(sh.now().0, Ordering::Relaxed);
+        sh.app_drove();
         sh.app_waiters.fetch_sub(1, Ordering::AcqRel);
         got
     }
@@ -936,6 +981,9 @@ impl Provider for SoftDevice {
         st.held.sent();
         self.sh.notify(&mut st);
         self.sh.kick(&st);
+        if self.sh.progress == Progress::Busy {
+            self.sh.app_drove(); // it polls next
+        }
         r
     }
 

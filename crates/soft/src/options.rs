@@ -53,8 +53,11 @@ pub enum Ipv4Receive {
 /// How a context makes progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Progress {
-    /// Completion polling drives the device's I/O in the polling thread: lowest latency, one
-    /// core busy while polling. A helper thread serves the device while nobody polls.
+    /// Completion polling (and watching a region's byte) drives the device's I/O in the
+    /// polling thread: lowest latency, one core busy while polling. A helper thread serves the
+    /// device while nobody polls, spinning while datagrams arrive (a core busy, as a NIC's
+    /// would be) and sleeping in `poll(2)` 2 ms after the last: the application need not
+    /// know that polling moves the device.
     Busy,
     /// A progress thread sleeps in `poll(2)` until a packet or a timer is due and wakes
     /// completion channels: idle costs no CPU.

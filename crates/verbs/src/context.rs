@@ -38,12 +38,6 @@ impl Context {
         self.dev.provider_name()
     }
 
-    /// Whether polling a CQ is what moves the device's packets (a busy-polled soft device):
-    /// then a side that waits for its peer should keep polling. Real devices work alone.
-    pub fn driven_by_polling(&self) -> bool {
-        self.dev.driven_by_polling()
-    }
-
     /// The device's IP address (RoCE).
     pub fn ip(&self) -> std::net::IpAddr {
         self.dev.ip()
@@ -67,12 +61,12 @@ impl Context {
 
     /// The GID at `index` (`ibv_query_gid`).
     pub fn query_gid(&self, index: usize) -> Result<GidEntry> {
-        let t = self.gid_table();
-        t.iter().find(|g| g.index == index).copied().ok_or(Error::NoGid {
-            device: self.device_name(),
-            index,
-            len: t.len(),
-        })
+        let mut t = self.gid_table();
+        let len = t.len();
+        match t.iter().position(|g| g.index == index) {
+            Some(i) => Ok(t.swap_remove(i)),
+            None => Err(Error::NoGid { device: self.device_name(), index, len }),
+        }
     }
 
     /// A new protection domain.

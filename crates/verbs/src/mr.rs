@@ -92,7 +92,8 @@ impl MemoryRegion {
 
     /// Reads the byte at `offset` up to `spins` times until it is `want`; whether it was.
     /// How a WRITE-latency side waits for its peer's write to land: a tight loop on the
-    /// region's memory where the provider maps it (rdma-core), region reads otherwise.
+    /// region's memory where the provider maps it (rdma-core), region reads otherwise (a
+    /// busy-polled soft device receives between them, as a CQ poll does).
     #[inline]
     pub fn watch_byte(&self, offset: usize, want: u8, spins: u32) -> Result<bool> {
         self.check(offset, 1)?;
@@ -100,14 +101,7 @@ impl MemoryRegion {
             // SAFETY: as in `read`.
             return unsafe { f.mr_watch_byte(self.info.lkey, self.h, offset, want, spins) };
         }
-        let mut b = [0u8; 1];
-        for _ in 0..spins {
-            self.dev.mr_read(self.info.lkey, offset, &mut b)?;
-            if b[0] == want {
-                return Ok(true);
-            }
-        }
-        Ok(false)
+        self.dev.mr_watch_byte(self.info.lkey, offset, want, spins)
     }
 
     /// The byte at `offset`, to read and write in place where the provider maps the region's

@@ -42,11 +42,6 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn device_name(&self) -> String;
     /// The provider's name (`soft`, `rdma-core`).
     fn provider_name(&self) -> &'static str;
-    /// Whether polling a CQ is what moves this device's packets (a busy-polled soft device);
-    /// a NIC, or rxe, works without it.
-    fn driven_by_polling(&self) -> bool {
-        false
-    }
     /// The device's IP address.
     fn ip(&self) -> std::net::IpAddr;
     /// Port 1's attributes.
@@ -87,6 +82,19 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn mr_read(&self, lkey: u32, offset: usize, out: &mut [u8]) -> Result<()>;
     /// Copies bytes into a region (bounds already checked).
     fn mr_write(&self, lkey: u32, offset: usize, data: &[u8]) -> Result<()>;
+    /// Reads the byte at `offset` (bounds already checked) up to `spins` times until it is
+    /// `want`; whether it was. A provider whose application threads move its packets (a
+    /// busy-polled soft device) receives between reads, as a CQ poll does.
+    fn mr_watch_byte(&self, lkey: u32, offset: usize, want: u8, spins: u32) -> Result<bool> {
+        let mut b = [0u8; 1];
+        for _ in 0..spins {
+            self.mr_read(lkey, offset, &mut b)?;
+            if b[0] == want {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
     /// Creates a completion channel.
     fn create_channel(&self) -> Result<u32>;
     /// Creates a CQ, reporting to `channel`.
