@@ -9,14 +9,15 @@
 
 pub mod cpu;
 pub mod net;
+pub mod port;
 pub mod rdma;
 
 use std::path::{Path, PathBuf};
 
 pub use net::{LocalAddr, local_addrs, netdev_mtu};
+pub use port::{Gid, GidEntry, GidType, LinkLayer, PhysState, PortState};
 pub use rdma::{
-    DeviceInfo, GidInfo, PortInfo, active_mtu_for, numa_node, rdma_device, rdma_devices,
-    rdma_provider,
+    DeviceInfo, PortInfo, active_mtu_for, numa_node, rdma_device, rdma_devices, rdma_provider,
 };
 
 /// `/sys`: the live host's sysfs.

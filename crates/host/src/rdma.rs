@@ -11,44 +11,39 @@ use std::net::Ipv6Addr;
 use std::path::Path;
 
 use crate::net::netdev_mtu;
+use crate::port::{Gid, GidEntry, GidType, LinkLayer, PhysState, PortState};
 use crate::read;
 
 /// One port of an RDMA device.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct PortInfo {
     /// Port number (from 1).
     pub port: u8,
-    /// Logical state, as `ibv_devinfo` names it without `PORT_`: `ACTIVE`, `DOWN`, `INIT`, ….
-    pub state: String,
-    /// Physical state: `LinkUp`, `Disabled`, `Polling`, ….
-    pub phys_state: String,
+    /// Logical state (`None`: unreadable).
+    pub state: Option<PortState>,
+    /// Physical state (`None`: unreadable).
+    pub phys_state: Option<PhysState>,
     /// The rate line as sysfs gives it, e.g. `100 Gb/sec (4X EDR)`.
     pub rate: String,
     /// Link speed in Gb/s, from the rate line.
     pub speed_gbps: Option<f64>,
     /// Link width (`1X`, `4X`, …), from the rate line.
     pub width: Option<String>,
-    /// `Ethernet` (RoCE) or `InfiniBand`.
-    pub link_layer: String,
+    /// Ethernet (RoCE) or InfiniBand.
+    pub link_layer: LinkLayer,
     /// The netdev under a RoCE port.
     pub netdev: Option<String>,
     /// The active MTU: derived from the netdev's on RoCE (see the module docs).
     pub active_mtu: Option<u32>,
     /// The GID table (non-zero entries).
-    pub gids: Vec<GidInfo>,
+    pub gids: Vec<GidEntry>,
 }
 
-/// One GID table entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GidInfo {
-    /// Its index.
-    pub index: u32,
-    /// The GID.
-    pub gid: Ipv6Addr,
-    /// `RoCE v2`, `RoCE v1` (sysfs says `IB/RoCE v1`) or `IB`.
-    pub gid_type: String,
-    /// The netdev it belongs to.
-    pub netdev: Option<String>,
+impl PortInfo {
+    /// How many of its GIDs are RoCE v2.
+    pub fn roce_v2_gids(&self) -> usize {
+        self.gids.iter().filter(|g| g.gid_type == GidType::RoceV2).count()
+    }
 }
 
 /// An RDMA device.
@@ -64,11 +59,6 @@ pub struct DeviceInfo {
     pub fw_ver: Option<String>,
     /// Its ports.
     pub ports: Vec<PortInfo>,
-}
-
-/// `4: ACTIVE` → `ACTIVE`.
-fn after_colon(s: &str) -> String {
-    s.split_once(':').map_or(s, |(_, b)| b).trim().to_string()
 }
 
 /// `100 Gb/sec (4X EDR)` → (100.0, `4X`).
@@ -151,11 +141,12 @@ fn port(sys: &Path, dir: &Path, n: u8, parent: Option<&str>) -> PortInfo {
     let p = dir.join("ports").join(n.to_string());
     let rate = read(&p.join("rate")).unwrap_or_default();
     let (speed_gbps, width) = parse_rate(&rate);
-    let mut idx: Vec<u32> = fs::read_dir(p.join("gids"))
+    let link_layer = LinkLayer::parse(&read(&p.join("link_layer")).unwrap_or_default());
+    let mut idx: Vec<usize> = fs::read_dir(p.join("gids"))
         .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
         .unwrap_or_default();
     idx.sort_unstable();
-    let gids: Vec<GidInfo> = idx
+    let gids: Vec<GidEntry> = idx
         .into_iter()
         .filter_map(|i| {
             let gid: Ipv6Addr = read(&p.join("gids").join(i.to_string()))?.parse().ok()?;
@@ -163,20 +154,11 @@ fn port(sys: &Path, dir: &Path, n: u8, parent: Option<&str>) -> PortInfo {
                 return None;
             }
             let t = read(&p.join("gid_attrs/types").join(i.to_string())).unwrap_or_default();
-            let gid_type = if t.contains("v2") {
-                "RoCE v2".to_string()
-            } else if t.contains("v1") {
-                "RoCE v1".to_string()
-            } else if t.is_empty() {
-                "IB".to_string()
-            } else {
-                t
-            };
+            let gid_type = GidType::parse(&t, link_layer);
             let netdev = read(&p.join("gid_attrs/ndevs").join(i.to_string()));
-            Some(GidInfo { index: i, gid, gid_type, netdev })
+            Some(GidEntry { index: i, gid: Gid::from(gid), gid_type, netdev })
         })
         .collect();
-    let link_layer = read(&p.join("link_layer")).unwrap_or_else(|| "InfiniBand".into());
     let netdev = parent
         .map(str::to_string)
         .or_else(|| gids.iter().find_map(|g| g.netdev.clone()))
@@ -186,14 +168,14 @@ fn port(sys: &Path, dir: &Path, n: u8, parent: Option<&str>) -> PortInfo {
                 .filter_map(|e| e.ok()?.file_name().into_string().ok())
                 .next()
         });
-    let active_mtu = (link_layer == "Ethernet")
+    let active_mtu = (link_layer == LinkLayer::Ethernet)
         .then(|| netdev.as_deref().and_then(|d| netdev_mtu(sys, d)))
         .flatten()
         .and_then(active_mtu_for);
     PortInfo {
         port: n,
-        state: after_colon(&read(&p.join("state")).unwrap_or_default()),
-        phys_state: after_colon(&read(&p.join("phys_state")).unwrap_or_default()),
+        state: read(&p.join("state")).and_then(|t| PortState::parse(&t)),
+        phys_state: read(&p.join("phys_state")).and_then(|t| PhysState::parse(&t)),
         rate,
         speed_gbps,
         width,

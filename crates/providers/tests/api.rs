@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use common::{ALL, Conn, Local, private_netns};
 use providers::{ContextOptions, Progress};
 use verbs::{
-    Access, AsyncEvent, Context, Error, GidType, Mtu, PortState, QpInit, QpType, RKey, RecvWr,
-    SendOp, SendWr, WcStatus,
+    Access, AsyncEvent, Context, Error, GidType, LinkLayer, Mtu, PhysState, PortState, QpInit,
+    QpType, RKey, RecvWr, SendOp, SendWr, WcStatus,
 };
 
 fn ip(s: &str) -> IpAddr {
@@ -28,8 +28,8 @@ fn port_attributes_and_roce_v2_gids() {
     assert_eq!(c6.device_name(), "soft:fd00::1");
     let p = c4.query_port();
     assert_eq!(
-        (p.state, p.active_mtu, p.lid, p.link_layer),
-        (PortState::Active, Mtu::Mtu4096, 0, "Ethernet")
+        (p.state, p.phys_state, p.active_mtu, p.lid, p.link_layer),
+        (PortState::Active, Some(PhysState::LinkUp), Mtu::Mtu4096, 0, LinkLayer::Ethernet)
     );
     let g = c4.query_gid(0).unwrap();
     assert_eq!(g.gid.to_string(), "0000:0000:0000:0000:0000:ffff:7f00:0001");

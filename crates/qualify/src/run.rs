@@ -491,12 +491,11 @@ fn device_checks(plan: &Plan, sys: &Path, d: &str, r: &mut Run<'_>) -> Option<Co
     let dc = &plan.device;
     let port = ctx.query_port();
     if dc.port_active {
-        let state = format!("{:?}", port.state).to_uppercase();
         r.push(
             Measurement::new(format!("device/{d}/port_active"))
-                .words(state)
-                .want(Threshold::Is("ACTIVE".into()))
-                .detail(format!("port 1 is {:?}", port.state))
+                .words(port.state.name())
+                .want(Threshold::Is(verbs::PortState::Active.name().into()))
+                .detail(format!("port 1 is {}", port.state))
                 .judge(None),
         );
     }

@@ -36,8 +36,9 @@ use verbs::{
 };
 
 use verbs::{
-    AsyncEvent, Error, ErrorKind, FastPath, Gid, GidEntry, GidType, Handle, Mtu, PortAttr,
-    PortState, PostFailure, PreparedRaw, PreparedRecv, PreparedSend, Provider, Psn, QpSpec, Result,
+    AsyncEvent, Error, ErrorKind, FastPath, Gid, GidEntry, GidType, Handle, LinkLayer, Mtu,
+    PhysState, PortAttr, PortState, PostFailure, PreparedRaw, PreparedRecv, PreparedSend, Provider,
+    Psn, QpSpec, Result,
 };
 
 /// The port every RoCE device here is driven on.
@@ -345,16 +346,17 @@ impl RdmaCoreDevice {
         let ctx_raw = Raw(unsafe { ctx.context() });
         let gids = gid_table(ctx_raw.ptr(), &dev_name);
         let gid = match gid_index {
-            Some(i) => *gids.iter().find(|g| g.index == i).ok_or(Error::NoGid {
+            Some(i) => gids.iter().find(|g| g.index == i).cloned().ok_or(Error::NoGid {
                 device: dev_name.clone(),
                 index: i,
                 len: gids.len(),
             })?,
-            None => *gids
+            None => gids
                 .iter()
                 .filter(|g| g.gid_type == GidType::RoceV2)
                 .min_by_key(|g| (g.gid.to_ip().is_none_or(|ip| ip.is_ipv6()), g.index))
                 .or(gids.first())
+                .cloned()
                 .ok_or(Error::Unsupported {
                     device: dev_name.clone(),
                     what: "a GID on port 1 (is its netdev up, with an address?)",
@@ -535,6 +537,7 @@ fn gid_table(ctx: *mut sys::ibv_context, dev: &str) -> Vec<GidEntry> {
                     sys::IBV_GID_TYPE_IB => GidType::Ib,
                     _ => GidType::RoceV1,
                 },
+                netdev: None,
             })
         })
         .collect()
@@ -547,17 +550,6 @@ fn gid_table_sysfs(dev: &str) -> Vec<GidEntry> {
     };
     let Some(p) = d.ports.into_iter().find(|p| p.port == PORT) else { return Vec::new() };
     p.gids
-        .into_iter()
-        .map(|g| GidEntry {
-            index: g.index as usize,
-            gid: Gid(g.gid.octets()),
-            gid_type: match g.gid_type.as_str() {
-                "RoCE v2" => GidType::RoceV2,
-                "IB" => GidType::Ib,
-                _ => GidType::RoceV1,
-            },
-        })
-        .collect()
 }
 
 impl Drop for RdmaCoreDevice {
@@ -616,29 +608,25 @@ impl Provider for RdmaCoreDevice {
         if rc != 0 {
             return PortAttr {
                 state: PortState::Down,
+                phys_state: None,
                 max_mtu: Mtu::Mtu256,
                 active_mtu: Mtu::Mtu256,
                 lid: 0,
-                link_layer: "Ethernet",
+                link_layer: LinkLayer::Ethernet,
             };
         }
         // SAFETY: ibv_query_port filled it (and it was zeroed before).
         let a = unsafe { a.assume_init() };
         PortAttr {
-            state: match a.state {
-                sys::ibv_port_state::IBV_PORT_ACTIVE => PortState::Active,
-                sys::ibv_port_state::IBV_PORT_DOWN | sys::ibv_port_state::IBV_PORT_NOP => {
-                    PortState::Down
-                }
-                _ => PortState::Init,
-            },
+            state: PortState::from_id(a.state as u8).unwrap_or(PortState::Down),
+            phys_state: PhysState::from_id(a.phys_state),
             max_mtu: mtu_from_ibv(a.max_mtu),
             active_mtu: mtu_from_ibv(a.active_mtu),
             lid: a.lid,
             link_layer: if a.link_layer == sys::IBV_LINK_LAYER_INFINIBAND {
-                "InfiniBand"
+                LinkLayer::InfiniBand
             } else {
-                "Ethernet"
+                LinkLayer::Ethernet
             },
         }
     }

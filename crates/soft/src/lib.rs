@@ -27,7 +27,8 @@ use transport::{
 
 use verbs::ROCE_PORT;
 use verbs::{
-    AsyncEvent, Error, Gid, GidEntry, GidType, PortAttr, PortState, Provider, QpSpec, Result,
+    AsyncEvent, Error, Gid, GidEntry, GidType, LinkLayer, PhysState, PortAttr, PortState, Provider,
+    QpSpec, Result,
 };
 
 pub use io::RxPath as ReceivePath;
@@ -47,17 +48,17 @@ pub fn soft_devices(sys: &std::path::Path) -> std::io::Result<Vec<host::DeviceIn
             fw_ver: None,
             ports: vec![host::PortInfo {
                 port: 1,
-                state: if a.up { "ACTIVE" } else { "DOWN" }.into(),
-                phys_state: if a.up { "LinkUp" } else { "Disabled" }.into(),
+                state: Some(if a.up { PortState::Active } else { PortState::Down }),
+                phys_state: Some(if a.up { PhysState::LinkUp } else { PhysState::Disabled }),
                 rate: String::new(),
                 speed_gbps: None,
                 width: None,
-                link_layer: "Ethernet".into(),
+                link_layer: LinkLayer::Ethernet,
                 active_mtu: a.mtu.and_then(host::active_mtu_for),
-                gids: vec![host::GidInfo {
+                gids: vec![GidEntry {
                     index: 0,
-                    gid: verbs::Gid::from_ip(a.ip).0.into(),
-                    gid_type: "RoCE v2".into(),
+                    gid: Gid::from_ip(a.ip),
+                    gid_type: GidType::RoceV2,
                     netdev: Some(a.netdev.clone()),
                 }],
                 netdev: Some(a.netdev),
@@ -701,15 +702,17 @@ impl Provider for SoftDevice {
         let up = lock(&self.sh.state).port_ok;
         PortAttr {
             state: if up { PortState::Active } else { PortState::Down },
+            phys_state: Some(if up { PhysState::LinkUp } else { PhysState::Disabled }),
             max_mtu: Mtu::Mtu4096,
             active_mtu: self.sh.active_mtu,
             lid: 0,
-            link_layer: "Ethernet",
+            link_layer: LinkLayer::Ethernet,
         }
     }
 
     fn gid_table(&self) -> Vec<GidEntry> {
-        vec![GidEntry { index: 0, gid: Gid::from_ip(self.sh.io.ip), gid_type: GidType::RoceV2 }]
+        let gid = Gid::from_ip(self.sh.io.ip);
+        vec![GidEntry { index: 0, gid, gid_type: GidType::RoceV2, netdev: None }]
     }
 
     fn alloc_pd(&self) -> Result<PdId> {

@@ -137,7 +137,7 @@ impl Collector for ScrapeCollector {
         let ports: Vec<(String, &str)> = snap
             .ports
             .iter()
-            .map(|p| (p.port.to_string(), p.netdev.as_deref().unwrap_or("")))
+            .map(|p| (p.info.port.to_string(), p.info.netdev.as_deref().unwrap_or("")))
             .collect();
         let each = |f: &mut dyn FnMut(&crate::sample::PortSample, &str, &str) -> fmt::Result| {
             snap.ports.iter().zip(&ports).try_for_each(|(p, (port, nd))| f(p, port, nd))
@@ -155,7 +155,7 @@ impl Collector for ScrapeCollector {
                     ("port", port),
                     ("netdev", nd),
                     ("driver", p.driver.as_str()),
-                    ("link_layer", p.link_layer.as_str()),
+                    ("link_layer", p.info.link_layer.name()),
                 ];
                 gauge(&mut m, &l, 1)
             })?;
@@ -166,11 +166,13 @@ impl Collector for ScrapeCollector {
         ] {
             let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
             each(&mut |p, port, _| {
-                let s = if pick == 0 { &p.state } else { &p.phys_state };
-                match s {
-                    Some(s) => {
-                        gauge(&mut m, &[("device", &p.device), ("port", port)], i64::from(s.id))
-                    }
+                let id = if pick == 0 {
+                    p.info.state.map(|s| s.id())
+                } else {
+                    p.info.phys_state.map(|s| s.id())
+                };
+                match id {
+                    Some(id) => gauge(&mut m, &[("device", &p.device), ("port", port)], id.into()),
                     None => Ok(()),
                 }
             })?;
@@ -182,7 +184,7 @@ impl Collector for ScrapeCollector {
                 None,
                 MetricType::Gauge,
             )?;
-            each(&mut |p, port, _| match p.rate_gbps {
+            each(&mut |p, port, _| match p.info.speed_gbps {
                 Some(g) => gauge_f(&mut m, &[("device", &p.device), ("port", port)], g * 1e9 / 8.0),
                 None => Ok(()),
             })?;
@@ -194,7 +196,7 @@ impl Collector for ScrapeCollector {
                 None,
                 MetricType::Gauge,
             )?;
-            each(&mut |p, port, _| match p.active_mtu {
+            each(&mut |p, port, _| match p.info.active_mtu {
                 Some(v) => gauge(&mut m, &[("device", &p.device), ("port", port)], i64::from(v)),
                 None => Ok(()),
             })?;
@@ -207,7 +209,11 @@ impl Collector for ScrapeCollector {
                 MetricType::Gauge,
             )?;
             each(&mut |p, port, _| {
-                gauge(&mut m, &[("device", &p.device), ("port", port)], p.roce_v2_gids as i64)
+                gauge(
+                    &mut m,
+                    &[("device", &p.device), ("port", port)],
+                    p.info.roce_v2_gids() as i64,
+                )
             })?;
         }
         for n in NORMALIZED {

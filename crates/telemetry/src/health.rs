@@ -18,6 +18,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::rates::{NoRate, SeriesKey, Tracker};
+use host::{PhysState, PortState};
+
 use crate::sample::{PortSample, Snapshot};
 
 /// The rates a port's health looks at, besides the normalized counters: PFC pause time per
@@ -152,7 +154,7 @@ pub struct PortHealth {
 
 /// The tracker key of a port's normalized counter.
 pub fn port_key(p: &PortSample, name: &str) -> SeriesKey {
-    (p.device.clone(), p.port, name.to_string())
+    (p.device.clone(), p.info.port, name.to_string())
 }
 
 /// The tracker key of a netdev's PFC series for one priority.
@@ -167,18 +169,18 @@ pub fn evaluate(snap: &Snapshot, tracker: &Tracker, th: &Thresholds) -> Vec<Port
         .map(|p| {
             let mut reasons = Vec::new();
             let mut rates = BTreeMap::new();
-            let state_name = p.state.as_ref().map_or("unknown", |s| s.name.as_str());
-            let phys = p.phys_state.as_ref().map_or("unknown", |s| s.name.as_str());
+            let state_name = p.info.state.map_or("unknown", PortState::name);
+            let phys = p.info.phys_state.map_or("unknown", PhysState::name);
             let mut down = false;
-            if p.state.as_ref().is_none_or(|s| s.id != 4) {
+            if p.info.state != Some(PortState::Active) {
                 down = true;
                 reasons.push(format!("port state {state_name}"));
             }
-            if p.phys_state.as_ref().is_none_or(|s| s.id != 5) {
+            if p.info.phys_state != Some(PhysState::LinkUp) {
                 down = true;
                 reasons.push(format!("physical state {phys}"));
             }
-            let nd = p.netdev.as_ref().and_then(|n| snap.netdevs.get(n));
+            let nd = p.info.netdev.as_ref().and_then(|n| snap.netdevs.get(n));
             if let Some(nd) = nd
                 && nd.oper_up == Some(false)
             {
@@ -236,8 +238,8 @@ pub fn evaluate(snap: &Snapshot, tracker: &Tracker, th: &Thresholds) -> Vec<Port
             };
             PortHealth {
                 device: p.device.clone(),
-                port: p.port,
-                netdev: p.netdev.clone(),
+                port: p.info.port,
+                netdev: p.info.netdev.clone(),
                 state,
                 reasons,
                 rates,

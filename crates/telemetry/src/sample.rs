@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use host::PortInfo;
+
 /// Where a scrape reads from.
 #[derive(Debug, Clone)]
 pub struct Roots {
@@ -50,38 +52,15 @@ pub struct SourceError {
     pub error: String,
 }
 
-/// A port's logical or physical state: the number and the name sysfs gives (`4: ACTIVE`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateValue {
-    /// The number (`ibv_port_state`, or the physical state code).
-    pub id: u8,
-    /// The name (`ACTIVE`, `LinkUp`).
-    pub name: String,
-}
-
-/// One RDMA port.
+/// One RDMA port: what sysfs says of it ([`PortInfo`]) and its counters.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PortSample {
     /// The device (`mlx5_0`).
     pub device: String,
-    /// The port number.
-    pub port: u8,
     /// The driver (`mlx5_core`, `rxe`, `bnxt_en`, …) as sysfs names it.
     pub driver: String,
-    /// Logical state.
-    pub state: Option<StateValue>,
-    /// Physical state.
-    pub phys_state: Option<StateValue>,
-    /// Link speed in Gb/s (from the rate line).
-    pub rate_gbps: Option<f64>,
-    /// `Ethernet` or `InfiniBand`.
-    pub link_layer: String,
-    /// The netdev under a RoCE port.
-    pub netdev: Option<String>,
-    /// The active MTU (RoCE: derived from the netdev's, as the kernel does).
-    pub active_mtu: Option<u32>,
-    /// RoCE v2 GIDs present.
-    pub roce_v2_gids: usize,
+    /// The port: number, state, rate, link layer, netdev, active MTU, GIDs.
+    pub info: PortInfo,
     /// `counters/*` (the IB PMA port counters).
     pub counters: BTreeMap<String, u64>,
     /// `hw_counters/*` (the driver's).
@@ -233,12 +212,6 @@ fn read_small_at(folder: &fs::File, name: &str) -> std::io::Result<String> {
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"))
 }
 
-/// `4: ACTIVE` → (4, `ACTIVE`).
-fn parse_state(text: &str) -> Option<StateValue> {
-    let (n, name) = text.trim().split_once(':')?;
-    Some(StateValue { id: n.trim().parse().ok()?, name: name.trim().to_string() })
-}
-
 /// Takes one scrape under `roots`. Devices are read in parallel (up to 8 threads): a host
 /// with many ports has thousands of counter files.
 pub fn collect(roots: &Roots) -> Snapshot {
@@ -270,7 +243,7 @@ pub fn collect(roots: &Roots) -> Snapshot {
         snap.errors.extend(errors);
     }
     let netdevs: std::collections::BTreeSet<String> =
-        snap.ports.iter().filter_map(|p| p.netdev.clone()).collect();
+        snap.ports.iter().filter_map(|p| p.info.netdev.clone()).collect();
     for nd in netdevs {
         let s = netdev(roots, &nd, &mut snap.errors);
         snap.netdevs.insert(nd, s);
@@ -298,42 +271,40 @@ fn device(roots: &Roots, dev: &str, out: &mut Vec<PortSample>, errors: &mut Vec<
     ports.sort_unstable();
     for port in ports {
         let pdir = ddir.join("ports").join(port.to_string());
-        let pinfo = info.as_ref().and_then(|i| i.ports.iter().find(|p| p.port == port));
-        let mut read_state = |file: &str| -> Option<StateValue> {
+        let pinfo = info
+            .as_ref()
+            .and_then(|i| i.ports.iter().find(|p| p.port == port))
+            .cloned()
+            .unwrap_or_else(|| PortInfo { port, ..PortInfo::default() });
+        // A state host could not read or parse is named, with why.
+        let mut name_failure = |file: &str| {
             let path = pdir.join(file);
-            let r = fs::read_to_string(&path).map_err(|e| e.to_string()).and_then(|t| {
-                parse_state(&t).ok_or_else(|| format!("not a state: {:?}", t.trim()))
+            let error = match fs::read_to_string(&path) {
+                Err(e) => e.to_string(),
+                Ok(t) => format!("not a state: {:?}", t.trim()),
+            };
+            errors.push(SourceError {
+                source: "port",
+                device: dev.to_string(),
+                port: Some(port),
+                path: rel(root, &path),
+                error,
             });
-            r.map_err(|error| {
-                errors.push(SourceError {
-                    source: "port",
-                    device: dev.to_string(),
-                    port: Some(port),
-                    path: rel(root, &path),
-                    error,
-                })
-            })
-            .ok()
         };
-        let state = read_state("state");
-        let phys_state = read_state("phys_state");
+        if pinfo.state.is_none() {
+            name_failure("state");
+        }
+        if pinfo.phys_state.is_none() {
+            name_failure("phys_state");
+        }
         let counters =
             read_counters(root, &pdir.join("counters"), "counters", dev, Some(port), errors);
         let hw_counters =
             read_counters(root, &pdir.join("hw_counters"), "hw_counters", dev, Some(port), errors);
         out.push(PortSample {
             device: dev.to_string(),
-            port,
             driver: info.as_ref().map(|i| i.provider.clone()).unwrap_or_default(),
-            state,
-            phys_state,
-            rate_gbps: pinfo.and_then(|p| p.speed_gbps),
-            link_layer: pinfo.map(|p| p.link_layer.clone()).unwrap_or_default(),
-            netdev: pinfo.and_then(|p| p.netdev.clone()),
-            active_mtu: pinfo.and_then(|p| p.active_mtu),
-            roce_v2_gids: pinfo
-                .map(|p| p.gids.iter().filter(|g| g.gid_type == "RoCE v2").count())
-                .unwrap_or(0),
+            info: pinfo,
             counters,
             hw_counters,
         });

@@ -50,7 +50,7 @@ pub use ids::{CqId, SrqId};
 pub use memory::{Access, MrId, MrInfo, PdId};
 pub use mr::{MappedByte, MemoryRegion};
 pub use pd::ProtectionDomain;
-pub use port::{AsyncEvent, Gid, GidEntry, GidType, PortAttr, PortState};
+pub use port::{AsyncEvent, Gid, GidEntry, GidType, LinkLayer, PhysState, PortAttr, PortState};
 pub use prepared::{DirectPost, PostFailure, Prepared, PreparedRaw, PreparedRecv, PreparedSend};
 pub use provider::{FastPath, Handle, Provider};
 pub use qp::{Connect, QpInit, QpSpec, QueuePair};

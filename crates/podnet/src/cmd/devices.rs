@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use host::DeviceInfo;
+use host::{DeviceInfo, PhysState, PortState};
 use serde_json::json;
 
 use crate::cli::DevicesArgs;
@@ -44,12 +44,12 @@ pub(crate) fn run(args: &DevicesArgs) -> anyhow::Result<ExitCode> {
                 d.name.clone(),
                 d.provider.clone(),
                 p.port.to_string(),
-                p.state.clone(),
-                p.phys_state.clone(),
+                dash(p.state.map(|s| s.to_string())),
+                dash(p.phys_state.map(|s| s.to_string())),
                 dash(p.active_mtu.map(|m| m.to_string())),
                 dash(p.speed_gbps.map(|s| format!("{s} Gb/s"))),
                 dash(p.width.clone()),
-                p.link_layer.clone(),
+                p.link_layer.to_string(),
                 dash(p.netdev.clone()),
                 dash(d.fw_ver.clone()),
                 dash(d.node_guid.clone()),
@@ -67,8 +67,8 @@ pub(crate) fn run(args: &DevicesArgs) -> anyhow::Result<ExitCode> {
                         d.name.clone(),
                         p.port.to_string(),
                         e.index.to_string(),
-                        e.gid.to_string(),
-                        e.gid_type.clone(),
+                        e.gid.to_ipv6().to_string(),
+                        e.gid_type.to_string(),
                         dash(e.netdev.clone()),
                     ]);
                 }
@@ -102,18 +102,18 @@ fn to_json(devs: &[DeviceInfo]) -> serde_json::Value {
                 "fw_ver": d.fw_ver,
                 "ports": d.ports.iter().map(|p| json!({
                     "port": p.port,
-                    "state": p.state,
-                    "phys_state": p.phys_state,
+                    "state": p.state.map(PortState::name),
+                    "phys_state": p.phys_state.map(PhysState::name),
                     "active_mtu": p.active_mtu,
                     "rate": p.rate,
                     "speed_gbps": p.speed_gbps,
                     "width": p.width,
-                    "link_layer": p.link_layer,
+                    "link_layer": p.link_layer.name(),
                     "netdev": p.netdev,
                     "gids": p.gids.iter().map(|g| json!({
                         "index": g.index,
-                        "gid": g.gid.to_string(),
-                        "type": g.gid_type,
+                        "gid": g.gid.to_ipv6().to_string(),
+                        "type": g.gid_type.name(),
                         "netdev": g.netdev,
                     })).collect::<Vec<_>>(),
                 })).collect::<Vec<_>>(),

@@ -11,7 +11,7 @@ use providers::{ContextOptions, Progress};
 use telemetry::prometheus_client::metrics::family::Family;
 use telemetry::prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use telemetry::prometheus_client::registry::Registry;
-use telemetry::sample::{PortSample, StateValue};
+use telemetry::sample::PortSample;
 use verbs::{
     Access, CompletionQueue, Context, Path, Psn, QpInit, QpType, QueuePair, RecvWr, SendOp, SendWr,
 };
@@ -120,15 +120,17 @@ impl Probe {
                 let pa = x.ctx.query_port();
                 PortSample {
                     device: x.ctx.device_name(),
-                    port: 1,
                     driver: "soft".into(),
-                    state: Some(StateValue { id: 4, name: "ACTIVE".into() }),
-                    phys_state: Some(StateValue { id: 5, name: "LinkUp".into() }),
-                    rate_gbps: None,
-                    link_layer: pa.link_layer.to_string(),
-                    netdev: Some("lo".into()),
-                    active_mtu: Some(pa.active_mtu.bytes()),
-                    roce_v2_gids: 1,
+                    info: host::PortInfo {
+                        port: 1,
+                        state: Some(pa.state),
+                        phys_state: pa.phys_state,
+                        link_layer: pa.link_layer,
+                        netdev: Some("lo".into()),
+                        active_mtu: Some(pa.active_mtu.bytes()),
+                        gids: x.ctx.gid_table(),
+                        ..host::PortInfo::default()
+                    },
                     counters: BTreeMap::new(),
                     hw_counters: hw,
                 }

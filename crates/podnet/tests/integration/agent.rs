@@ -201,6 +201,7 @@ fn broken_files_are_named_and_the_rest_is_served() {
         format!("{d}/1/counters/symbol_error"),       // a dangling link: unreadable even for root
         format!("{d}/1/hw_counters/out_of_sequence"), // "lots"
         format!("{d}/2/state"),                       // missing
+        format!("{d}/2/phys_state"),                  // "9: Bogus", no IBTA state
     ] {
         assert_eq!(
             value(&t, "podnet_agent_source_error", &[("path", &path)]),
@@ -208,7 +209,7 @@ fn broken_files_are_named_and_the_rest_is_served() {
             "{path}\n{t}"
         );
     }
-    assert_eq!(value(&t, "podnet_agent_source_errors", &[]), Some(4.0));
+    assert_eq!(value(&t, "podnet_agent_source_errors", &[]), Some(5.0));
     // The healthy device is all there; the port without a state is down.
     assert_eq!(
         value(&t, "podnet_rdma_port_health", &[("device", "mlx5_0"), ("state", "ok")]),
