@@ -1247,12 +1247,6 @@ impl FastPath for RdmaCoreDevice {
             // UD looks its address handles up in the table.
             return Provider::post_send(self, qpn, wrs);
         }
-        let no_ah = |_| {
-            Err(Error::refused(
-                ErrorKind::InvalidArgument,
-                concat!("invalid work request: ", "not a UD QP"),
-            ))
-        };
         // SAFETY: as above.
         unsafe { self.post_send_raw(qp, qpn, wrs, false, &no_ah) }
     }
@@ -1263,12 +1257,6 @@ impl FastPath for RdmaCoreDevice {
         if wr.ud.is_some() || wr.sgl.len() > FEW_SGES {
             return Ok(None);
         }
-        let no_ah = |_| {
-            Err(Error::refused(
-                ErrorKind::InvalidArgument,
-                concat!("invalid work request: ", "not a UD QP"),
-            ))
-        };
         let mut r = Box::new(RawSend {
             wr: raw_send_wr(wr, false, &no_ah)?,
             sges: few_sges(&wr.sgl),
@@ -1572,6 +1560,12 @@ unsafe fn direct_post_recv(
     // same box.
     let rc = unsafe { sys::ibv_post_recv(qp, &mut r.wr, &mut bad) };
     if rc == 0 { Ok(()) } else { Err(PostFailure::Errno(rc)) }
+}
+
+/// The address-handle lookup of a QP that is not UD: a send that names a destination is
+/// refused.
+fn no_ah(_: IpAddr) -> Result<Raw<sys::ibv_ah>> {
+    Err(Error::refused(ErrorKind::InvalidArgument, "invalid work request: not a UD QP"))
 }
 
 /// `wr` as libibverbs takes it, without its scatter list (`num_sge`, `sg_list`) or chain
