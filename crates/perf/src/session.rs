@@ -473,6 +473,8 @@ pub struct Connected {
     pub remote: Vec<Key>,
     /// The path MTU in bytes.
     pub mtu: u32,
+    /// The port's link layer (perftest's "Link type").
+    pub link_layer: verbs::LinkLayer,
     /// Whether the peer is podnet.
     pub peer_is_podnet: bool,
     /// The bandwidth tests' CQ moderation ([`Options::cq_mod`]).
@@ -715,6 +717,7 @@ pub fn run(
         local: local.clone(),
         remote: peer.keys.clone(),
         mtu: mtu.bytes(),
+        link_layer: ctx.query_port().link_layer,
         peer_is_podnet,
         post_list,
         cq_mod,

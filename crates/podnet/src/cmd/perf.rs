@@ -182,7 +182,7 @@ impl Printer<'_> {
             l.push(format!(" CQ Moderation   : {}", c.cq_mod));
         }
         l.push(format!(" Mtu             : {}[B]", c.mtu));
-        l.push(" Link type       : Ethernet".into());
+        l.push(format!(" Link type       : {}", c.link_layer));
         l.push(format!(" GID index       : {}", o.gid_index));
         if matches!(o.test.op(o.atomic), BwOp::Read | BwOp::FetchAdd | BwOp::CompareSwap) {
             l.push(format!(" Outstand reads  : {}", session::OUT_READS));
@@ -617,7 +617,7 @@ fn write_out_json(args: &PerfArgs, o: &Options, p: &Printer<'_>) -> anyhow::Resu
         "TX_depth": o.tx_depth,
         "RX_depth": o.rx_depth,
         "Mtu": c.map(|c| c.mtu),
-        "Link_type": "Ethernet",
+        "Link_type": c.map(|c| c.link_layer.name()),
         "GID_index": o.gid_index,
         "rdma_cm_QPs": "OFF",
         "Data_ex_method": "Ethernet",
