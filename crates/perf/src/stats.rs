@@ -403,9 +403,11 @@ mod tests {
         }
         let v = r.intervals().unwrap();
         assert_eq!(v.len(), 3, "{v:?}");
-        assert!((1000.0..1500.0).contains(&v[0]), "{v:?}");
-        assert!(v[1] < 200.0, "{v:?}");
-        assert!((3000.0..3500.0).contains(&v[2]), "{v:?}");
+        // A sleep lasts at least what was asked, and on a loaded machine much longer (one
+        // of 6 ms took 10.6 in CI): lower bounds for the long ones, and the short one
+        // between them, in its place.
+        assert!(v[0] >= 1000.0 && v[2] >= 3000.0, "{v:?}");
+        assert!(v[1] < 1000.0, "{v:?}");
         // Sorted, they are the figures' extremes (each reads the tick rate when called, so
         // within a part in a thousand).
         let l = r.finish().unwrap();
