@@ -47,10 +47,32 @@ pub struct TomlFile<'a> {
     text: &'a str,
 }
 
-/// Reads the file at `path`: its text, or [`FileError::Read`].
+/// The largest file podnet reads as configuration: a plan for a thousand hosts is ~100 KiB.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// Reads the file at `path`: its text, or [`FileError::Read`]. Only a regular file of at most
+/// [`MAX_FILE_BYTES`] is read — not a FIFO that never ends, a device such as `/dev/zero`, or a
+/// file that is not configuration — and nothing is read past the cap.
 pub fn read(path: &Path) -> Result<String, FileError> {
-    std::fs::read_to_string(path)
-        .map_err(|source| FileError::Read { path: path.display().to_string(), source })
+    use std::io::Read as _;
+    let fail = |source| FileError::Read { path: path.display().to_string(), source };
+    let invalid = |m: String| fail(std::io::Error::new(std::io::ErrorKind::InvalidData, m));
+    // The type is looked at before opening: opening a FIFO waits for a writer.
+    let meta = std::fs::metadata(path).map_err(fail)?;
+    if !meta.is_file() {
+        return Err(invalid("not a regular file (a TOML file is expected)".into()));
+    }
+    let f = std::fs::File::open(path).map_err(fail)?;
+    let mut bytes = Vec::new();
+    f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(fail)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(invalid(format!(
+            "larger than {} KiB: not a configuration file",
+            MAX_FILE_BYTES >> 10
+        )));
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| invalid(format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to())))
 }
 
 impl<'a> TomlFile<'a> {

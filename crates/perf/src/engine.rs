@@ -1032,6 +1032,9 @@ pub fn write_lat(
             let want = (rcnt + 1) as u8;
             let mut t0 = None::<Instant>;
             let mut gate = ClockGate::default();
+            // Under validation, a counter byte that is neither the last value nor the next
+            // is a damaged WRITE: reported as such, not waited for until the stall limit.
+            let mut damaged = None;
             loop {
                 if let Some(b) = &watched {
                     if (0..WATCH_SPINS).any(|_| b.load() == want) {
@@ -1048,6 +1051,14 @@ pub fn write_lat(
                 // A WRITE that failed completes even unsignaled, and its peer never answers:
                 // the error, not the stall limit, ends the wait.
                 try_wc(s, &mut wc)?;
+                if plan.seeds.is_some() {
+                    let mut b = [0u8; 1];
+                    s.mr.read(poll_at, &mut b)?;
+                    if b[0] != want && b[0] != rcnt as u8 {
+                        damaged = Some(b[0]);
+                        break;
+                    }
+                }
                 if past(deadline) {
                     break 'run;
                 }
@@ -1055,7 +1066,14 @@ pub fn write_lat(
                     return Err(Error::Stalled(s.stall));
                 }
             }
-            if let Some(sd) = plan.seeds
+            if let Some(got) = damaged {
+                // Counted as the WRITE it was, damaged: the ping-pong goes on.
+                v.record(size, || {
+                    Some(format!(
+                        "QP 0: WRITE {rcnt}, its last byte is {got:#04x}, not the counter {want:#04x}"
+                    ))
+                });
+            } else if let Some(sd) = plan.seeds
                 && size > 1
             {
                 s.mr.read(s.layout.remote(0, 0), &mut buf)?;

@@ -366,6 +366,10 @@ impl Options {
         if self.sizes.is_empty() || self.qps == 0 || self.tx_depth == 0 || self.rx_depth == 0 {
             return bad("sizes, QPs and depths must be at least 1".into());
         }
+        if self.sizes.contains(&0) {
+            // A 0-byte message moves nothing: its 0 MB/s would read as a passed run.
+            return bad("-s 0: a message carries at least 1 byte".into());
+        }
         if self.iters < 2 && self.duration.is_none() {
             return bad("-n must be at least 2 (perftest measures intervals)".into());
         }
@@ -559,19 +563,38 @@ fn create(ctx: &Context, o: &Options, events: bool) -> Result<Resources, Error> 
         BwOp::FetchAdd | BwOp::CompareSwap => Access::REMOTE_ATOMIC,
         BwOp::Send => Access(0),
     };
+    // What the device takes, checked before anything is allocated: a depth or QP count
+    // past it is a flag to fix, named as such.
+    let lim = ctx.query_device()?;
+    let over = |flag: &str, asked: usize, max: u32, what: &str| {
+        (asked > max as usize).then(|| {
+            Error::Invalid(format!(
+                "{flag} {asked}: {} takes at most {max} {what}",
+                ctx.device_name()
+            ))
+        })
+    };
+    if let Some(e) = over("-q", o.qps, lim.max_qp, "QPs")
+        .or_else(|| over("-t", o.tx_depth, lim.max_qp_wr, "work requests per queue"))
+        .or_else(|| over("-r", o.rx_depth, lim.max_qp_wr, "work requests per queue"))
+    {
+        return Err(e);
+    }
     let mr = pd.reg_mr(layout.region_len(o.qps), Access::LOCAL_WRITE | remote_access)?;
     let channel = if events { Some(ctx.create_comp_channel()?) } else { None };
     let rx = o.rx_depth.max(130);
     let per_qp = o.tx_depth + rx + 4;
-    let cq = ctx.create_cq((per_qp * o.qps) as u32, channel.as_ref())?;
+    // Past u32 is past every device's limit: saturate, and let the provider refuse it.
+    let wide = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let cq = ctx.create_cq(wide(per_qp.saturating_mul(o.qps)), channel.as_ref())?;
     let mut qps = Vec::with_capacity(o.qps);
     for _ in 0..o.qps {
         let mut init = QpInit::new(o.connection, &cq);
         init.caps = QpCaps {
             // Room for the latency loops' unsignaled runs (engine::SIGNAL_EVERY) too.
-            max_send_wr: o.tx_depth.max(engine::SIGNAL_EVERY as usize) as u32 + 1,
-            max_recv_wr: rx as u32,
-            max_inline_data: o.inline_size as u32,
+            max_send_wr: wide(o.tx_depth.max(engine::SIGNAL_EVERY as usize)).saturating_add(1),
+            max_recv_wr: wide(rx),
+            max_inline_data: wide(o.inline_size),
         };
         let qp = pd.create_qp(&init)?;
         let ud = o.connection == QpType::Ud;

@@ -86,7 +86,7 @@ pub(crate) enum Command {
     /// the statistics of the netdevs under them, ethtool statistics and DCB PFC per priority,
     /// and exports them at http://LISTEN/metrics: normalized series that mean the same on
     /// every driver (`podnet_rdma_out_of_sequence_total{device,port,netdev}`, …), every raw
-    /// counter (`podnet_rdma_hw_counter_total{device,port,counter}`), and each port's health —
+    /// counter (`podnet_rdma_hw_counters_total{device,port,counter}`), and each port's health —
     /// `down` from its state, `degraded` when a counter's rate over the window passes its
     /// threshold (`--thresholds`). A source that cannot be read is reported by
     /// `podnet_agent_source_error{source,device,port,path}` and the rest is served. Metrics are
@@ -406,7 +406,9 @@ pub(crate) struct PerfArgs {
     #[arg(short = 'm', long)]
     pub(crate) mtu: Option<u32>,
 
-    /// Transport: RC, UC or UD (WRITE: RC/UC; READ and atomics: RC; SEND: all).
+    /// Transport: RC, UC or UD (WRITE: RC/UC; READ and atomics: RC; SEND: all). UD uses
+    /// perftest's fixed Q_Key, so any process that can reach the device can send to its QP,
+    /// and such SENDs count as received (docs/security.md).
     #[arg(short = 'c', long, default_value = "RC", value_parser = ["RC", "UC", "UD", "rc", "uc", "ud"])]
     pub(crate) connection: String,
 

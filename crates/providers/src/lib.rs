@@ -17,7 +17,9 @@ use std::sync::Arc;
 
 use verbs::{Context, DeviceName, Result};
 
-pub use soft::{FaultInjection, Ipv4Receive, Progress, UdpOffload, soft_devices};
+pub use soft::{
+    FaultInjection, Ipv4Receive, LIMITS as SOFT_LIMITS, Progress, UdpOffload, soft_devices,
+};
 
 /// How a device is opened: each provider's own knobs, in one place for the tools.
 #[derive(Debug, Clone, Default)]
@@ -38,11 +40,23 @@ pub struct ContextOptions {
 impl ContextOptions {
     /// The soft provider's part.
     pub fn soft(&self) -> soft::SoftOptions {
+        #[allow(unused_mut)]
+        let mut fault = self.fault;
+        // Tests only (feature `fault-injection`, off in a release build): every tool's soft
+        // device damages every N-th payload it places, after its ICRC check, so that each
+        // data checker can be shown to catch it.
+        #[cfg(feature = "fault-injection")]
+        if let Some(n) =
+            std::env::var("PODNET_FAULT_CORRUPT_EVERY").ok().and_then(|v| v.parse().ok())
+        {
+            fault.corrupt_every = Some(n);
+            eprintln!("podnet: FAULT INJECTION: every {n}th received payload damaged");
+        }
         soft::SoftOptions {
             progress: self.progress,
             ipv4_receive: self.ipv4_receive,
             udp_offload: self.udp_offload,
-            fault: self.fault,
+            fault,
         }
     }
 }

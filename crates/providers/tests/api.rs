@@ -241,7 +241,7 @@ fn an_unreachable_network_is_a_port_error_then_active_again() {
 const RC_SEND_ONLY: wire::Opcode =
     wire::Opcode::new(wire::Transport::Rc, wire::Operation::SendOnly);
 
-fn inject(src: IpAddr, dst: IpAddr, good: bool) {
+fn inject(src: IpAddr, dst: IpAddr, qpn: verbs::Qpn, good: bool) {
     let sock = socket2::Socket::new(
         if dst.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 },
         socket2::Type::DGRAM,
@@ -249,7 +249,7 @@ fn inject(src: IpAddr, dst: IpAddr, good: bool) {
     )
     .unwrap();
     sock.bind(&std::net::SocketAddr::new(src, 4791).into()).unwrap();
-    let mut b = wire::bth::Repr::new(RC_SEND_ONLY, verbs::Qpn::new(0x99), verbs::Psn::new(1));
+    let mut b = wire::bth::Repr::new(RC_SEND_ONLY, qpn, verbs::Psn::new(1));
     b.ack_req = true;
     let r = wire::roce::Repr::new(b);
     let mut pkt = vec![0u8; r.buffer_len(8)];
@@ -280,20 +280,44 @@ fn inject(src: IpAddr, dst: IpAddr, good: bool) {
 #[test]
 fn every_datagram_is_icrc_checked() {
     private_netns(0);
+    // A third IPv6 address, for a sender that is not the QP's peer.
+    let ok = std::process::Command::new("ip")
+        .args(["-6", "addr", "add", "fd00::3/128", "dev", "lo", "nodad"])
+        .status()
+        .unwrap();
+    assert!(ok.success());
     for (dev, src) in [("127.0.0.1", "127.0.0.5"), ("fd00::1", "fd00::2")] {
-        let ctx = providers::open_soft(ip(dev), 4791, &ContextOptions::default()).unwrap();
-        inject(ip(src), ip(dev), true);
-        inject(ip(src), ip(dev), false);
-        inject(ip(src), ip(dev), true);
+        // An RC QP connected to `src` (QP 0x99 there), expecting PSN 1.
+        let l = Local::new(ip(dev), Progress::Event, QpType::Rc, 4096);
+        let conn = Conn { psn_remote: 1, ..Conn::default() };
+        common::connect_qp(&l.qp, ip(src), verbs::Qpn::new(0x99), &conn);
+        let qpn = l.qp.qpn();
+        inject(ip(src), ip(dev), qpn, true);
+        inject(ip(src), ip(dev), qpn, false);
+        inject(ip(src), ip(dev), qpn, true);
+        let ctx = &l.ctx;
         let t0 = Instant::now();
         while ctx.counters().rcvd_pkts + ctx.counters().icrc_errors < 3 {
             assert!(t0.elapsed() < Duration::from_secs(2), "{dev}: {:?}", ctx.counters());
             std::thread::sleep(Duration::from_millis(5));
         }
         let c = ctx.counters();
-        // Good ones pass the ICRC and are dropped for want of QP 0x99.
+        // The good ones pass the ICRC (and, with no receive posted, are answered by an RNR
+        // NAK); the damaged one is counted and dropped.
         assert_eq!((c.rcvd_pkts, c.icrc_errors, c.icrc_unverified), (2, 1, 0), "{dev}: {c:?}");
-        assert_eq!(c.dropped_pkts, 2, "{dev}");
+        assert_eq!(c.dropped_pkts, 0, "{dev}: {c:?}");
+        // The same packet from another address, and one for a QP the device does not have,
+        // are dropped on their headers: counted by reason, their ICRC never computed.
+        let other = if dev.contains(':') { "fd00::3" } else { "127.0.0.6" };
+        inject(ip(other), ip(dev), qpn, true);
+        inject(ip(src), ip(dev), verbs::Qpn::new(qpn.get() ^ 0x40_0000), false);
+        while ctx.counters().dropped_pkts < 2 {
+            assert!(t0.elapsed() < Duration::from_secs(4), "{dev}: {:?}", ctx.counters());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let c = ctx.counters();
+        assert_eq!((c.dropped_wrong_source, c.dropped_unknown_qp), (1, 1), "{dev}: {c:?}");
+        assert_eq!((c.rcvd_pkts, c.icrc_errors), (2, 1), "{dev}: {c:?}");
     }
 }
 
@@ -381,4 +405,54 @@ fn the_fault_hook_damages_payloads_past_the_icrc() {
     // The application's own writes are never touched.
     b.mr.write(0, &[7; 64]).unwrap();
     assert_eq!(b.mr.to_vec(0, 64).unwrap(), [7; 64]);
+}
+
+/// A soft device's QPNs start at a random point of the 24-bit space (not rxe's 0x11 every
+/// time): a local process that cannot guess a QPN cannot forge a packet to it.
+#[test]
+fn qpns_start_at_random() {
+    private_netns(0);
+    let opts = ContextOptions::default();
+    let first: Vec<u32> = ["soft:127.0.0.1", "soft:127.0.0.2", "soft:127.0.0.3"]
+        .iter()
+        .map(|d| {
+            let ctx = providers::open(d, &opts).unwrap();
+            let pd = ctx.alloc_pd().unwrap();
+            let cq = ctx.create_cq(4, None).unwrap();
+            pd.create_qp(&QpInit::new(QpType::Rc, &cq)).unwrap().qpn().get()
+        })
+        .collect();
+    // Three devices with the same first QPN, or one at 0x11, happen once in 2^24 or more.
+    assert!(first.iter().all(|q| *q != 0x11 && *q <= 0xff_ffff), "{first:x?}");
+    assert!(first[0] != first[1] || first[1] != first[2], "{first:x?}");
+}
+
+/// A soft device says what it takes (`ibv_query_device`) and refuses more, before it
+/// allocates: an 8 GiB region is refused at once, not allocated.
+#[test]
+fn limits_are_advertised_and_enforced_before_allocation() {
+    private_netns(0);
+    let ctx = providers::open("soft:127.0.0.1", &ContextOptions::default()).unwrap();
+    let l = ctx.query_device().unwrap();
+    assert_eq!(l, providers::SOFT_LIMITS);
+    assert!(l.max_qp_wr >= 4096 && l.max_cqe >= 65536 && l.max_mr_size >= 1 << 30, "{l:?}");
+    let kind = |e: Error| e.kind();
+    let pd = ctx.alloc_pd().unwrap();
+    let t0 = Instant::now();
+    let e = pd.reg_mr(1 << 33, ALL).unwrap_err();
+    assert_eq!(kind(e), verbs::ErrorKind::InvalidArgument);
+    assert!(t0.elapsed() < Duration::from_secs(1), "refused before allocating 8 GiB");
+    let e = ctx.create_cq(l.max_cqe + 1, None).unwrap_err();
+    assert!(e.to_string().contains(&format!("at most {}", l.max_cqe)), "{e}");
+    let cq = ctx.create_cq(l.max_cqe, None).unwrap();
+    let mut init = QpInit::new(QpType::Rc, &cq);
+    init.caps = verbs::QpCaps { max_recv_wr: l.max_qp_wr + 1, ..Default::default() };
+    let e = pd.create_qp(&init).unwrap_err();
+    assert_eq!(kind(e), verbs::ErrorKind::InvalidArgument);
+    init.caps.max_recv_wr = l.max_qp_wr;
+    pd.create_qp(&init).unwrap();
+    assert_eq!(
+        kind(pd.create_srq(l.max_srq_wr + 1).unwrap_err()),
+        verbs::ErrorKind::InvalidArgument
+    );
 }

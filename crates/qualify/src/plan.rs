@@ -248,12 +248,17 @@ impl Plan {
         if plan.devices.is_empty() {
             return Err(invalid("devices", "`devices` lists no device".into()));
         }
-        for d in &plan.devices {
+        for (i, d) in plan.devices.iter().enumerate() {
             if let Err(verbs::Error::BadDeviceName { why, .. }) = verbs::DeviceName::parse(d) {
                 return Err(invalid(
                     "devices",
                     format!("`devices`: {d:?} is not a device name: {why}"),
                 ));
+            }
+            // A device listed twice would pair with itself and be measured as a pair once
+            // too few: say so rather than drop a check.
+            if plan.devices[..i].contains(d) {
+                return Err(invalid("devices", format!("`devices`: {d:?} is listed twice")));
             }
         }
         match &plan.pairs {
@@ -342,6 +347,16 @@ impl Plan {
                 format!("`integrity.seconds` = {}: between 0 and 86400", i.seconds),
             ));
         }
+        // A size of 0 would check no byte and pass; one past the largest region fails only
+        // once the run has started.
+        if let Some(i) = &plan.integrity
+            && !(1..=1 << 30).contains(&i.size)
+        {
+            return Err(invalid(
+                "size",
+                format!("`integrity.size` = {}: between 1 and 2^30 bytes", i.size),
+            ));
+        }
         Ok(plan)
     }
 
@@ -392,6 +407,13 @@ mod tests {
         assert!(e.starts_with("p.toml:3:") && e.contains("mlx5_0"), "{e}");
         let e = bad("name = \"x\"\ndevices = []\n");
         assert!(e.starts_with("p.toml:2:"), "{e}");
+        // Values that would check nothing, or fail only once running.
+        let e = bad("name = \"x\"\ndevices = [\"soft:127.0.0.1\", \"soft:127.0.0.1\"]\n");
+        assert!(e.starts_with("p.toml:2:") && e.contains("listed twice"), "{e}");
+        for size in ["0", "1000000000000"] {
+            let e = bad(&format!("{base}[integrity]\nseconds = 1\nsize = {size}\n"));
+            assert!(e.starts_with("p.toml:5:") && e.contains("`integrity.size`"), "{e}");
+        }
         let e = bad(&format!("{base}[integrity]\nseconds = \"ten\"\n"));
         assert!(
             e.starts_with("p.toml:4:") && e.contains("seconds") || e.contains("invalid type"),

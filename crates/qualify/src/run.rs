@@ -50,24 +50,31 @@ pub fn run(plan: &Plan, sys: &Path, progress: &mut dyn RunProgress) -> Report {
     let t0 = Instant::now();
     let mut r = Run { report: Report::new(&plan.name), progress };
     host_checks(plan, sys, &mut r);
-    let mut contexts: Vec<Option<Context>> = Vec::new();
-    for d in &plan.devices {
-        contexts.push(device_checks(plan, sys, d, &mut r));
-    }
-    let ctx_of = |name: &str| -> Option<&Context> {
+    // Device checks open each device in turn, without a busy progress thread, and close it:
+    // a plan of a thousand devices holds one open at a time.
+    let opened: Vec<bool> =
+        plan.devices.iter().map(|d| device_checks(plan, sys, d, &mut r)).collect();
+    // A measurement opens its two devices (busy-polled, as perf runs) for as long as it runs:
+    // one pair at a time.
+    let ctx_of = |name: &str| -> Option<Context> {
         let i = plan.devices.iter().position(|d| d == name)?;
-        contexts[i].as_ref()
+        let opts = ContextOptions { progress: Progress::Busy, ..Default::default() };
+        if opened[i] { providers::open(name, &opts).ok() } else { None }
+    };
+    let open_pair = |a: &str, b: &str| -> Option<(Context, Option<Context>)> {
+        let ca = ctx_of(a)?;
+        if a == b { Some((ca, None)) } else { Some((ca, Some(ctx_of(b)?))) }
     };
     let pairs = plan.pairs();
     // Calibration, before the matrix: each perf entry on the first pair, and on the first
     // device with itself when it runs on devices, so that like is compared with like (a
     // loopback through one device shares that device's work between both ends).
-    let first_pair = pairs.first().and_then(|(a, b)| Some((ctx_of(a)?, ctx_of(b)?)));
-    let first_device = plan.devices.first().and_then(|d| ctx_of(d)).map(|c| (c, c));
-    let mut calibrate = |pc: &PerfCheck, ends: Option<(&Context, &Context)>, what: &str| {
-        let (a, b) = ends?;
+    let first_pair = pairs.first().map(|(a, b)| (a.as_str(), b.as_str()));
+    let first_device = plan.devices.first().map(|d| (d.as_str(), d.as_str()));
+    let mut calibrate = |pc: &PerfCheck, ends: Option<(&str, &str)>, what: &str| {
+        let (ca, cb) = open_pair(ends?.0, ends?.1)?;
         r.progress.starting(&format!("calibration {} ({what})", pc.test));
-        run_pair(a, b, &options(pc)).map(|(o, _)| o.rows).ok()
+        run_pair(&ca, cb.as_ref().unwrap_or(&ca), &options(pc)).map(|(o, _)| o.rows).ok()
     };
     let mut calibration: Vec<(Vec<Row>, Vec<Row>)> = Vec::new();
     for pc in &plan.perf {
@@ -88,12 +95,17 @@ pub fn run(plan: &Plan, sys: &Path, progress: &mut dyn RunProgress) -> Report {
         let alone = a == b;
         let pair = if alone { a.clone() } else { format!("{a}<->{b}") };
         let mut pair_status = Status::Pass;
+        let measures =
+            plan.perf.iter().any(|pc| if alone { pc.on.on_devices() } else { pc.on.on_pairs() })
+                || (plan.integrity.is_some() && !alone);
+        let ends = if measures { open_pair(a, b) } else { None };
+        let ends = ends.as_ref().map(|(ca, cb)| (ca, cb.as_ref().unwrap_or(ca)));
         for (k, pc) in plan.perf.iter().enumerate() {
             if (alone && !pc.on.on_devices()) || (!alone && !pc.on.on_pairs()) {
                 continue;
             }
             let base = format!("perf/{}/{pair}", pc.test);
-            let (Some(ca), Some(cb)) = (ctx_of(a), ctx_of(b)) else {
+            let Some((ca, cb)) = ends else {
                 let why = if alone {
                     "the device could not be opened"
                 } else {
@@ -110,7 +122,7 @@ pub fn run(plan: &Plan, sys: &Path, progress: &mut dyn RunProgress) -> Report {
         if let Some(i) = plan.integrity.as_ref().filter(|_| !alone) {
             let name = format!("integrity/{pair}");
             let started = Instant::now();
-            if let (Some(ca), Some(cb)) = (ctx_of(a), ctx_of(b)) {
+            if let Some((ca, cb)) = ends {
                 r.progress.starting(&name);
                 let mut o = Options::new(PerfTest::SendBw);
                 o.sizes = vec![i.size];
@@ -469,10 +481,12 @@ fn failed(name: &str, error: impl Into<String>, took: Duration) -> Check {
     Measurement::new(name).want(Threshold::Unset(error.into())).took(took).judge(None)
 }
 
-fn device_checks(plan: &Plan, sys: &Path, d: &str, r: &mut Run<'_>) -> Option<Context> {
+/// The checks of device `d`; whether it opened. No progress thread spins meanwhile (event
+/// mode: nothing is sent), and the device is closed after.
+fn device_checks(plan: &Plan, sys: &Path, d: &str, r: &mut Run<'_>) -> bool {
     let t = Instant::now();
     r.progress.starting(&format!("device/{d}"));
-    let opts = ContextOptions { progress: Progress::Busy, ..Default::default() };
+    let opts = ContextOptions { progress: Progress::Event, ..Default::default() };
     let ctx = match providers::open(d, &opts) {
         Ok(c) => {
             r.push(
@@ -485,7 +499,7 @@ fn device_checks(plan: &Plan, sys: &Path, d: &str, r: &mut Run<'_>) -> Option<Co
         }
         Err(e) => {
             r.push(failed(&format!("device/{d}/present"), e.to_string(), t.elapsed()));
-            return None;
+            return false;
         }
     };
     let dc = &plan.device;
@@ -545,5 +559,5 @@ fn device_checks(plan: &Plan, sys: &Path, d: &str, r: &mut Run<'_>) -> Option<Co
             });
         }
     }
-    Some(ctx)
+    true
 }

@@ -36,9 +36,9 @@ use verbs::{
 };
 
 use verbs::{
-    AsyncEvent, Error, ErrorKind, FastPath, Gid, GidEntry, GidType, Handle, LinkLayer, Mtu,
-    PhysState, PortAttr, PortState, PostFailure, PreparedRaw, PreparedRecv, PreparedSend, Provider,
-    Psn, QpSpec, Result,
+    AsyncEvent, DeviceAttr, Error, ErrorKind, FastPath, Gid, GidEntry, GidType, Handle, LinkLayer,
+    Mtu, PhysState, PortAttr, PortState, PostFailure, PreparedRaw, PreparedRecv, PreparedSend,
+    Provider, Psn, QpSpec, Result,
 };
 
 /// The port every RoCE device here is driven on.
@@ -599,6 +599,28 @@ impl Provider for RdmaCoreDevice {
 
     fn ip(&self) -> IpAddr {
         self.gid.gid.to_ip().unwrap_or(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED))
+    }
+
+    fn query_device(&self) -> Result<DeviceAttr> {
+        let a = self
+            .ctx
+            .query_device()
+            .map_err(|e| Error::refused(ErrorKind::Io, format!("ibv_query_device: {e}")))?;
+        // libibverbs gives ints; a negative one (no device reports any) reads as 0.
+        let n = |v: i32| u32::try_from(v).unwrap_or(0);
+        Ok(DeviceAttr {
+            max_mr_size: a.max_mr_size(),
+            max_qp: n(a.max_qp()),
+            max_qp_wr: n(a.max_qp_wr()),
+            max_sge: n(a.max_sge()),
+            max_cq: n(a.max_cq()),
+            max_cqe: n(a.max_cqe()),
+            max_mr: n(a.max_mr()),
+            max_pd: n(a.max_pd()),
+            max_srq: n(a.max_srq()),
+            max_srq_wr: n(a.max_srq_wr()),
+            max_inline_data: None,
+        })
     }
 
     fn port_attr(&self) -> PortAttr {

@@ -27,8 +27,8 @@ use transport::{
 
 use verbs::ROCE_PORT;
 use verbs::{
-    AsyncEvent, Error, Gid, GidEntry, GidType, LinkLayer, PhysState, PortAttr, PortState, Provider,
-    QpSpec, Result,
+    AsyncEvent, DeviceAttr, Error, ErrorKind, Gid, GidEntry, GidType, LinkLayer, PhysState,
+    PortAttr, PortState, Provider, QpSpec, Result,
 };
 
 pub use io::RxPath as ReceivePath;
@@ -316,12 +316,17 @@ impl SoftDevice {
     }
 
     fn start(name: String, io: io::Sockets, opts: &SoftOptions) -> Result<SoftDevice> {
-        let mut seed = [0u8; 8];
+        let mut seed = [0u8; 16];
         getrandom::fill(&mut seed).map_err(|e| Error::Open {
             device: name.clone(),
             source: std::io::Error::other(format!("no random source for keys: {e}")),
         })?;
-        let cfg = EndpointConfig::new(io.ip, u64::from_ne_bytes(seed));
+        let [k, q] =
+            [0, 8].map(|i| u64::from_ne_bytes(seed[i..i + 8].try_into().unwrap_or([0; 8])));
+        let mut cfg = EndpointConfig::new(io.ip, k);
+        // QPNs from a random start: a local process that cannot guess one cannot forge a
+        // NAK that ends a connection.
+        cfg.first_qpn = EndpointConfig::random_qpn(q);
         // SAFETY: eventfd has no memory-safety preconditions; the result is checked.
         let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if wake_fd < 0 {
@@ -676,6 +681,44 @@ impl Shared {
     }
 }
 
+/// What a soft device takes (`ibv_query_device`'s answer): rxe's limits where memory allows,
+/// and no more than a process should hold (a region of 4 GiB, 4 Mi CQ entries).
+pub const LIMITS: DeviceAttr = DeviceAttr {
+    max_mr_size: 1 << 32,
+    max_qp: 0x4000,
+    max_qp_wr: 0x4000,
+    max_sge: 32,
+    max_cq: 0x4000,
+    max_cqe: 0x40_0000,
+    max_mr: 0x4_0000,
+    max_pd: 0x7ff0,
+    max_srq: 0x4000,
+    max_srq_wr: 0x4000,
+    max_inline_data: Some(verbs::MAX_INLINE_DATA),
+};
+
+/// `asked` within `max`, else the verbs error that names both.
+fn within(what: &str, asked: u64, unit: &str, max: u64) -> Result<()> {
+    if asked <= max {
+        return Ok(());
+    }
+    Err(Error::refused(
+        ErrorKind::InvalidArgument,
+        format!("a {what} {asked} {unit}: the device takes at most {max} (podnet devices --json)"),
+    ))
+}
+
+/// Fewer than `max` of `what` exist, else the verbs error.
+fn exhausted(what: &str, now: usize, max: u32) -> Result<()> {
+    if now < max as usize {
+        return Ok(());
+    }
+    Err(Error::refused(
+        ErrorKind::ResourceExhausted,
+        format!("{what}: the device has its most, {max}"),
+    ))
+}
+
 /// Copies bytes out of the region `lkey` names.
 fn read_region(st: &State, lkey: u32, offset: usize, out: &mut [u8]) -> Result<()> {
     let id = st.ep.mr(lkey).map(|m| m.id);
@@ -696,6 +739,10 @@ impl Provider for SoftDevice {
 
     fn ip(&self) -> IpAddr {
         self.sh.io.ip
+    }
+
+    fn query_device(&self) -> Result<DeviceAttr> {
+        Ok(LIMITS)
     }
 
     fn port_attr(&self) -> PortAttr {
@@ -724,7 +771,10 @@ impl Provider for SoftDevice {
     }
 
     fn reg_mr(&self, pd: PdId, len: usize, access: Access) -> Result<MrInfo> {
+        // Checked before the region's memory is allocated.
+        within("memory region of", len as u64, "bytes", LIMITS.max_mr_size)?;
         let mut st = lock(&self.sh.state);
+        exhausted("memory regions", st.ep.memory().bufs.len(), LIMITS.max_mr)?;
         let mem = st.ep.memory_mut();
         let id = MrId(mem.next);
         mem.next = mem.next.wrapping_add(1);
@@ -795,8 +845,10 @@ impl Provider for SoftDevice {
         Ok(st.channels.len() as u32 - 1)
     }
 
-    fn create_cq(&self, _cqe: u32, channel: Option<u32>) -> Result<CqId> {
+    fn create_cq(&self, cqe: u32, channel: Option<u32>) -> Result<CqId> {
+        within("completion queue of", u64::from(cqe), "entries", u64::from(LIMITS.max_cqe))?;
         let mut st = lock(&self.sh.state);
+        exhausted("completion queues", st.cqs.len(), LIMITS.max_cq)?;
         let cq = st.ep.create_cq();
         st.cqs.insert(cq, CqMeta { channel, armed: false });
         Ok(cq)
@@ -923,7 +975,11 @@ impl Provider for SoftDevice {
     }
 
     fn create_srq(&self, pd: PdId, max_wr: u32) -> Result<SrqId> {
-        Ok(lock(&self.sh.state).ep.create_srq(pd, max_wr)?)
+        let max = u64::from(LIMITS.max_srq_wr);
+        within("shared receive queue of", u64::from(max_wr), "work requests", max)?;
+        let mut st = lock(&self.sh.state);
+        exhausted("shared receive queues", st.ep.srq_count(), LIMITS.max_srq)?;
+        Ok(st.ep.create_srq(pd, max_wr)?)
     }
 
     fn destroy_srq(&self, srq: SrqId) {
@@ -943,7 +999,11 @@ impl Provider for SoftDevice {
     }
 
     fn create_qp(&self, s: &QpSpec) -> Result<Qpn> {
+        let max = u64::from(LIMITS.max_qp_wr);
+        within("send queue of", u64::from(s.caps.max_send_wr), "work requests", max)?;
+        within("receive queue of", u64::from(s.caps.max_recv_wr), "work requests", max)?;
         let mut st = lock(&self.sh.state);
+        exhausted("queue pairs", st.ep.qp_count(), LIMITS.max_qp)?;
         Ok(st.ep.create_qp_with_srq(s.pd, s.qp_type, s.send_cq, s.recv_cq, s.caps, s.srq)?)
     }
 

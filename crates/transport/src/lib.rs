@@ -20,7 +20,9 @@ mod memory;
 mod qp;
 mod time;
 
-pub use endpoint::{Endpoint, EndpointConfig, Error, Event, RecvMeta, Transmit};
+pub use endpoint::{
+    Endpoint, EndpointConfig, Error, Event, FIRST_QPN, MAX_QPN, RecvMeta, Transmit,
+};
 pub use memory::{Memory, MemoryError, VecMemory};
 pub use qp::TransitionError;
 pub use time::Instant;

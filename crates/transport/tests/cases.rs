@@ -684,3 +684,68 @@ fn a_protection_domain_is_freed_only_when_nothing_is_in_it() {
     let again = ep.alloc_pd().unwrap();
     assert!(!pds.contains(&again), "a freed id is not given again at once");
 }
+
+#[test]
+fn qpns_start_where_the_config_says_and_wrap_past_the_special_qps() {
+    let mut cfg = transport::EndpointConfig::new(ip(0), 1);
+    cfg.first_qpn = 0xff_fffe;
+    let mut n = transport::Endpoint::new(cfg, transport::VecMemory::new());
+    let pd = n.alloc_pd().unwrap();
+    let cq = n.create_cq();
+    let caps = QpCaps { max_send_wr: 4, max_recv_wr: 4, max_inline_data: 0 };
+    let qpns: Vec<u32> =
+        (0..3).map(|_| n.create_qp(pd, QpType::Rc, cq, cq, caps).unwrap().get()).collect();
+    assert_eq!(qpns, [0xff_fffe, 0xff_ffff, 0x11]);
+    // A random start lies in 0x11 ..= 0xFF_FFFF, and uses the whole range.
+    let r = transport::EndpointConfig::random_qpn;
+    assert_eq!((r(0), r(u64::from(0xff_ffffu32 - 0x11))), (0x11, 0xff_ffff));
+    assert!((0..1000u64).map(|i| r(i.wrapping_mul(0x9e37_79b9_7f4a_7c15))).all(|q| q >= 0x11));
+}
+
+#[test]
+fn forged_packets_are_dropped_by_reason_before_their_icrc_is_computed() {
+    // Node 2 is a third host on the network: it has no QP.
+    let mut net = Net::new(3, 7, Faults { delay: Duration::from_micros(5), ..Faults::default() });
+    let a = side(&mut net, 0, QpType::Rc, BUF);
+    let b = side(&mut net, 1, QpType::Rc, BUF);
+    connect(&mut net, &a, &b, Params::default());
+    net.keep_log = true;
+    net.nodes[0].post_send(a.qpn, write(1, &b, BUF_ADDR, 64, &a)).unwrap();
+    assert_eq!(next_wc(&mut net, 0, &a, Duration::from_secs(1)).unwrap().status, WcStatus::Success);
+    let request = net.log.iter().find(|(f, _, _)| *f == 0).unwrap().2.clone();
+    let ack = net.log.iter().find(|(f, _, p)| *f == 1 && p[0] == 0x11).unwrap().2.clone();
+    // Without the IP header the ICRC cannot be checked and would count as unverified: a
+    // packet dropped on its header alone never gets that far.
+    let meta = |src: usize, to: usize| transport::RecvMeta {
+        src: ip(src),
+        dst: ip(to),
+        src_port: 49152,
+        dst_port: 4791,
+        ecn: 0,
+        ip_header: None,
+    };
+    let before = net.nodes[1].counters().clone();
+    // b's QP, but from a third address.
+    net.nodes[1].handle_datagram(net.now, &meta(2, 1), &request);
+    // From a's address, to a QP b does not have.
+    let mut stray = request.clone();
+    stray[5..8].copy_from_slice(&(b.qpn.get() ^ 0x40_0000).to_be_bytes()[1..]);
+    net.nodes[1].handle_datagram(net.now, &meta(0, 1), &stray);
+    let c = net.nodes[1].counters();
+    let d = |f: fn(&transport::Counters) -> u64| f(c) - f(&before);
+    assert_eq!(d(|c| c.dropped_wrong_source), 1);
+    assert_eq!(d(|c| c.dropped_unknown_qp), 1);
+    assert_eq!(d(|c| c.dropped_pkts), 2);
+    assert_eq!((d(|c| c.icrc_unverified), d(|c| c.rcvd_pkts), d(|c| c.icrc_errors)), (0, 0, 0));
+    // A NAK "remote access error" from the real peer's address at a PSN the requester has
+    // had acknowledged: ignored and counted; the connection carries on.
+    let mut nak = ack.clone();
+    nak[12] = 0x62;
+    let before = net.nodes[0].counters().clone();
+    net.inject(1, 0, nak);
+    let c = net.nodes[0].counters();
+    assert_eq!(c.dropped_out_of_window - before.dropped_out_of_window, 1);
+    assert_eq!(state(&net, &a), QpState::Rts);
+    net.nodes[0].post_send(a.qpn, write(2, &b, BUF_ADDR, 64, &a)).unwrap();
+    assert_eq!(next_wc(&mut net, 0, &a, Duration::from_secs(1)).unwrap().status, WcStatus::Success);
+}

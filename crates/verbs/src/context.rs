@@ -54,6 +54,12 @@ impl Context {
         self.dev.gid_index()
     }
 
+    /// The device's limits (`ibv_query_device`): the most QPs, work requests per queue,
+    /// CQ entries, region size, … it takes.
+    pub fn query_device(&self) -> Result<DeviceAttr> {
+        self.dev.query_device()
+    }
+
     /// The port's GID table.
     pub fn gid_table(&self) -> Vec<GidEntry> {
         self.dev.gid_table()

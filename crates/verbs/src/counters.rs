@@ -30,7 +30,7 @@ macro_rules! counters {
 counters! {
     /// Packets handed to the driver (rxe: sent_pkts).
     sent_pkts,
-    /// Packets accepted from the driver, ICRC good (rxe: rcvd_pkts).
+    /// Packets taken from the driver: header checks and ICRC passed (rxe: rcvd_pkts).
     rcvd_pkts,
     /// Request packets the responder saw a second time (rxe: duplicate_request).
     duplicate_request,
@@ -59,8 +59,17 @@ counters! {
     /// Packets whose ICRC could not be checked (the driver had no IP header); must stay 0 on a
     /// default soft path.
     icrc_unverified,
-    /// Packets dropped: unknown destination QP, wrong state, malformed.
+    /// Packets dropped before the transport took them: unknown destination QP, not from a
+    /// connected QP's peer, wrong transport or state, malformed (each reason below too).
     dropped_pkts,
+    /// Of those: for a QP this device does not have.
+    dropped_unknown_qp,
+    /// Of those: for a connected QP, from an address other than its peer's (a forged or
+    /// stray packet).
+    dropped_wrong_source,
+    /// Responses (ACK, NAK, READ and atomic responses) whose PSN matches no outstanding
+    /// request: ignored, as stale or forged.
+    dropped_out_of_window,
     /// UD packets dropped on a Q_Key mismatch.
     qkey_violations,
     /// UD/UC packets dropped for want of a receive.

@@ -7,6 +7,35 @@ use crate::Error;
 /// The UDP port of RoCEv2.
 pub const ROCE_PORT: u16 = 4791;
 
+/// A device's limits (`ibv_query_device`: the fields a tool sizes its queues and regions
+/// against). A provider refuses to create beyond them, before it allocates anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceAttr {
+    /// The largest memory region, bytes.
+    pub max_mr_size: u64,
+    /// Queue pairs at once.
+    pub max_qp: u32,
+    /// Work requests in one send or receive queue.
+    pub max_qp_wr: u32,
+    /// Scatter/gather elements in one work request.
+    pub max_sge: u32,
+    /// Completion queues at once.
+    pub max_cq: u32,
+    /// Entries in one completion queue.
+    pub max_cqe: u32,
+    /// Memory regions at once.
+    pub max_mr: u32,
+    /// Protection domains at once.
+    pub max_pd: u32,
+    /// Shared receive queues at once.
+    pub max_srq: u32,
+    /// Work requests in one shared receive queue.
+    pub max_srq_wr: u32,
+    /// The most inline data a send may carry, where the device says (verbs learns it per QP
+    /// on rdma-core).
+    pub max_inline_data: Option<u32>,
+}
+
 /// A device name, as `-d` takes it: a soft device (podnet's userspace RoCEv2 on an IP
 /// address) or an RDMA device the kernel has (`mlx5_0`, `rxe0`), opened through rdma-core.
 /// Every tool decides what a name is by matching on this.
@@ -34,8 +63,16 @@ impl DeviceName {
         if name == "soft" {
             return Ok(DeviceName::SoftDefault);
         }
+        if name.is_empty() {
+            return Err(bad("empty: give soft, soft:<IP> or an RDMA device (`podnet devices`)"));
+        }
+        if name.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("soft:"))
+            && !name.starts_with("soft:")
+        {
+            return Err(bad("names are case-sensitive: soft:<IP>"));
+        }
         let Some(addr) = name.strip_prefix("soft:") else {
-            if name.is_empty() || name.len() > 63 {
+            if name.len() > 63 {
                 return Err(bad("an RDMA device name has 1 to 63 bytes"));
             }
             if name.contains(['/', ':']) || name.contains(char::is_whitespace) {
@@ -46,7 +83,7 @@ impl DeviceName {
             return Ok(DeviceName::Rdma(name.to_string()));
         };
         if let Ok(ip) = addr.parse::<IpAddr>() {
-            return Ok(DeviceName::Soft { ip, port: ROCE_PORT });
+            return unicast(ip).map(|ip| DeviceName::Soft { ip, port: ROCE_PORT }).map_err(bad);
         }
         let (host, port) = if let Some(v6) = addr.strip_prefix('[') {
             let (h, p) = v6.split_once(']').ok_or(bad("unclosed '[' in an IPv6 address"))?;
@@ -55,6 +92,7 @@ impl DeviceName {
             addr.rsplit_once(':').ok_or(bad("not an IP address"))?
         };
         let ip = host.parse::<IpAddr>().map_err(|_| bad("not an IP address"))?;
+        let ip = unicast(ip).map_err(bad)?;
         let port = if port.is_empty() {
             ROCE_PORT
         } else {
@@ -62,6 +100,22 @@ impl DeviceName {
         };
         Ok(DeviceName::Soft { ip, port })
     }
+}
+
+/// A soft device is one unicast address: the address a peer sends to and the one it binds.
+fn unicast(ip: IpAddr) -> Result<IpAddr, &'static str> {
+    if ip.is_unspecified() {
+        return Err(
+            "the unspecified address is every interface's, not one device's: name the address to use",
+        );
+    }
+    if ip.is_multicast() {
+        return Err("a multicast address: a RoCE device needs a unicast address");
+    }
+    if ip == IpAddr::V4(std::net::Ipv4Addr::BROADCAST) {
+        return Err("the broadcast address: a RoCE device needs a unicast address");
+    }
+    Ok(ip)
 }
 
 impl DeviceName {
@@ -105,6 +159,20 @@ mod tests {
         let long = "m".repeat(64);
         for bad in ["soft:", "soft:1.2.3", "soft:1.2.3.4:0", "soft:[::1", "soft:x:1", "", "a b"] {
             assert!(DeviceName::parse(bad).is_err(), "{bad}");
+        }
+        // Each with the reason that fits it.
+        for (bad, why) in [
+            ("", "empty"),
+            ("SOFT:127.0.0.1", "case-sensitive"),
+            ("Soft:fd00::1", "case-sensitive"),
+            ("soft:0.0.0.0", "unspecified"),
+            ("soft:[::]:5000", "unspecified"),
+            ("soft:224.0.0.1", "multicast"),
+            ("soft:ff02::1", "multicast"),
+            ("soft:255.255.255.255", "broadcast"),
+        ] {
+            let e = DeviceName::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
         }
         for bad in ["mlx5_0/1", "host:mlx5_0", long.as_str()] {
             assert!(DeviceName::parse(bad).is_err(), "{bad}");

@@ -10,7 +10,8 @@ use crate::{
 };
 
 use crate::{
-    AsyncEvent, Error, GidEntry, PortAttr, PreparedRaw, PreparedRecv, PreparedSend, QpSpec, Result,
+    AsyncEvent, DeviceAttr, Error, GidEntry, PortAttr, PreparedRaw, PreparedRecv, PreparedSend,
+    QpSpec, Result,
 };
 
 /// A provider's direct reference to one of its objects (for rdma-core, the libibverbs
@@ -46,6 +47,8 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn ip(&self) -> std::net::IpAddr;
     /// Port 1's attributes.
     fn port_attr(&self) -> PortAttr;
+    /// The device's limits (`ibv_query_device`).
+    fn query_device(&self) -> Result<DeviceAttr>;
     /// The index of the GID [`Provider::ip`] comes from.
     fn gid_index(&self) -> usize {
         0

@@ -72,16 +72,7 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
         coordinator: args.coordinator.clone(),
     };
     let world = world::resolve(&flags, &|k| std::env::var(k).ok())?;
-    #[allow(unused_mut)]
-    let mut opts = ContextOptions { progress: Progress::Event, ..Default::default() };
-    #[cfg(feature = "fault-injection")]
-    if let Some(n) = std::env::var("PODNET_FAULT_CORRUPT_EVERY").ok().and_then(|v| v.parse().ok()) {
-        opts.fault.corrupt_every = Some(n);
-        eprintln!(
-            "podnet burnin: rank {}: FAULT INJECTION: every {n}th received payload damaged",
-            world.rank
-        );
-    }
+    let opts = ContextOptions { progress: Progress::Event, ..Default::default() };
     let ctx = providers::open(&args.ib_dev, &opts)?;
     let host = hostname();
     let info = serde_json::json!({ "ip": ctx.ip().to_string(), "port": args.port, "device": ctx.device_name() });

@@ -5,18 +5,50 @@ use std::process::ExitCode;
 
 use host::{DeviceInfo, PhysState, PortState};
 use serde_json::json;
+use verbs::DeviceAttr;
 
 use crate::cli::DevicesArgs;
 
 /// Runs `podnet devices`.
 pub(crate) fn run(args: &DevicesArgs) -> anyhow::Result<ExitCode> {
-    let mut devs = host::rdma_devices(&args.sysfs_root);
+    let root = &args.sysfs_root;
+    if !root.join("class").is_dir() {
+        anyhow::bail!(
+            "--sysfs-root {}: no class/ folder there (expected a copy of /sys)",
+            root.display()
+        );
+    }
+    let mut devs = host::rdma_devices(root);
     if !args.no_soft {
-        devs.extend(providers::soft_devices(&args.sysfs_root)?);
+        devs.extend(providers::soft_devices(root)?);
+    }
+    if devs.is_empty() {
+        // As ibv_devinfo: say so, and fail, rather than print an empty table.
+        eprintln!(
+            "podnet devices: no RDMA devices under {}{}",
+            root.join("class/infiniband").display(),
+            if args.no_soft {
+                " (soft devices left out: --no-soft)"
+            } else {
+                " and no soft devices"
+            }
+        );
+        return Ok(ExitCode::from(1));
     }
     let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&to_json(&devs))?)?;
+        // Each device's limits, as `ibv_devinfo -v` shows them: a soft device's are the
+        // provider's; an RDMA device is opened and asked (null where it cannot be).
+        let limits: Vec<Option<DeviceAttr>> = devs
+            .iter()
+            .map(|d| match d.provider.as_str() {
+                "soft" => Some(providers::SOFT_LIMITS),
+                _ => providers::open(&d.name, &providers::ContextOptions::default())
+                    .and_then(|c| c.query_device())
+                    .ok(),
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&to_json(&devs, &limits))?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let dash = |s: Option<String>| s.unwrap_or_else(|| "-".into());
@@ -92,14 +124,28 @@ fn print_table(out: &mut impl Write, rows: &[Vec<String>]) -> std::io::Result<()
     Ok(())
 }
 
-fn to_json(devs: &[DeviceInfo]) -> serde_json::Value {
+fn to_json(devs: &[DeviceInfo], limits: &[Option<DeviceAttr>]) -> serde_json::Value {
     json!(
         devs.iter()
-            .map(|d| json!({
+            .zip(limits)
+            .map(|(d, l)| json!({
                 "name": d.name,
                 "provider": d.provider,
                 "node_guid": d.node_guid,
                 "fw_ver": d.fw_ver,
+                "limits": l.map(|l| json!({
+                    "max_mr_size": l.max_mr_size,
+                    "max_qp": l.max_qp,
+                    "max_qp_wr": l.max_qp_wr,
+                    "max_sge": l.max_sge,
+                    "max_cq": l.max_cq,
+                    "max_cqe": l.max_cqe,
+                    "max_mr": l.max_mr,
+                    "max_pd": l.max_pd,
+                    "max_srq": l.max_srq,
+                    "max_srq_wr": l.max_srq_wr,
+                    "max_inline_data": l.max_inline_data,
+                })),
                 "ports": d.ports.iter().map(|p| json!({
                     "port": p.port,
                     "state": p.state.map(PortState::name),

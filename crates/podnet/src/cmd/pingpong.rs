@@ -135,13 +135,22 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
     let progress = if args.events { Progress::Event } else { Progress::Busy };
     let opts = ContextOptions { progress, gid_index: args.gid_idx, ..Default::default() };
     let ctx = super::open_device(&args.dev, &opts)?;
+    // What the device takes, before anything is allocated.
+    let lim = ctx.query_device()?;
+    ensure!(
+        args.rx_depth <= lim.max_qp_wr,
+        "--rx-depth {}: {} takes at most {} work requests per queue",
+        args.rx_depth,
+        ctx.device_name(),
+        lim.max_qp_wr
+    );
     let size = args.size as usize;
     let pd = ctx.alloc_pd()?;
     // [0, size): the receive (and echo) buffer; [size, 2 size): the client's --verify pattern.
     let mr = pd.reg_mr((2 * size).max(1), Access::LOCAL_WRITE)?;
     mr.write(0, &initial(size, args.chk && args.server.is_some()))?;
     let channel = if args.events { Some(ctx.create_comp_channel()?) } else { None };
-    let cq = ctx.create_cq(args.rx_depth + 1, channel.as_ref())?;
+    let cq = ctx.create_cq(args.rx_depth.saturating_add(1), channel.as_ref())?;
     let mut init = QpInit::new(QpType::Rc, &cq);
     init.caps = QpCaps { max_send_wr: 1, max_recv_wr: args.rx_depth, ..Default::default() };
     let qp = pd.create_qp(&init)?;
@@ -181,8 +190,22 @@ fn random_psn() -> u32 {
 
 fn read_msg(sock: &mut TcpStream, n: usize, what: &str) -> anyhow::Result<Vec<u8>> {
     let mut buf = vec![0u8; n];
-    sock.read_exact(&mut buf)
-        .with_context(|| format!("the peer closed the connection before sending {what}"))?;
+    sock.read_exact(&mut buf).map_err(|e| {
+        use std::io::ErrorKind as K;
+        match e.kind() {
+            // A read timeout shows as WouldBlock (Linux) or TimedOut.
+            K::WouldBlock | K::TimedOut => {
+                let t = sock.read_timeout().ok().flatten().unwrap_or_default();
+                anyhow::anyhow!(
+                    "no answer from the peer within {t:?} (--timeout) while waiting for {what}"
+                )
+            }
+            K::UnexpectedEof => {
+                anyhow::anyhow!("the peer closed the connection before sending {what}")
+            }
+            _ => anyhow::Error::new(e).context(format!("reading the peer's {what}")),
+        }
+    })?;
     Ok(buf)
 }
 

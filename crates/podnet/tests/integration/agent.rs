@@ -503,3 +503,28 @@ fn published_benchmarks_are_exported() {
     assert_eq!(value(t, "podnet_agent_source_error", &bad), Some(1.0), "{t}");
     assert_eq!(value(t, "podnet_rdma_port_state_id", &[("device", "rxe_eth")]), Some(4.0));
 }
+
+/// Every metric `podnet agent --help` names is one the agent exports (on a recorded mlx5
+/// host, which has every kind of source, and on one with unreadable files).
+#[test]
+fn the_metrics_help_names_are_the_exported_ones() {
+    let help = stdout(&podnet(&["agent", "--help"]));
+    let probe = crate::util::in_netns(&format!(
+        "\"$PODNET\" agent --print --probe --interval 0.2 --sysfs-root {}",
+        fixture("mlx5").display()
+    ));
+    let t = print(&fixture("mlx5")) + &print(&fixture("broken")) + &stdout(&probe);
+    // Whole names; a family named by its prefix (`podnet_bench_*`) is not one to look up.
+    let named: Vec<&str> = help
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("podnet_") && !w.ends_with('_'))
+        .collect();
+    assert!(named.len() >= 3, "{help}");
+    for name in named {
+        let exported = t.lines().any(|l| {
+            l.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' ']))
+                || l.strip_prefix("# TYPE ").is_some_and(|r| r.split(' ').next() == Some(name))
+        });
+        assert!(exported, "--help names {name}, which the agent does not export:\n{t}");
+    }
+}

@@ -70,11 +70,7 @@ fn every_pattern_across_four_namespaces_and_a_bridge() {
 
 #[test]
 fn damage_after_the_icrc_is_caught_and_located() {
-    if !cfg!(feature = "fault-injection") {
-        panic!(
-            "this test needs podnet built with --features fault-injection (scripts/test.sh uses --all-features)"
-        );
-    }
+    crate::util::require_fault_injection();
     let o = in_netns(
         "P=\"$PODNET\"; A='--world-size 2 --coordinator 127.0.6.1:29400 --patterns ring --count 2000 --sizes 4096'\n\
          $P burnin --rank 0 -d soft:127.0.6.1 $A > o0 2> e0 & a=$!\n\

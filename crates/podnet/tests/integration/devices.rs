@@ -133,6 +133,10 @@ fn soft_devices_follow_the_interfaces_and_their_mtus() {
     assert_eq!(d["ports"][0]["active_mtu"], 1024);
     assert_eq!(d["ports"][0]["state"], "ACTIVE");
     assert_eq!(d["ports"][0]["gids"][0]["gid"], "::ffff:10.9.8.7");
+    // Its limits, as ibv_devinfo -v shows a device's.
+    let l = &d["limits"];
+    assert_eq!((l["max_qp"].as_u64(), l["max_qp_wr"].as_u64()), (Some(16384), Some(16384)), "{d}");
+    assert_eq!(l["max_mr_size"].as_u64(), Some(1 << 32), "{d}");
     // A soft device opened there uses that MTU too.
     let o = in_netns(
         "ip link add pn0 type veth peer name pn1 && ip link set pn1 up && ip link set pn0 mtu 1500 up && \
@@ -188,4 +192,20 @@ fn rdma_core_on_a_host_without_rdma_says_so_plainly() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert!(v.as_array().unwrap().iter().any(|d| d["provider"] == "soft"), "{v}");
+}
+
+/// A `--sysfs-root` that is not a sysfs tree is an error, and a tree without RDMA devices
+/// says so and fails rather than printing an empty table.
+#[test]
+fn a_root_without_devices_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap();
+    let o = podnet(&["devices", "--no-soft", "--sysfs-root", root]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no class/ folder there"), "{}", stderr(&o));
+    fs::create_dir_all(dir.path().join("class/net")).unwrap();
+    let o = podnet(&["devices", "--no-soft", "--sysfs-root", root]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    assert!(stderr(&o).contains("no RDMA devices under"), "{}", stderr(&o));
 }

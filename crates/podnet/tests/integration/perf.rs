@@ -396,6 +396,12 @@ fn bad_flags_fail_with_a_message() {
         (&["perf", "write-lat", "-b"][..], "-b is for the bandwidth tests"),
         (&["perf", "write-bw", "--run_infinitely"][..], "needs a bandwidth test and -D"),
         (&["perf", "write-bw", "-d", "soft:10.0.0"][..], "bad device name"),
+        (&["perf", "write-bw", "-d", "soft:0.0.0.0"][..], "the unspecified address is every"),
+        (&["perf", "write-bw", "-d", "soft:239.1.1.1"][..], "a multicast address"),
+        (&["perf", "write-bw", "-d", "soft:255.255.255.255"][..], "the broadcast address"),
+        (&["perf", "write-bw", "-d", ""][..], "bad device name \"\": empty"),
+        (&["perf", "write-bw", "-d", "SOFT:127.0.0.1"][..], "case-sensitive"),
+        (&["perf", "write-bw", "-s", "0"][..], "-s 0: a message carries at least 1 byte"),
         (&["perf", "send-lat", "-x", "3"][..], "GID index 3 is not in the table"),
         (&["perf", "write-bw", "-U"][..], "write-bw is a bandwidth test"),
         (&["perf", "send-lat", "-U", "-D", "2"][..], "a -D run keeps a histogram"),
@@ -489,4 +495,60 @@ fn a_peer_of_another_perftest_version_is_refused() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("perftest version \"5.60\", this is \"6.06\""), "{}", stderr(&o));
     assert_eq!(fake.join().unwrap(), "6.06", "podnet announced perftest 4.5's version string");
+}
+
+/// Depths and QP counts past what the device takes are refused before anything is
+/// allocated, on both sides, within seconds (they once took 10.9 GB, or ran for minutes).
+#[test]
+fn depths_and_qp_counts_past_the_device_are_refused() {
+    for (flags, want) in [
+        ("send-bw -r 100000000", "-r 100000000: soft:127.0.0.1 takes at most 16384"),
+        ("write-bw -q 100000", "-q 100000: soft:127.0.0.1 takes at most 16384 QPs"),
+        ("write-bw -t 1000000", "-t 1000000: soft:127.0.0.1 takes at most 16384"),
+    ] {
+        let t0 = std::time::Instant::now();
+        let o = crate::util::in_netns(&format!(
+            "$PODNET perf {flags} -d soft:127.0.0.1 --timeout 10 & s=$!; sleep 0.3\n\
+             $PODNET perf {flags} -d soft:127.0.0.2 --timeout 10 127.0.0.1; c=$?; wait $s; \
+             echo rc=$c,$?"
+        ));
+        let (out, err) = (stdout(&o), stderr(&o));
+        assert!(out.contains("rc=2,2"), "{flags}: {out}{err}");
+        assert!(err.contains(want), "{flags}: {err}");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(8), "{flags}");
+    }
+}
+
+/// Every data checker is shown to fail: with the fault hook damaging every 7th payload a
+/// soft device places (after its ICRC check, where no transport check sees it), `perf
+/// --data-validation` reports the damage and exits 1 for every test that moves data.
+#[test]
+fn data_validation_catches_damage_after_the_icrc_in_every_test() {
+    crate::util::require_fault_injection();
+    for (test, conn) in [
+        ("write-bw", "RC"),
+        ("write-lat", "RC"),
+        ("read-bw", "RC"),
+        ("read-lat", "RC"),
+        ("send-bw", "RC"),
+        ("send-bw", "UD"),
+        ("send-lat", "RC"),
+        ("atomic-bw", "RC"),
+        ("atomic-lat", "RC"),
+    ] {
+        let args = format!("{test} -c {conn} -n 100 --data-validation --json --timeout 20");
+        let o = in_netns(&format!(
+            "export PODNET_FAULT_CORRUPT_EVERY=7\n\
+             $PODNET perf {args} > srv.json 2> srv.err & sleep 0.3\n\
+             $PODNET perf {args} localhost > cli.json 2> cli.err; c=$?\n\
+             wait $!; s=$?; echo \"rc=$c,$s\"; cat cli.json srv.json cli.err srv.err"
+        ));
+        let out = stdout(&o);
+        let what = format!("{test} -c {conn}");
+        // At least one side saw damage, named it, and failed; neither side passed it.
+        assert!(!out.contains("rc=0,0"), "{what}: {out}");
+        assert!(out.contains("\"ok\":false"), "{what}: {out}");
+        assert!(out.contains("podnet: data validation: "), "{what}: {out}");
+        assert!(!out.contains("panicked"), "{what}: {out}");
+    }
 }

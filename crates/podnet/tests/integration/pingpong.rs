@@ -28,6 +28,23 @@ fn two_podnets_on_one_host_just_work() {
     assert_eq!(out.matches("300 iters in ").count(), 2, "{out}");
 }
 
+/// `--verify` is shown to fail: the fault hook damages every 5th payload after its ICRC
+/// check, and the side that receives it names the message and byte and exits non-zero.
+#[test]
+fn verify_catches_damage_after_the_icrc() {
+    crate::util::require_fault_injection();
+    let o = in_netns(
+        "export PODNET_FAULT_CORRUPT_EVERY=5\n\
+         $PODNET pingpong -s 4096 -n 50 --verify --json --timeout 20 > srv.json 2> srv.err & sleep 0.3\n\
+         $PODNET pingpong -s 4096 -n 50 --verify --json --timeout 20 localhost > cli.json 2> cli.err; c=$?\n\
+         wait $!; s=$?; echo \"rc=$c,$s\"; cat cli.json srv.json cli.err srv.err",
+    );
+    let out = stdout(&o);
+    assert!(!out.contains("rc=0,0"), "{out}");
+    assert!(out.contains("differs") || out.contains("\"ok\":false"), "{out}");
+    assert!(!out.contains("panicked"), "{out}");
+}
+
 #[test]
 fn verify_and_json_over_ipv6_in_event_mode() {
     let o = in_netns(
@@ -61,6 +78,8 @@ fn bad_input_and_an_absent_peer_fail_cleanly() {
         (&["pingpong", "-d", "soft:1.2.3"][..], "bad device name"),
         (&["pingpong", "-i", "2"][..], "one port"),
         (&["pingpong", "-g", "3", "--timeout", "1"][..], "GID index 3"),
+        // Refused before anything is allocated (it once tried 56 GB).
+        (&["pingpong", "-r", "1000000000"][..], "takes at most 16384 work requests per queue"),
     ] {
         let o = podnet(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -73,6 +92,18 @@ fn bad_input_and_an_absent_peer_fail_cleanly() {
     let o = in_netns("$PODNET pingpong --timeout 1");
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("no client connected"), "{}", stderr(&o));
+    // A server that accepts and then says nothing: a timeout, not "closed the connection".
+    let o = in_netns(
+        "python3 -c 'import socket,time; s=socket.socket(); s.bind((\"127.0.0.1\", 18515)); \
+         s.listen(); c,_=s.accept(); time.sleep(4)' >/dev/null 2>&1 & sleep 0.5\n\
+         $PODNET pingpong --timeout 1 127.0.0.1",
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no answer from the peer within 1s (--timeout) while waiting for its address"),
+        "{err}"
+    );
     // A peer that stops answering mid-exchange (stopped, not gone: its QP still exists) and
     // a timeout shorter than the retries: the error says so with the counters that moved.
     let o = in_netns(
@@ -177,15 +208,19 @@ fn pingpong_interoperates_with_rxe() {
     }
     eprintln!("warm-up done after {:.1} s", t0.elapsed().as_secs_f64());
     let iters = 100;
+    // Reruns the teardown race (or the lost last ACK under loss) took: counted and printed.
+    let (mut runs, mut reruns) = (0u32, 0u32);
     for v6 in [false, true] {
         let gid = if v6 { rxe.eth.gid6 } else { rxe.eth.gid4 };
         for size in [1, 64, 4096, 65536] {
             for podnet_serves in [true, false] {
                 let mut before = vm.rxe_counters("rxe_eth").unwrap();
                 let t = Instant::now();
+                runs += 1;
                 let (v, what) = (1..=CLEAN_ATTEMPTS)
                     .find_map(|attempt| {
                         if attempt > 1 {
+                            reruns += 1;
                             before = vm.rxe_counters("rxe_eth").unwrap();
                         }
                         run_one(&vm, gid, v6, size, podnet_serves, iters)
@@ -238,8 +273,12 @@ fn pingpong_interoperates_with_rxe() {
         [(false, 65536, true), (false, 4096, false), (true, 65536, false), (true, 4096, true)]
     {
         let gid = if v6 { rxe.eth.gid6 } else { rxe.eth.gid4 };
+        runs += 1;
         let (v, what) = (0..LOSSY_ATTEMPTS)
-            .find_map(|_| run_one(&vm, gid, v6, size, podnet_serves, iters))
+            .find_map(|attempt| {
+                reruns += u32::from(attempt > 0);
+                run_one(&vm, gid, v6, size, podnet_serves, iters)
+            })
             .unwrap_or_else(|| panic!("the last ACK lost {LOSSY_ATTEMPTS} times in a row"));
         let r = v["counters"]["retransmitted_pkts"].as_u64().unwrap();
         eprintln!("{what} under 5% loss: podnet retransmitted {r}");
@@ -253,5 +292,14 @@ fn pingpong_interoperates_with_rxe() {
     );
     assert!(podnet_retrans > 0, "podnet never retransmitted under 5% loss");
     assert!(rxe_retries > 0, "rxe never retried under 5% loss: {after:?}");
-    eprintln!("pingpong interop: {:.1} s", t0.elapsed().as_secs_f64());
+    let line = format!(
+        "pingpong_interoperates_with_rxe: {:.1} s; {runs} cases, {reruns} reruns after \
+         ibv_rc_pingpong exited before its last ACK (at most {} per case without loss, {} under \
+         loss)",
+        t0.elapsed().as_secs_f64(),
+        CLEAN_ATTEMPTS - 1,
+        LOSSY_ATTEMPTS - 1
+    );
+    eprintln!("{line}");
+    crate::util::summary_note(&line);
 }

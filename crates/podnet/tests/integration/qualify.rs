@@ -13,6 +13,15 @@ use crate::util::{in_netns, podnet, require_tool, stderr, stdout};
 /// Runs `podnet qualify ARGS --report-dir out` in a private network namespace and a temporary
 /// folder; returns (exit code, stdout, report.json, junit.xml, report.html).
 fn qualify(plan: Option<&str>, extra: &str) -> (i32, String, Value, String, String) {
+    qualify_with_env(plan, extra, "")
+}
+
+/// [`qualify`] with `env` (`NAME=value …`) in podnet's environment.
+fn qualify_with_env(
+    plan: Option<&str>,
+    extra: &str,
+    env: &str,
+) -> (i32, String, Value, String, String) {
     let plan_arg = match plan {
         Some(p) => {
             let esc = p.replace('\'', "'\\''");
@@ -21,7 +30,7 @@ fn qualify(plan: Option<&str>, extra: &str) -> (i32, String, Value, String, Stri
         None => "P=".into(),
     };
     let o = in_netns(&format!(
-        "{plan_arg}\n\"$PODNET\" qualify $P --report-dir out {extra} > summary.txt 2> err.txt; rc=$?\n\
+        "{plan_arg}\n{env} \"$PODNET\" qualify $P --report-dir out {extra} > summary.txt 2> err.txt; rc=$?\n\
          echo \"rc=$rc\"; cat summary.txt; echo '=== json'; cat out/report.json; echo; echo '=== junit';\n\
          cat out/junit.xml; echo '=== html'; cat out/report.html; echo '=== err'; cat err.txt"
     ));
@@ -223,6 +232,25 @@ fn malformed_plans_name_file_line_and_key() {
     let o = podnet(&["qualify", "--plan", "/nonexistent.toml"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("/nonexistent.toml"), "{}", stderr(&o));
+    // What is not a plan is refused at once, read no further than the cap: an endless
+    // device, a FIFO nobody writes (opening it would wait forever), a 2 MiB file.
+    let fifo = dir.path().join("fifo.toml");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let big = dir.path().join("big.toml");
+    std::fs::write(&big, format!("# {}\n", "x".repeat(2 << 20))).unwrap();
+    for (path, want) in [
+        (std::path::Path::new("/dev/zero"), "not a regular file"),
+        (fifo.as_path(), "not a regular file"),
+        (big.as_path(), "larger than 1024 KiB"),
+    ] {
+        let t0 = std::time::Instant::now();
+        let o = podnet(&["qualify", "--plan", path.to_str().unwrap()]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{path:?}: {e}");
+        assert!(e.contains(want) && e.trim().lines().count() == 1, "{path:?}: {e}");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5), "{path:?}");
+    }
 }
 
 /// report.html in headless Chromium: no console errors, and every `<svg>` chart has a
@@ -287,4 +315,65 @@ fn the_html_report_renders_in_chromium() {
         shot.display(),
         std::fs::metadata(&shot).unwrap().len()
     );
+}
+
+/// A plan of 400 devices: device checks open one device at a time with no progress thread
+/// spinning, so the process never holds hundreds of threads (it once opened every device at
+/// once, each with a busy-poll thread: 231 s for 1000 on 2 cores). The thread count is
+/// sampled while it runs; every device is checked.
+#[test]
+fn many_devices_are_checked_one_at_a_time() {
+    let devices: Vec<String> =
+        (0..400).map(|i| format!("\"soft:127.0.{}.{}\"", 2 + i / 200, 1 + i % 200)).collect();
+    let plan = format!(
+        "name = \"400 devices\"\ndevices = [{}]\npairs = [[\"soft:127.0.2.1\", \"soft:127.0.2.2\"]]\n\
+         [device]\nport_active = true\nroce_v2_gid = true\n",
+        devices.join(", ")
+    );
+    let o = in_netns(&format!(
+        "cat > plan.toml <<'PLAN'\n{plan}PLAN\n\
+         \"$PODNET\" qualify --plan plan.toml --report-dir out --json > report.json 2> err.txt & p=$!\n\
+         max=0; while kill -0 $p 2>/dev/null; do\n\
+           t=$(awk '/^Threads:/ {{print $2}}' /proc/$p/status 2>/dev/null || echo 0)\n\
+           [ \"${{t:-0}}\" -gt \"$max\" ] && max=$t; sleep 0.02; done\n\
+         wait $p; echo \"rc=$? max_threads=$max\"; cat err.txt; echo ===; cat report.json"
+    ));
+    let all = stdout(&o);
+    let (out, json) = all.split_once("===\n").unwrap_or_else(|| panic!("{all}{}", stderr(&o)));
+    let v: Value = serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("{e}: {all}"));
+    let present = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["name"].as_str().is_some_and(|n| n.ends_with("/present")))
+        .filter(|c| c["status"] == "pass")
+        .count();
+    assert_eq!(present, 400, "{out}");
+    let max: u32 = out
+        .split("max_threads=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(max < 20, "{max} threads at once: {out}");
+}
+
+/// qualify's integrity check is shown to fail: with the fault hook damaging every 11th
+/// payload after its ICRC check, the check fails, names the damage, and qualify exits 1.
+#[test]
+fn the_integrity_check_catches_damage_after_the_icrc() {
+    crate::util::require_fault_injection();
+    let plan = "name = \"damage\"\ndevices = [\"soft:127.0.0.1\", \"soft:127.0.0.2\"]\n\
+                [integrity]\nseconds = 1\nsize = 4096\n";
+    let (rc, summary, v, _, _) = qualify_with_env(Some(plan), "", "PODNET_FAULT_CORRUPT_EVERY=11");
+    assert_eq!(rc, 1, "{summary}");
+    let c = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"].as_str().is_some_and(|n| n.starts_with("integrity/")))
+        .unwrap_or_else(|| panic!("{v}"))
+        .clone();
+    assert_eq!(c["status"], "fail", "{c}");
+    assert!(c["detail"].as_str().unwrap_or("").contains("differs"), "{c}");
 }

@@ -9,6 +9,26 @@ pub(crate) fn testdata(rel: &str) -> PathBuf {
 }
 
 /// Runs `podnet` with `args`.
+/// Appends `line` to `target/test-summary.txt`, which `scripts/test.sh` prints after the run:
+/// what a passing test wants seen (reruns an interop test took, and why).
+pub(crate) fn summary_note(line: &str) {
+    use std::io::Write as _;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-summary.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+/// Fails the test, saying why, unless podnet was built with the fault hook (feature
+/// `fault-injection`, which `scripts/test.sh` turns on with `--all-features`).
+pub(crate) fn require_fault_injection() {
+    if !cfg!(feature = "fault-injection") {
+        panic!(
+            "this test needs podnet built with --features fault-injection (scripts/test.sh uses --all-features)"
+        );
+    }
+}
+
 pub(crate) fn podnet(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_podnet")).args(args).output().expect("run podnet")
 }

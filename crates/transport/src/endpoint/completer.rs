@@ -31,15 +31,16 @@ impl<M: Memory> Endpoint<M> {
             Some(Operation::Acknowledge) => {
                 let Some(aeth) = pkt.aeth() else { return };
                 let syndrome = aeth.syndrome();
+                // Only a PSN this requester sent and has not seen acknowledged
+                // (0 <= behind < sent) counts; anything else is stale or forged.
+                if behind < 0 || behind >= sent {
+                    self.dev.counters.dropped_out_of_window += 1;
+                    return;
+                }
                 match syndrome {
                     Syndrome::RnrNak(_) => self.dev.counters.rcvd_rnr_err += 1,
                     Syndrome::Nak(NakCode::PsnSequenceError) => self.dev.counters.rcvd_seq_err += 1,
                     _ => {}
-                }
-                // Only a PSN this requester sent and has not seen acknowledged
-                // (0 <= behind < sent) counts; anything else is stale or forged.
-                if behind < 0 || behind >= sent {
-                    return;
                 }
                 let nak = match syndrome {
                     Syndrome::Ack(_) => {
@@ -105,6 +106,7 @@ impl<M: Memory> Endpoint<M> {
                     return;
                 }
                 if !atomic || psn != w.first_psn || behind != 0 {
+                    self.dev.counters.dropped_out_of_window += 1;
                     return;
                 }
                 // The original value lands in the local buffer in host order.
@@ -124,7 +126,8 @@ impl<M: Memory> Endpoint<M> {
                     return;
                 }
                 if behind < 0 {
-                    return; // duplicate
+                    self.dev.counters.dropped_out_of_window += 1;
+                    return; // a duplicate
                 }
                 if behind > 0
                     || psn.diff(w.first_psn) < 0

@@ -54,6 +54,10 @@ pub struct EndpointConfig {
     pub ack_req_every: u32,
     /// The most protection domains allocated at once (rxe's `max_pd`: 0x7ff0).
     pub max_pd: u32,
+    /// The first QPN given out (24 bits; 0 and 1 are the special QPs). Providers take it
+    /// from the OS's random source, as the key seed: a peer that guesses a QPN can forge
+    /// packets to it (`new` gives rxe's 0x11, for tests).
+    pub first_qpn: u32,
 }
 
 impl EndpointConfig {
@@ -65,9 +69,20 @@ impl EndpointConfig {
             cnp_interval: Duration::from_micros(50),
             ack_req_every: 64,
             max_pd: 0x7ff0,
+            first_qpn: FIRST_QPN,
         }
     }
+
+    /// A first QPN from 64 random bits: anywhere in 0x11 ..= 0xFF_FFFF.
+    pub fn random_qpn(bits: u64) -> u32 {
+        FIRST_QPN + (bits % u64::from(MAX_QPN - FIRST_QPN + 1)) as u32
+    }
 }
+
+/// The lowest QPN a QP gets (as rxe's first).
+pub const FIRST_QPN: u32 = 0x11;
+/// The largest QPN (24 bits).
+pub const MAX_QPN: u32 = 0xFF_FFFF;
 
 /// Metadata of a received datagram.
 #[derive(Debug, Clone, Copy)]
@@ -227,6 +242,7 @@ impl<M: Memory> Endpoint<M> {
     /// A device at `cfg.ip` over the provider's memory `mem`.
     pub fn new(cfg: EndpointConfig, mem: M) -> Endpoint<M> {
         let key_state = cfg.key_seed ^ 0x9e37_79b9_7f4a_7c15;
+        let next_qpn = cfg.first_qpn.clamp(FIRST_QPN, MAX_QPN);
         Endpoint {
             cfg,
             dev: Device {
@@ -238,7 +254,7 @@ impl<M: Memory> Endpoint<M> {
             pds: BTreeSet::new(),
             next_pd: 0,
             qps: BTreeMap::new(),
-            next_qpn: 0x11,
+            next_qpn,
             ctrl: VecDeque::new(),
             active: VecDeque::new(),
             key_state,
@@ -303,6 +319,35 @@ impl<M: Memory> Endpoint<M> {
             self.dev.counters.dropped_pkts += 1;
             return;
         };
+        let op = pkt.opcode();
+        let qpn = pkt.bth().dest_qp();
+        // The header checks first, as rxe's `hdr_check` does before its ICRC check: a packet
+        // for no QP of this device, or one not from a connected QP's peer, costs a lookup,
+        // not a CRC over its payload (a flood of forged packets is dropped cheaply).
+        if op != Opcode::CNP {
+            let Some(qp) = self.qps.get(&qpn) else {
+                self.dev.counters.dropped_pkts += 1;
+                self.dev.counters.dropped_unknown_qp += 1;
+                return;
+            };
+            let expected = match qp.qp_type {
+                QpType::Rc => wire::Transport::Rc,
+                QpType::Uc => wire::Transport::Uc,
+                QpType::Ud => wire::Transport::Ud,
+            };
+            let receiving = matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd);
+            if op.transport() != expected || op.name().is_none() || !receiving {
+                self.dev.counters.dropped_pkts += 1;
+                return;
+            }
+            // A connected QP takes packets from its peer's address only. Not from its UDP
+            // source port: in RoCEv2 that is ECMP entropy a NIC may choose and change.
+            if qp.qp_type != QpType::Ud && qp.attr.dest.is_none_or(|d| d.ip != meta.src) {
+                self.dev.counters.dropped_pkts += 1;
+                self.dev.counters.dropped_wrong_source += 1;
+                return;
+            }
+        }
         // The ICRC: over the real IP header when the driver has it; an IPv6 header can be
         // rebuilt from what the socket tells (every field it covers is known).
         let (sp, dp) = (meta.src_port, meta.dst_port);
@@ -324,7 +369,6 @@ impl<M: Memory> Endpoint<M> {
             None => self.dev.counters.icrc_unverified += 1,
         }
         self.dev.counters.rcvd_pkts += 1;
-        let op = pkt.opcode();
         if meta.ecn == 3 {
             self.dev.counters.ecn_ce_rcvd += 1;
         }
@@ -332,22 +376,7 @@ impl<M: Memory> Endpoint<M> {
             self.dev.counters.cnp_rcvd += 1;
             return;
         }
-        let qpn = pkt.bth().dest_qp();
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            self.dev.counters.dropped_pkts += 1;
-            return;
-        };
-        let expected = match qp.qp_type {
-            QpType::Rc => wire::Transport::Rc,
-            QpType::Uc => wire::Transport::Uc,
-            QpType::Ud => wire::Transport::Ud,
-        };
-        let receiving = matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd);
-        let from_peer = qp.qp_type == QpType::Ud || qp.attr.dest.is_some_and(|d| d.ip == meta.src);
-        if op.transport() != expected || op.name().is_none() || !receiving || !from_peer {
-            self.dev.counters.dropped_pkts += 1;
-            return;
-        }
+        let Some(qp) = self.qps.get_mut(&qpn) else { return };
         if meta.ecn == 3 {
             let to = match (qp.qp_type, pkt.deth(), qp.attr.dest) {
                 (QpType::Ud, Some(d), _) => Some((meta.src, d.src_qp)),

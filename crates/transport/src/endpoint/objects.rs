@@ -152,8 +152,14 @@ impl<M: Memory> Endpoint<M> {
                 max: verbs::MAX_INLINE_DATA,
             });
         }
-        let qpn = Qpn::new(self.next_qpn);
-        self.next_qpn += 1;
+        // The next free QPN, wrapping within 24 bits past the special QPs.
+        let qpn = loop {
+            let q = Qpn::new(self.next_qpn);
+            self.next_qpn = if self.next_qpn >= MAX_QPN { FIRST_QPN } else { self.next_qpn + 1 };
+            if !self.qps.contains_key(&q) {
+                break q;
+            }
+        };
         let attr = QpAttr::default();
         self.qps.insert(
             qpn,
@@ -191,6 +197,16 @@ impl<M: Memory> Endpoint<M> {
         while let Some(r) = qp.resp.rq.pop_back() {
             srq.rq.push_front(r);
         }
+    }
+
+    /// Queue pairs that exist.
+    pub fn qp_count(&self) -> usize {
+        self.qps.len()
+    }
+
+    /// Shared receive queues that exist.
+    pub fn srq_count(&self) -> usize {
+        self.dev.cqs.srqs.iter().filter(|s| s.is_some()).count()
     }
 
     /// A new shared receive queue in `pd` holding up to `max_wr` receives.
