@@ -46,11 +46,16 @@ impl ContextOptions {
         // device damages every N-th payload it places, after its ICRC check, so that each
         // data checker can be shown to catch it.
         #[cfg(feature = "fault-injection")]
-        if let Some(n) =
-            std::env::var("PODNET_FAULT_CORRUPT_EVERY").ok().and_then(|v| v.parse().ok())
         {
-            fault.corrupt_every = Some(n);
-            eprintln!("podnet: FAULT INJECTION: every {n}th received payload damaged");
+            let env = |k| std::env::var(k).ok().and_then(|v| v.parse().ok());
+            if let Some(n) = env("PODNET_FAULT_CORRUPT_EVERY") {
+                fault.corrupt_every = Some(n);
+                eprintln!("podnet: FAULT INJECTION: every {n}th received payload damaged");
+            }
+            if let Some(n) = env("PODNET_FAULT_DROP_EVERY") {
+                fault.drop_every = Some(n);
+                eprintln!("podnet: FAULT INJECTION: every {n}th received payload not placed");
+            }
         }
         soft::SoftOptions {
             progress: self.progress,

@@ -369,7 +369,7 @@ fn the_fault_hook_damages_payloads_past_the_icrc() {
     private_netns(0);
     let clean = ContextOptions { progress: Progress::Event, ..Default::default() };
     let faulty = ContextOptions {
-        fault: providers::FaultInjection { corrupt_every: Some(3) },
+        fault: providers::FaultInjection { corrupt_every: Some(3), drop_every: None },
         ..clean.clone()
     };
     let a = Local::with_options(ip("127.0.0.1"), &clean, QpType::Rc, 1 << 16);

@@ -102,10 +102,12 @@ struct SoftMemory {
     fault: Option<Fault>,
 }
 
-/// Corrupts every `every`-th payload the transport places, after its ICRC was checked.
+/// Corrupts (or, with `drop`, leaves out) every `every`-th payload the transport places,
+/// after its ICRC was checked.
 #[derive(Debug, Clone, Copy)]
 struct Fault {
     every: u64,
+    drop: bool,
     placed: u64,
     corrupted: u64,
 }
@@ -152,10 +154,22 @@ impl Memory for SoftMemory {
     }
 
     fn write(&mut self, mr: MrId, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
+        if let Some(f) = &mut self.fault
+            && f.drop
+            && !data.is_empty()
+        {
+            f.placed += 1;
+            if f.placed.is_multiple_of(f.every) {
+                // Checked as a placement would be, then left out.
+                f.corrupted += 1;
+                return self.range(mr, offset, data.len()).map(|_| ());
+            }
+        }
         self.write_plain(mr, offset, data)?;
         // The transport places a payload whose ICRC it verified: the hook flips one byte
         // of it, so the damage reaches the application as a bad link past the NIC would.
         if let Some(f) = &mut self.fault
+            && !f.drop
             && !data.is_empty()
         {
             f.placed += 1;
@@ -360,11 +374,14 @@ impl SoftDevice {
                 ep: Endpoint::new(
                     cfg,
                     SoftMemory {
-                        fault: opts.fault.corrupt_every.filter(|n| *n > 0).map(|every| Fault {
-                            every,
-                            placed: 0,
-                            corrupted: 0,
-                        }),
+                        fault: {
+                            let f = opts.fault;
+                            let n = |v: Option<u64>| v.filter(|n| *n > 0);
+                            n(f.corrupt_every)
+                                .map(|every| (every, false))
+                                .or(n(f.drop_every).map(|every| (every, true)))
+                                .map(|(every, drop)| Fault { every, drop, placed: 0, corrupted: 0 })
+                        },
                         ..SoftMemory::default()
                     },
                 ),

@@ -20,6 +20,10 @@ pub struct FaultInjection {
     /// ICRC was verified, so no transport check can see it and the application gets damaged
     /// data (what a flaky PCIe link or a memory fault past the NIC does). `None`: never.
     pub corrupt_every: Option<u64>,
+    /// Place nothing of every `n`-th payload, the receive completing as if it had landed
+    /// (what a path that loses data past the ICRC check does): a checker that trusts a
+    /// buffer's old contents is caught. `None`: never. `corrupt_every` wins if both are set.
+    pub drop_every: Option<u64>,
 }
 
 /// UDP segmentation offload for a soft device: one `sendmsg` carries a run of equal-sized

@@ -148,7 +148,14 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
     let pd = ctx.alloc_pd()?;
     // [0, size): the receive (and echo) buffer; [size, 2 size): the client's --verify pattern.
     let mr = pd.reg_mr((2 * size).max(1), Access::LOCAL_WRITE)?;
-    mr.write(0, &initial(size, args.chk && args.server.is_some()))?;
+    // A client's buffer is what it sends first (ibv_rc_pingpong's bytes). A server's is
+    // only received into (then echoed): it starts with bytes no peer sends, so a receive
+    // that placed nothing cannot pass --verify by what was already there.
+    let first = match args.server {
+        Some(_) => initial(size, args.chk),
+        None => vec![!FILL; size],
+    };
+    mr.write(0, &first)?;
     let channel = if args.events { Some(ctx.create_comp_channel()?) } else { None };
     let cq = ctx.create_cq(args.rx_depth.saturating_add(1), channel.as_ref())?;
     let mut init = QpInit::new(QpType::Rc, &cq);

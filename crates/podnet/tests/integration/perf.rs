@@ -370,7 +370,10 @@ fn report_unsorted_lists_every_iteration_in_order() {
         let f: Vec<f64> = row.split_whitespace().map(|x| x.parse().unwrap()).collect();
         let min = list.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
         let max = list.iter().map(|x| x.1).fold(0.0, f64::max);
-        assert!((f[2] - min).abs() < 0.006 && (f[3] - max).abs() < 0.006, "{row} vs {min} {max}");
+        // The row and the list convert ticks with the rate read when each is made: they
+        // agree within a part in a thousand (and the table rounds to 0.01).
+        let near = |a: f64, b: f64| (a - b).abs() <= 0.006 + 1e-3 * b;
+        assert!(near(f[2], min) && near(f[3], max), "{row} vs {min} {max}");
     }
     let (c, s) = pair("write-lat -n 200 -U");
     for v in [&c, &s] {

@@ -45,6 +45,22 @@ fn verify_catches_damage_after_the_icrc() {
     assert!(!out.contains("panicked"), "{out}");
 }
 
+/// A server's receive buffer does not start with the bytes an ibv_rc_pingpong client sends
+/// (a podnet client without --verify sends the same): with every payload left unplaced by
+/// the fault hook, the server's --verify fails instead of reading its own fill as the echo.
+#[test]
+fn verify_does_not_pass_on_what_the_buffer_held() {
+    crate::util::require_fault_injection();
+    let o = in_netns(
+        "PODNET_FAULT_DROP_EVERY=1 $PODNET pingpong -s 4096 -n 20 --verify --timeout 20 > srv.txt 2>&1 & sleep 0.3\n\
+         $PODNET pingpong -s 4096 -n 20 --timeout 20 localhost > cli.txt 2>&1; c=$?\n\
+         wait $!; s=$?; echo \"rc=$c,$s\"; cat srv.txt cli.txt",
+    );
+    let out = stdout(&o);
+    assert!(!out.contains(",0\n"), "the server passed: {out}");
+    assert!(out.contains("message 0: byte 0 is 0x84"), "{out}");
+}
+
 #[test]
 fn verify_and_json_over_ipv6_in_event_mode() {
     let o = in_netns(
