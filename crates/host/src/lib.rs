@@ -25,7 +25,45 @@ pub fn default_root() -> PathBuf {
     PathBuf::from("/sys")
 }
 
+/// The most a sysfs attribute holds (one page).
+pub const ATTR_MAX: usize = 4096;
+
 /// A sysfs file's contents, trimmed; `None` when it cannot be read or is empty.
 pub fn read(p: &Path) -> Option<String> {
-    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+    read_capped(p, ATTR_MAX).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// The text of the regular file at `p`, at most `cap` bytes, or why not. What is not a
+/// regular file is refused without a read — a FIFO (opened non-blocking: a FIFO nobody
+/// writes would block the open), a device such as `/dev/zero` behind a link — and a file
+/// past `cap` is refused after reading `cap + 1` bytes, never read to its end.
+pub fn read_capped(p: &Path, cap: usize) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind};
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(p)?;
+    let t = f.metadata()?.file_type();
+    if !t.is_file() {
+        let what = if t.is_dir() { "a folder" } else { "not a regular file" };
+        return Err(Error::new(ErrorKind::InvalidData, format!("{what} where a file should be")));
+    }
+    read_open_capped(f, cap)
+}
+
+/// At most `cap` bytes of a file already open non-blocking, or why not: no `fstat` (a
+/// scrape reads thousands of counters), so what bounds a FIFO is the non-blocking read (it
+/// answers at once, empty or `EAGAIN`) and what bounds a device or an endless file is the cap.
+pub fn read_open_capped(mut f: std::fs::File, cap: usize) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    // One read takes a whole sysfs attribute (it hands it all to the first read); only a
+    // first read that fills the buffer is followed by more, up to the cap.
+    let mut buf = [0u8; 128];
+    let n = f.read(&mut buf)?;
+    let mut v = buf[..n].to_vec();
+    if n == buf.len() {
+        f.take((cap + 1).saturating_sub(n) as u64).read_to_end(&mut v)?;
+    }
+    if v.len() > cap {
+        return Err(Error::new(ErrorKind::InvalidData, format!("larger than {cap} bytes")));
+    }
+    String::from_utf8(v).map_err(|_| Error::new(ErrorKind::InvalidData, "not UTF-8"))
 }

@@ -152,11 +152,21 @@ fn read_counters(
             return out;
         }
     };
-    let mut names: Vec<String> = entries
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_type().map(|t| !t.is_dir()).unwrap_or(false))
-        .filter_map(|e| e.file_name().into_string().ok())
-        .collect();
+    // Every entry is read or named: a folder where a counter should be, or a name that is
+    // not UTF-8 (no metric can carry it), is a source error, not silently skipped.
+    let mut names: Vec<String> = Vec::new();
+    for e in entries.filter_map(|e| e.ok()) {
+        match e.file_name().into_string() {
+            Ok(n) if e.file_type().is_ok_and(|t| t.is_dir()) => {
+                errors.push(err(&dir.join(n), "a folder where a counter file should be".into()))
+            }
+            Ok(n) => names.push(n),
+            Err(raw) => errors.push(err(
+                &dir.join(raw.to_string_lossy().as_ref()),
+                "a file name that is not UTF-8".into(),
+            )),
+        }
+    }
     names.sort();
     // Each file is opened relative to the folder: a scrape reads thousands of them, and the
     // path walk of an absolute path is most of an open's cost.
@@ -186,30 +196,30 @@ fn read_counters(
     out
 }
 
-/// Reads a small file of an open folder: `openat`, one `read` (sysfs hands a whole attribute
-/// to the first read), `close` — where `fs::read_to_string` also stats the file and reads
-/// twice.
+/// The most a recorded ethtool or DCB fixture, or `/proc/net/dev`, is read to.
+const FILE_MAX: usize = 1 << 20;
+
+/// Reads a small file of an open folder: `openat` (non-blocking: a FIFO nobody writes does
+/// not hang the scrape), at most a page, `close`.
 fn read_small_at(folder: &fs::File, name: &str) -> std::io::Result<String> {
-    use std::io::Read;
     use std::os::fd::{AsRawFd, FromRawFd};
     let c = std::ffi::CString::new(name).map_err(|_| std::io::ErrorKind::InvalidInput)?;
     // SAFETY: `folder` is an open directory and `c` a NUL-terminated name; the result is
     // checked, and a valid descriptor is owned by the File below.
-    let fd =
-        unsafe { libc::openat(folder.as_raw_fd(), c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::openat(
+            folder.as_raw_fd(),
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
+        )
+    };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: `fd` was just opened and nothing else owns it.
-    let mut f = unsafe { fs::File::from_raw_fd(fd) };
-    let mut buf = [0u8; 128];
-    let n = f.read(&mut buf)?;
-    let mut v = buf[..n].to_vec();
-    if n == buf.len() {
-        f.read_to_end(&mut v)?;
-    }
-    String::from_utf8(v)
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"))
+    let f = unsafe { fs::File::from_raw_fd(fd) };
+    // A regular file of at most a page: not a FIFO, a device, or an endless file.
+    host::read_open_capped(f, host::ATTR_MAX)
 }
 
 /// Takes one scrape under `roots`. Devices are read in parallel (up to 8 threads): a host
@@ -279,7 +289,7 @@ fn device(roots: &Roots, dev: &str, out: &mut Vec<PortSample>, errors: &mut Vec<
         // A state host could not read or parse is named, with why.
         let mut name_failure = |file: &str| {
             let path = pdir.join(file);
-            let error = match fs::read_to_string(&path) {
+            let error = match host::read_capped(&path, host::ATTR_MAX) {
                 Err(e) => e.to_string(),
                 Ok(t) => format!("not a state: {:?}", t.trim()),
             };
@@ -314,7 +324,9 @@ fn device(roots: &Roots, dev: &str, out: &mut Vec<PortSample>, errors: &mut Vec<
 fn netdev(roots: &Roots, name: &str, errors: &mut Vec<SourceError>) -> NetdevSample {
     let root = &roots.sys;
     let dir = root.join("class/net").join(name);
-    let read = |f: &str| fs::read_to_string(dir.join(f)).ok().map(|s| s.trim().to_string());
+    let read = |f: &str| {
+        host::read_capped(&dir.join(f), host::ATTR_MAX).ok().map(|s| s.trim().to_string())
+    };
     let mut errs = Vec::new();
     let mut stats = read_counters(root, &dir.join("statistics"), "netdev", name, None, &mut errs);
     if stats.is_empty() {
@@ -335,7 +347,7 @@ fn netdev(roots: &Roots, name: &str, errors: &mut Vec<SourceError>) -> NetdevSam
     // ethtool statistics: a recorded tree's fixture, else the kernel.
     let fixture = root.join("podnet/ethtool").join(name);
     if fixture.exists() {
-        match fs::read_to_string(&fixture) {
+        match host::read_capped(&fixture, FILE_MAX) {
             Ok(t) => s.ethtool = parse_ethtool(&t),
             Err(e) => errors.push(SourceError {
                 source: "ethtool",
@@ -363,7 +375,7 @@ fn netdev(roots: &Roots, name: &str, errors: &mut Vec<SourceError>) -> NetdevSam
     // DCB: a fixture, else `dcb pfc show` on a live host (absent or unsupported: no PFC).
     let dcb = root.join("podnet/dcb").join(name);
     let text = if dcb.exists() {
-        fs::read_to_string(&dcb)
+        host::read_capped(&dcb, FILE_MAX)
             .map_err(|e| {
                 errors.push(SourceError {
                     source: "dcb",
@@ -411,7 +423,7 @@ fn proc_net_dev(proc: &Path, name: &str) -> Option<BTreeMap<String, u64>> {
         "tx_carrier_errors",
         "tx_compressed",
     ];
-    let text = fs::read_to_string(proc.join("net/dev")).ok()?;
+    let text = host::read_capped(&proc.join("net/dev"), FILE_MAX).ok()?;
     let line = text.lines().find_map(|l| {
         let (n, rest) = l.split_once(':')?;
         (n.trim() == name).then_some(rest)

@@ -528,3 +528,41 @@ fn the_metrics_help_names_are_the_exported_ones() {
         assert!(exported, "--help names {name}, which the agent does not export:\n{t}");
     }
 }
+
+/// A counters folder with a FIFO nobody writes, a link to `/dev/zero`, a 64 MiB file, a
+/// folder and a name that is not UTF-8: the scrape ends at once, bounded in what it reads,
+/// each of them named in `podnet_agent_source_error`, the other counters served.
+#[test]
+fn hostile_files_in_the_tree_are_named_not_hung_on() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new("cp")
+        .args(["-r", fixture("mlx5").to_str().unwrap(), dir.path().to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let root = dir.path().join("sys");
+    let counters = root.join("class/infiniband/mlx5_0/ports/1/hw_counters");
+    let made = Command::new("mkfifo").arg(counters.join("zz_fifo")).status().unwrap();
+    assert!(made.success());
+    std::os::unix::fs::symlink("/dev/zero", counters.join("zz_zero")).unwrap();
+    let big = std::fs::File::create(counters.join("zz_big")).unwrap();
+    big.set_len(64 << 20).unwrap();
+    std::fs::create_dir(counters.join("zz_folder")).unwrap();
+    std::fs::write(counters.join(std::ffi::OsStr::from_bytes(b"zz_\xff")), "1\n").unwrap();
+    let t0 = Instant::now();
+    let t = print(&root);
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    let d = "class/infiniband/mlx5_0/ports/1/hw_counters";
+    for name in ["zz_fifo", "zz_zero", "zz_big", "zz_folder", "zz_\u{fffd}"] {
+        let path = format!("{d}/{name}");
+        assert_eq!(
+            value(&t, "podnet_agent_source_error", &[("path", &path)]),
+            Some(1.0),
+            "{path}\n{t}"
+        );
+    }
+    // The rest is served.
+    let p = [("device", "mlx5_0"), ("port", "1")];
+    assert!(value(&t, "podnet_rdma_out_of_sequence_total", &p).is_some(), "{t}");
+}
