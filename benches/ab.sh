@@ -15,7 +15,6 @@ netns_up
 one() { local bin=$1; shift; pair "$bin" "$1" "$2" "$SECS" "${@:3}"; }
 B=$(mktemp) A=$(mktemp)
 trap 'rm -f "$B" "$A"' EXIT
-median() { sort -g | awk '{a[NR]=$1} END {printf "%s", a[int((NR+1)/2)]}'; }
 row() { local name=$1; shift
   : > "$B"; : > "$A"
   for _ in $(seq $RUNS); do one "$BEFORE" "$@" >> "$B"; one "$AFTER" "$@" >> "$A"; done

@@ -31,7 +31,6 @@ set -euo pipefail
 PODNET=$1 SECS=$2 RUNS=$3
 source benches/pair.sh
 netns_up
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # perf FAMILY KEY ARGS...: one podnet pair; prints the JSON key of the client's row.
 perf() { local fam=$1 key=$2; shift 2; pair "$PODNET" "$fam" "$key" "$SECS" "$@"; }
 med() { for _ in $(seq "$RUNS"); do "$@"; done | median; }

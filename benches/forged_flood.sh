@@ -17,7 +17,6 @@ set -euo pipefail
 PODNET=$1 SECS=$2 RUNS=$3
 source benches/pair.sh
 netns_up
-median() { sort -g | awk '{a[NR]=$1} END {printf "%s", a[int((NR+1)/2)]}'; }
 flood() { # DST: forged RC RDMA WRITE ONLY packets to DST:4791 from 127.0.0.2, as fast as Python sends
   FLOOD_DST=$1 python3 - >/dev/null 2>&1 <<'PY' &
 import os, socket, struct

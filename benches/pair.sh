@@ -3,6 +3,7 @@
 #
 #   netns_up                                 lo up, fd00::1 and fd00::2 on it
 #   pair BIN FAMILY KEY SECONDS ARGS...      prints the JSON key KEY of the client's row
+#   median                                   the median of the numbers on stdin, one a line
 
 netns_up() {
   ip link set lo up
@@ -22,3 +23,5 @@ pair() {
     python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['$key'])"
   wait $srv
 }
+
+median() { sort -g | awk '{a[NR]=$1} END {printf "%s", a[int((NR+1)/2)]}'; }

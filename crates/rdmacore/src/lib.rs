@@ -1206,10 +1206,8 @@ impl FastPath for RdmaCoreDevice {
         spins: u32,
     ) -> Result<bool> {
         if h == Handle::NONE {
-            // No mapping to spin on: one looked-up read answers (callers watch again).
-            let mut b = [0u8; 1];
-            Provider::mr_read(self, lkey, offset, &mut b)?;
-            return Ok(b[0] == want);
+            // No mapping to spin on: the looked-up reads, as mr_read and mr_write fall back.
+            return Provider::mr_watch_byte(self, lkey, offset, want, spins);
         }
         let at = (h.get() as *const u8).wrapping_add(offset);
         // A loop of one load and one compare, as perftest's `while (*poll_buf != rcnt)`: under

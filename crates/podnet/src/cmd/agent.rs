@@ -64,12 +64,7 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
     }
     let roots = match &args.sysfs_root {
         Some(dir) => {
-            if !dir.join("class").is_dir() {
-                bail!(
-                    "--sysfs-root {}: no class/ folder there (expected a copy of /sys)",
-                    dir.display()
-                );
-            }
+            super::check_sysfs_root(dir)?;
             Roots { sys: dir.clone(), proc: args.procfs_root.clone(), live: false }
         }
         None => Roots { proc: args.procfs_root.clone(), ..Roots::host() },

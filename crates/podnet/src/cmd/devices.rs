@@ -12,12 +12,7 @@ use crate::cli::DevicesArgs;
 /// Runs `podnet devices`.
 pub(crate) fn run(args: &DevicesArgs) -> anyhow::Result<ExitCode> {
     let root = &args.sysfs_root;
-    if !root.join("class").is_dir() {
-        anyhow::bail!(
-            "--sysfs-root {}: no class/ folder there (expected a copy of /sys)",
-            root.display()
-        );
-    }
+    super::check_sysfs_root(root)?;
     let mut devs = host::rdma_devices(root);
     if !args.no_soft {
         devs.extend(providers::soft_devices(root)?);

@@ -43,6 +43,15 @@ pub(crate) fn open_device(dev: &DeviceArgs, opts: &ContextOptions) -> anyhow::Re
     })
 }
 
+/// A `--sysfs-root` must look like a copy of `/sys` (a `class/` folder), or the command says
+/// so rather than report an empty host.
+pub(crate) fn check_sysfs_root(dir: &std::path::Path) -> anyhow::Result<()> {
+    if !dir.join("class").is_dir() {
+        bail!("--sysfs-root {}: no class/ folder there (expected a copy of /sys)", dir.display());
+    }
+    Ok(())
+}
+
 /// Runs the parsed command line.
 pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
