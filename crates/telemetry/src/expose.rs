@@ -454,6 +454,19 @@ impl Collector for ScrapeCollector {
                 gauge(&mut m, &l, 1)?;
             }
         }
+        // Sources served from an earlier sample.
+        {
+            let mut m = enc.encode_descriptor(
+                "podnet_agent_source_age_seconds",
+                "How old the sample served for a source that did not answer in time is \
+                 (present only while it is late)",
+                None,
+                MetricType::Gauge,
+            )?;
+            for st in &snap.stale {
+                gauge_f(&mut m, &[("source", st.source), ("device", &st.device)], st.age_seconds)?;
+            }
+        }
         let m = enc.encode_descriptor(
             "podnet_agent_source_errors",
             "Sources the last scrape could not read",

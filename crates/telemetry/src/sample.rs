@@ -108,6 +108,20 @@ pub struct Snapshot {
     pub netdevs: BTreeMap<String, NetdevSample>,
     /// What failed.
     pub errors: Vec<SourceError>,
+    /// Sources that did not answer in time, served from an earlier sample (the agent's
+    /// [`crate::sampler`]; empty from [`collect`]).
+    pub stale: Vec<Stale>,
+}
+
+/// A source served from an earlier sample because its reader did not answer in time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stale {
+    /// `device` (an RDMA device) or `netdev`.
+    pub source: &'static str,
+    /// Its name.
+    pub device: String,
+    /// How old the sample served is, seconds.
+    pub age_seconds: f64,
 }
 
 fn rel(root: &Path, p: &Path) -> String {
@@ -199,6 +213,19 @@ fn read_counters(
 /// The most a recorded ethtool or DCB fixture, or `/proc/net/dev`, is read to.
 const FILE_MAX: usize = 1 << 20;
 
+/// How counter files are opened: non-blocking, except under the fault hook
+/// `PODNET_FAULT_BLOCKING_READS=1` (feature `fault-injection`), which opens them blocking so
+/// that a FIFO stands for a sysfs read stalled in firmware — what the sampler's deadline is
+/// for, and what a non-blocking flag cannot bound.
+fn open_flags() -> libc::c_int {
+    let flags = libc::O_RDONLY | libc::O_CLOEXEC;
+    #[cfg(feature = "fault-injection")]
+    if std::env::var_os("PODNET_FAULT_BLOCKING_READS").is_some_and(|v| v == "1") {
+        return flags;
+    }
+    flags | libc::O_NONBLOCK
+}
+
 /// Reads a small file of an open folder: `openat` (non-blocking: a FIFO nobody writes does
 /// not hang the scrape), at most a page, `close`.
 fn read_small_at(folder: &fs::File, name: &str) -> std::io::Result<String> {
@@ -206,13 +233,7 @@ fn read_small_at(folder: &fs::File, name: &str) -> std::io::Result<String> {
     let c = std::ffi::CString::new(name).map_err(|_| std::io::ErrorKind::InvalidInput)?;
     // SAFETY: `folder` is an open directory and `c` a NUL-terminated name; the result is
     // checked, and a valid descriptor is owned by the File below.
-    let fd = unsafe {
-        libc::openat(
-            folder.as_raw_fd(),
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
-        )
-    };
+    let fd = unsafe { libc::openat(folder.as_raw_fd(), c.as_ptr(), open_flags()) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -222,15 +243,38 @@ fn read_small_at(folder: &fs::File, name: &str) -> std::io::Result<String> {
     host::read_open_capped(f, host::ATTR_MAX)
 }
 
-/// Takes one scrape under `roots`. Devices are read in parallel (up to 8 threads): a host
-/// with many ports has thousands of counter files.
+/// The RDMA devices under `roots` (`class/infiniband/*`), sorted; a name that is not UTF-8
+/// (no device has one) is named in `errors`, not read.
+pub fn list_devices(roots: &Roots, errors: &mut Vec<SourceError>) -> Vec<String> {
+    let class = roots.sys.join("class/infiniband");
+    let mut devices = Vec::new();
+    for e in fs::read_dir(&class).into_iter().flatten().flatten() {
+        match e.file_name().into_string() {
+            Ok(name) => devices.push(name),
+            Err(name) => errors.push(SourceError {
+                source: "port",
+                device: name.to_string_lossy().into_owned(),
+                port: None,
+                path: rel(&roots.sys, &e.path()).replace(char::REPLACEMENT_CHARACTER, "\u{fffd}"),
+                error: "a device name that is not UTF-8".into(),
+            }),
+        }
+    }
+    devices.sort();
+    devices
+}
+
+/// The netdevs under `ports`, by name.
+pub fn netdevs_of(ports: &[PortSample]) -> std::collections::BTreeSet<String> {
+    ports.iter().filter_map(|p| p.info.netdev.clone()).collect()
+}
+
+/// Takes one scrape under `roots`, waiting for every source however long it takes (the agent
+/// samples with a deadline instead: [`crate::sampler`]). Devices are read in parallel (up to
+/// 8 threads): a host with many ports has thousands of counter files.
 pub fn collect(roots: &Roots) -> Snapshot {
     let mut snap = Snapshot::default();
-    let class = roots.sys.join("class/infiniband");
-    let mut devices: Vec<String> = fs::read_dir(&class)
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
-        .unwrap_or_default();
-    devices.sort();
+    let devices = list_devices(roots, &mut snap.errors);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
     let per = devices.len().div_ceil(threads).max(1);
     let parts: Vec<(Vec<PortSample>, Vec<SourceError>)> = std::thread::scope(|s| {
@@ -240,7 +284,9 @@ pub fn collect(roots: &Roots) -> Snapshot {
                 s.spawn(move || {
                     let (mut ports, mut errors) = (Vec::new(), Vec::new());
                     for dev in chunk {
-                        device(roots, dev, &mut ports, &mut errors);
+                        let (p, e) = read_device(roots, dev);
+                        ports.extend(p);
+                        errors.extend(e);
                     }
                     (ports, errors)
                 })
@@ -252,13 +298,26 @@ pub fn collect(roots: &Roots) -> Snapshot {
         snap.ports.extend(ports);
         snap.errors.extend(errors);
     }
-    let netdevs: std::collections::BTreeSet<String> =
-        snap.ports.iter().filter_map(|p| p.info.netdev.clone()).collect();
-    for nd in netdevs {
-        let s = netdev(roots, &nd, &mut snap.errors);
+    for nd in netdevs_of(&snap.ports) {
+        let (s, errors) = read_netdev(roots, &nd);
+        snap.errors.extend(errors);
         snap.netdevs.insert(nd, s);
     }
     snap
+}
+
+/// Reads one RDMA device: each port's attributes and counters, and what failed.
+pub fn read_device(roots: &Roots, dev: &str) -> (Vec<PortSample>, Vec<SourceError>) {
+    let (mut ports, mut errors) = (Vec::new(), Vec::new());
+    device(roots, dev, &mut ports, &mut errors);
+    (ports, errors)
+}
+
+/// Reads one netdev: operstate, MTU, statistics, ethtool statistics, PFC; and what failed.
+pub fn read_netdev(roots: &Roots, name: &str) -> (NetdevSample, Vec<SourceError>) {
+    let mut errors = Vec::new();
+    let s = netdev(roots, name, &mut errors);
+    (s, errors)
 }
 
 fn device(roots: &Roots, dev: &str, out: &mut Vec<PortSample>, errors: &mut Vec<SourceError>) {
@@ -266,7 +325,22 @@ fn device(roots: &Roots, dev: &str, out: &mut Vec<PortSample>, errors: &mut Vec<
     let ddir = root.join("class/infiniband").join(dev);
     let info = host::rdma_device(root, dev);
     let mut ports: Vec<u8> = match fs::read_dir(ddir.join("ports")) {
-        Ok(d) => d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect(),
+        Ok(d) => d
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().to_str().and_then(|n| n.parse().ok());
+                if n.is_none() {
+                    errors.push(SourceError {
+                        source: "port",
+                        device: dev.to_string(),
+                        port: None,
+                        path: rel(root, &e.path()),
+                        error: "not a port number".into(),
+                    });
+                }
+                n
+            })
+            .collect(),
         Err(e) => {
             errors.push(SourceError {
                 source: "port",
