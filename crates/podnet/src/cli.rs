@@ -89,8 +89,15 @@ pub(crate) enum Command {
     /// counter (`podnet_rdma_hw_counters_total{device,port,counter}`), and each port's health —
     /// `down` from its state, `degraded` when a counter's rate over the window passes its
     /// threshold (`--thresholds`). A source that cannot be read is reported by
-    /// `podnet_agent_source_error{source,device,port,path}` and the rest is served. Metrics are
-    /// defined in docs/metrics.md.
+    /// `podnet_agent_source_error{source,device,port,path}` and the rest is served. A source
+    /// (an RDMA device, a netdev) whose read does not return within --sample-deadline (a read
+    /// stalled in firmware) is served from its last good sample, its age in
+    /// `podnet_agent_source_age_seconds`; it is not read again until that read returns.
+    /// Metrics are defined in docs/metrics.md.
+    ///
+    /// The HTTP server answers GET /metrics, /health and / only, and bounds what a client can
+    /// make it hold: 8 KiB of request line and headers, 32 headers, no body, 5 s to send
+    /// them, 150 s per connection, 64 connections at once (more are answered 503 and closed).
     ///
     /// `--once` prints each port's health instead of serving (two samples `--interval` apart
     /// give the rates); exit status 0 when every port is ok, 1 when one is degraded or down,
@@ -275,6 +282,10 @@ pub(crate) struct AgentArgs {
     /// Seconds between samples for the rates [default: 5; with --once or --print: 2].
     #[arg(long, value_name = "SECONDS")]
     pub(crate) interval: Option<f64>,
+
+    /// Seconds a sample waits for each source before serving its last good sample instead.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
+    pub(crate) sample_deadline: f64,
 
     /// Print each port's health once (a table) and exit.
     #[arg(long)]

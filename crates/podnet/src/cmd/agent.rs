@@ -6,15 +6,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use telemetry::expose::{Format, Scrape};
+use telemetry::expose::Scrape;
 use telemetry::health::{self, PortHealth, State, Thresholds};
 use telemetry::rates::Tracker;
-use telemetry::sample::{self, Roots, Snapshot};
+use telemetry::sample::{Roots, Snapshot};
+use telemetry::sampler::Sampler;
 
 use crate::cli::AgentArgs;
 
 struct Agent {
-    roots: Roots,
+    sampler: Sampler,
     bench_dir: std::path::PathBuf,
     probe: Option<super::probe::Probe>,
     thresholds: Thresholds,
@@ -37,7 +38,7 @@ impl Agent {
 
     /// Takes a sample, feeds the rates, judges the ports.
     fn sample(&self) -> (Snapshot, Vec<PortHealth>) {
-        let mut snap = sample::collect(&self.roots);
+        let mut snap = self.sampler.collect();
         if let Some(p) = &self.probe {
             p.run_burst();
             snap.ports.extend(p.ports());
@@ -62,6 +63,10 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
     if !(interval.is_finite() && interval > 0.0 && interval <= 3600.0) {
         bail!("--interval must be a number of seconds between 0 and 3600, not {interval}");
     }
+    let deadline = args.sample_deadline;
+    if !(deadline.is_finite() && deadline > 0.0 && deadline <= 60.0) {
+        bail!("--sample-deadline must be a number of seconds between 0 and 60, not {deadline}");
+    }
     let roots = match &args.sysfs_root {
         Some(dir) => {
             super::check_sysfs_root(dir)?;
@@ -75,7 +80,7 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
         None
     };
     let agent = Arc::new(Agent {
-        roots,
+        sampler: Sampler::new(roots, Duration::from_secs_f64(deadline)),
         bench_dir: args.bench_dir.clone(),
         probe,
         tracker: Mutex::new(Tracker::new(thresholds.window_seconds)),
@@ -152,9 +157,35 @@ fn print_table(
     Ok(())
 }
 
+/// What the /metrics server lets one client make it hold.
+mod limits {
+    use std::time::Duration;
+
+    /// Connections served at once; more are answered 503 and closed.
+    pub(super) const CONNECTIONS: usize = 64;
+    /// Request line and headers, bytes.
+    pub(super) const HEADER_BYTES: usize = 8 << 10;
+    /// Headers in a request.
+    pub(super) const HEADERS: usize = 32;
+    /// Time to send the request line and headers.
+    pub(super) const HEADER_TIME: Duration = Duration::from_secs(5);
+    /// Time a connection lives, the response included (a sample waits at most twice
+    /// --sample-deadline, at most 60 s each, so a response can take a while; a client that
+    /// does not read it is cut off here).
+    pub(super) const CONNECTION_TIME: Duration = Duration::from_secs(150);
+}
+
 fn serve(agent: Arc<Agent>, args: &AgentArgs, interval: f64) -> anyhow::Result<ExitCode> {
-    let server = tiny_http::Server::http(args.listen)
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+    let listener = std::net::TcpListener::bind(args.listen)
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    listener.set_nonblocking(true).context("cannot make the listening socket non-blocking")?;
+    // One thread serves every connection; samples run on at most two more (one at a time).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(2)
+        .thread_name("scrape")
+        .build()
+        .context("cannot start the HTTP server's runtime")?;
     eprintln!(
         "podnet agent: serving http://{}/metrics (sampling every {interval} s, health window {} s)",
         args.listen, agent.thresholds.window_seconds
@@ -169,40 +200,122 @@ fn serve(agent: Arc<Agent>, args: &AgentArgs, interval: f64) -> anyhow::Result<E
             }
         })
         .context("cannot start the sampler thread")?;
-    for req in server.incoming_requests() {
-        let path = req.url().split('?').next().unwrap_or("").to_string();
-        let (status, ctype, body) = match (req.method(), path.as_str()) {
-            (tiny_http::Method::Get, "/metrics") => {
-                let accept = req
-                    .headers()
-                    .iter()
-                    .find(|h| h.field.equiv("Accept"))
-                    .map(|h| h.value.as_str().to_string());
-                let format = Format::negotiate(accept.as_deref());
-                let om = telemetry::expose::render(Arc::new(agent.scrape()), agent.extra());
-                let body = match format {
-                    Format::OpenMetrics => om,
-                    Format::Text => telemetry::expose::to_text_format(&om),
-                };
-                (200, format.content_type(), body)
-            }
-            (tiny_http::Method::Get, "/health") => {
-                let (_, health) = agent.sample();
-                (200, "application/json", serde_json::json!({ "ports": health }).to_string())
-            }
-            (tiny_http::Method::Get, "/") => (
-                200,
-                "text/plain; charset=utf-8",
-                "podnet agent: /metrics (Prometheus), /health (JSON)\n".to_string(),
-            ),
-            _ => (404, "text/plain; charset=utf-8", "not found\n".to_string()),
-        };
-        let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes())
-            .map_err(|()| anyhow::anyhow!("bad header"))?;
-        let resp =
-            tiny_http::Response::from_string(body).with_status_code(status).with_header(header);
-        // A client that went away is its problem, not the agent's.
-        let _ = req.respond(resp);
+    rt.block_on(http::accept(listener, agent))
+}
+
+/// The /metrics server: hyper's HTTP/1 with every limit of [`limits`] set.
+mod http {
+    use std::convert::Infallible;
+    use std::process::ExitCode;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use http_body_util::Full;
+    use hyper::body::{Bytes, Incoming};
+    use hyper::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
+    use hyper::{Method, Request, Response, StatusCode};
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use telemetry::expose::Format;
+
+    use super::{Agent, limits};
+
+    const PLAIN: &str = "text/plain; charset=utf-8";
+
+    pub(super) async fn accept(
+        listener: std::net::TcpListener,
+        agent: Arc<Agent>,
+    ) -> anyhow::Result<ExitCode> {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let slots = Arc::new(tokio::sync::Semaphore::new(limits::CONNECTIONS));
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(limits::HEADER_TIME)
+            .max_header_size(limits::HEADER_BYTES)
+            .max_buf_size(limits::HEADER_BYTES.max(8192) * 2)
+            .max_headers(limits::HEADERS)
+            .keep_alive(false);
+        loop {
+            let stream = match listener.accept().await {
+                Ok((s, _)) => s,
+                // Out of descriptors or memory: wait for connections to end.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                // Full: say so if the socket takes it at once, and close.
+                let _ = stream.try_write(
+                    b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+                continue;
+            };
+            let agent = agent.clone();
+            let service = hyper::service::service_fn(move |req| respond(agent.clone(), req));
+            let conn = http.serve_connection(TokioIo::new(stream), service);
+            tokio::spawn(async move {
+                // A client that errs, stalls or goes away is its own problem.
+                let _ = tokio::time::timeout(limits::CONNECTION_TIME, conn).await;
+                drop(slot);
+            });
+        }
     }
-    Ok(ExitCode::SUCCESS)
+
+    fn reply(status: StatusCode, ctype: &str, body: String) -> Response<Full<Bytes>> {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        if let Ok(v) = ctype.parse() {
+            r.headers_mut().insert(CONTENT_TYPE, v);
+        }
+        r
+    }
+
+    async fn respond(
+        agent: Arc<Agent>,
+        req: Request<Incoming>,
+    ) -> Result<Response<Full<Bytes>>, Infallible> {
+        if req.method() != Method::GET && req.method() != Method::HEAD {
+            let mut r = reply(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "only GET is served\n".into());
+            r.headers_mut()
+                .insert(hyper::header::ALLOW, hyper::header::HeaderValue::from_static("GET, HEAD"));
+            return Ok(r);
+        }
+        // A GET has no body; one that announces one is not read.
+        let has_body = req.headers().contains_key(TRANSFER_ENCODING)
+            || req.headers().get(CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0");
+        if has_body {
+            let body = "a request to the agent carries no body\n".to_string();
+            return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, PLAIN, body));
+        }
+        let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let path = req.uri().path().to_string();
+        let page = match path.as_str() {
+            "/metrics" | "/health" => path,
+            "/" => {
+                let body = "podnet agent: /metrics (Prometheus), /health (JSON)\n".to_string();
+                return Ok(reply(StatusCode::OK, PLAIN, body));
+            }
+            _ => return Ok(reply(StatusCode::NOT_FOUND, PLAIN, "not found\n".into())),
+        };
+        // Sampling reads files: off the thread that serves connections.
+        let made = tokio::task::spawn_blocking(move || {
+            if page == "/health" {
+                let (_, health) = agent.sample();
+                let body = serde_json::json!({ "ports": health }).to_string();
+                return ("application/json", body);
+            }
+            let format = Format::negotiate(accept.as_deref());
+            let om = telemetry::expose::render(Arc::new(agent.scrape()), agent.extra());
+            let body = match format {
+                Format::OpenMetrics => om,
+                Format::Text => telemetry::expose::to_text_format(&om),
+            };
+            (format.content_type(), body)
+        })
+        .await;
+        Ok(match made {
+            Ok((ctype, body)) => reply(StatusCode::OK, ctype, body),
+            Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, PLAIN, format!("{e}\n")),
+        })
+    }
 }

@@ -288,14 +288,17 @@ impl Drop for Server {
 
 impl Server {
     fn start(root: &Path, thresholds: &Path, port: u16) -> Server {
+        Server::start_with(root, &["--thresholds", thresholds.to_str().unwrap()], &[], port)
+    }
+
+    /// An agent of `root` on 127.0.0.1:`port`, sampling every 0.2 s, with more flags and
+    /// environment.
+    fn start_with(root: &Path, args: &[&str], env: &[(&str, &str)], port: u16) -> Server {
         let child = Command::new(env!("CARGO_BIN_EXE_podnet"))
             .args(["agent", "--listen", &format!("127.0.0.1:{port}"), "--interval", "0.2"])
-            .args([
-                "--sysfs-root",
-                root.to_str().unwrap(),
-                "--thresholds",
-                thresholds.to_str().unwrap(),
-            ])
+            .args(["--sysfs-root", root.to_str().unwrap()])
+            .args(args)
+            .envs(env.iter().copied())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
@@ -320,6 +323,160 @@ impl Server {
     fn metrics(&self) -> String {
         self.get("/metrics", "*/*").1
     }
+
+    /// A line of the agent's `/proc/PID/status` (`Threads`, `VmRSS`), as a number.
+    fn status(&self, key: &str) -> u64 {
+        let t = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = t.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')).unwrap();
+        line.split_whitespace().next().unwrap().parse().unwrap()
+    }
+
+    /// The agent still runs and serves /metrics.
+    fn alive(&mut self, after: &str) {
+        assert!(self.child.try_wait().unwrap().is_none(), "the agent died after {after}");
+        let (head, _) = self.get("/metrics", "*/*");
+        assert!(head.contains(" 200 OK"), "after {after}: {head}");
+    }
+
+    /// Sends `req` on a new connection; the response's status line (empty if the agent closed
+    /// without one) and how long until the agent closed.
+    fn send(&self, req: &[u8]) -> (String, Duration) {
+        let mut c = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let t0 = Instant::now();
+        // The agent may close before it has read everything: that is its right.
+        let _ = c.write_all(req);
+        let mut r = Vec::new();
+        let _ = c.read_to_end(&mut r);
+        let r = String::from_utf8_lossy(&r);
+        (r.lines().next().unwrap_or("").to_string(), t0.elapsed())
+    }
+}
+
+/// Requests that killed or bloated the agent's previous HTTP server, each against the real
+/// binary: a body length it tried to allocate (99999999999, 2^64-1), a request line and a
+/// header without a newline (1 MiB each), too many headers, a client that sends a byte at a
+/// time, a POST, a chunked body; then 800 connections that send nothing. Each is answered
+/// with a 4xx or cut off in bounded time, memory and threads stay small, and /metrics is
+/// served after each.
+#[test]
+fn the_metrics_server_bounds_what_a_client_can_make_it_hold() {
+    let port = 19000 + (std::process::id() % 400) as u16;
+    let mut s = Server::start_with(&fixture("mlx5"), &[], &[], port);
+    let big = |head: &str| [head.as_bytes(), &vec![b'A'; 1 << 20]].concat();
+    let many_headers: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "Content-Length: 99999999999",
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n".to_vec(),
+            "HTTP/1.1 413",
+        ),
+        (
+            "Content-Length: 2^64-1",
+            b"GET /metrics HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\n".to_vec(),
+            "HTTP/1.1 4",
+        ),
+        ("a request line without a newline", big("GET /"), "HTTP/1.1 431"),
+        ("a header without a newline", big("GET / HTTP/1.1\r\nX: "), "HTTP/1.1 431"),
+        (
+            "100 headers",
+            format!("GET / HTTP/1.1\r\n{many_headers}\r\n").into_bytes(),
+            "HTTP/1.1 431",
+        ),
+        (
+            "a POST",
+            b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc".to_vec(),
+            "HTTP/1.1 405",
+        ),
+        (
+            "a chunked body",
+            b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec(),
+            "HTTP/1.1 413",
+        ),
+    ];
+    for (what, req, want) in &cases {
+        let (status, took) = s.send(req);
+        assert!(status.starts_with(want), "{what}: {status:?}");
+        assert!(took < Duration::from_secs(5), "{what}: {took:?}");
+        s.alive(what);
+    }
+    // Headers that never end: cut off within the 5 s header time.
+    let (status, took) = s.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n");
+    assert!(took < Duration::from_secs(15), "{status:?} after {took:?}");
+    s.alive("an unfinished request");
+    assert!(s.status("VmRSS") < 100 << 10, "{} KiB", s.status("VmRSS"));
+    // 800 connections that say nothing: no thread each, little memory; the agent serves
+    // again once the header time has cut them off.
+    let idle: Vec<TcpStream> =
+        (0..800).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let (threads, rss) = (s.status("Threads"), s.status("VmRSS"));
+    assert!(threads <= 8, "{threads} threads with 800 idle connections");
+    assert!(rss < 100 << 10, "{rss} KiB with 800 idle connections");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, _) = s.send(b"GET /metrics HTTP/1.0\r\n\r\n");
+        if status.starts_with("HTTP/1.0 200") || status.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(status.starts_with("HTTP/1.1 503"), "while full: {status:?}");
+        assert!(Instant::now() < deadline, "never served again while 800 idle connections wait");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    drop(idle);
+    s.alive("800 idle connections");
+}
+
+/// A counter read that never returns — a FIFO whose writer never writes, opened blocking
+/// under the fault hook as a sysfs read stalled in firmware is — does not stall the scrape:
+/// the device is served from its last good sample, named with its age, the netdev served
+/// fresh; however many scrapes come, one reader at most is stuck; once the read returns
+/// the device is fresh again.
+#[test]
+fn a_stalled_source_is_served_from_its_last_sample() {
+    crate::util::require_fault_injection();
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("mlx5"), dir.path());
+    let port = 19400 + (std::process::id() % 400) as u16;
+    let env = [("PODNET_FAULT_BLOCKING_READS", "1")];
+    let s = Server::start_with(dir.path(), &["--sample-deadline", "0.3"], &env, port);
+    let dev = [("device", "mlx5_0")];
+    let t = s.metrics();
+    assert_eq!(value(&t, "podnet_agent_source_error", &[("source", "stalled")]), None, "{t}");
+    let fifo = dir.path().join("class/infiniband/mlx5_0/ports/1/hw_counters/zz_fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    // The writer: holds the FIFO open, writes nothing until the end.
+    let mut writer = std::fs::OpenOptions::new().read(true).write(true).open(&fifo).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = Instant::now();
+    let t = s.metrics();
+    assert!(t0.elapsed() < Duration::from_secs(3), "a scrape took {:?}", t0.elapsed());
+    let stalled = [("source", "stalled"), dev[0], ("path", "class/infiniband/mlx5_0")];
+    assert_eq!(value(&t, "podnet_agent_source_error", &stalled), Some(1.0), "{t}");
+    let age = value(&t, "podnet_agent_source_age_seconds", &dev).expect(&t);
+    assert!(age > 0.2, "{age}");
+    // The device's last good sample and the netdev, fresh, are served.
+    let p = [dev[0], ("port", "1")];
+    assert!(value(&t, "podnet_rdma_out_of_sequence_total", &p).is_some(), "{t}");
+    assert!(value(&t, "podnet_netdev_up", &[("netdev", "ens1f0np0")]).is_some(), "{t}");
+    let threads = s.status("Threads");
+    let mut last_age = age;
+    for _ in 0..5 {
+        let t = s.metrics();
+        let a = value(&t, "podnet_agent_source_age_seconds", &dev).expect(&t);
+        assert!(a > last_age, "the age grows: {a} after {last_age}");
+        last_age = a;
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(s.status("Threads"), threads, "a reader more for each scrape");
+    // The read returns (and the FIFO is gone, or the next read would block on it): fresh.
+    std::fs::remove_file(&fifo).unwrap();
+    writer.write_all(b"5\n").unwrap();
+    drop(writer);
+    std::thread::sleep(Duration::from_millis(600));
+    let t = s.metrics();
+    assert_eq!(value(&t, "podnet_agent_source_age_seconds", &dev), None, "{t}");
+    assert_eq!(value(&t, "podnet_agent_source_error", &stalled), None, "{t}");
 }
 
 #[test]
@@ -530,7 +687,8 @@ fn the_metrics_help_names_are_the_exported_ones() {
 }
 
 /// A counters folder with a FIFO nobody writes, a link to `/dev/zero`, a 64 MiB file, a
-/// folder and a name that is not UTF-8: the scrape ends at once, bounded in what it reads,
+/// folder and a name that is not UTF-8, a device folder whose name is not and a port folder
+/// that is not a number: the scrape ends at once, bounded in what it reads,
 /// each of them named in `podnet_agent_source_error`, the other counters served.
 #[test]
 fn hostile_files_in_the_tree_are_named_not_hung_on() {
@@ -550,10 +708,15 @@ fn hostile_files_in_the_tree_are_named_not_hung_on() {
     big.set_len(64 << 20).unwrap();
     std::fs::create_dir(counters.join("zz_folder")).unwrap();
     std::fs::write(counters.join(std::ffi::OsStr::from_bytes(b"zz_\xff")), "1\n").unwrap();
+    // A device folder whose name is not UTF-8, a port folder that is not a number.
+    let class = root.join("class/infiniband");
+    std::fs::create_dir(class.join(std::ffi::OsStr::from_bytes(b"mlx5_\xfe"))).unwrap();
+    std::fs::create_dir(class.join("mlx5_0/ports/one")).unwrap();
     let t0 = Instant::now();
     let t = print(&root);
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     let d = "class/infiniband/mlx5_0/ports/1/hw_counters";
+    let odd = ["class/infiniband/mlx5_\u{fffd}", "class/infiniband/mlx5_0/ports/one"];
     for name in ["zz_fifo", "zz_zero", "zz_big", "zz_folder", "zz_\u{fffd}"] {
         let path = format!("{d}/{name}");
         assert_eq!(
@@ -561,6 +724,10 @@ fn hostile_files_in_the_tree_are_named_not_hung_on() {
             Some(1.0),
             "{path}\n{t}"
         );
+    }
+    for path in odd {
+        let e = value(&t, "podnet_agent_source_error", &[("path", path)]);
+        assert_eq!(e, Some(1.0), "{path}\n{t}");
     }
     // The rest is served.
     let p = [("device", "mlx5_0"), ("port", "1")];
