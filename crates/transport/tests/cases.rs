@@ -346,6 +346,65 @@ fn a_duplicate_read_is_replayed() {
     assert!(net.nodes[1].counters().duplicate_request >= 1);
 }
 
+/// Two QPs each READ 1 MiB at once from a device whose READ window is 64 KiB (what a small
+/// receive buffer holds): every READ request asks for at most the window, the READs go out
+/// as several requests each, and at no point have the two QPs together asked for more
+/// responses than the window beyond what the responder has sent. Both READs land whole.
+#[test]
+fn reads_are_asked_for_within_the_device_read_window() {
+    const WINDOW: u64 = 64 << 10;
+    const LEN: u32 = 1 << 20;
+    let faults = Faults { delay: Duration::from_micros(5), ..Faults::default() };
+    let mut net = Net::with_config(2, 7, faults, |c| {
+        c.read_window = WINDOW;
+        c.read_window_qp = WINDOW;
+    });
+    net.keep_log = true;
+    let pairs: Vec<(Side, Side)> = (0..2)
+        .map(|_| {
+            let a = side(&mut net, 0, QpType::Rc, BUF);
+            let b = side(&mut net, 1, QpType::Rc, BUF);
+            connect(&mut net, &a, &b, Params::default());
+            (a, b)
+        })
+        .collect();
+    for (k, (a, b)) in pairs.iter().enumerate() {
+        for (i, x) in net.nodes[1].memory_mut().bytes_mut(b.mr.id).iter_mut().enumerate() {
+            *x = (i * 7 + k) as u8;
+        }
+        let wr =
+            SendWr::new(k as u64, SendOp::Read { remote_addr: BUF_ADDR, rkey: RKey(b.mr.rkey) })
+                .sge(BUF_ADDR, LEN, a.mr.lkey);
+        net.nodes[0].post_send(a.qpn, wr).unwrap();
+    }
+    for (a, b) in &pairs {
+        let wc = next_wc(&mut net, 0, a, Duration::from_secs(1)).expect("the READ completes");
+        assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, LEN), "{wc:?}");
+        let (got, want) =
+            (net.nodes[0].memory().bytes(a.mr.id), net.nodes[1].memory().bytes(b.mr.id));
+        assert!(got[..LEN as usize] == want[..LEN as usize], "the READ landed wrong");
+    }
+    let mtu = u64::from(Params::default().mtu.bytes());
+    let (mut asked, mut sent, mut requests, mut most) = (0u64, 0u64, 0u32, 0u64);
+    for (from, _, p) in &net.log {
+        match (from, p[0]) {
+            // RDMA READ request: its RETH's DMA length, after the 12-byte BTH.
+            (0, 0x0c) => {
+                let len = u64::from(u32::from_be_bytes(p[24..28].try_into().unwrap()));
+                assert!(len <= WINDOW, "a READ request asks for {len} bytes");
+                asked += len.div_ceil(mtu);
+                requests += 1;
+            }
+            // RDMA READ response first, middle, last, only.
+            (1, 0x0d..=0x10) => sent += 1,
+            _ => {}
+        }
+        most = most.max(asked.saturating_sub(sent));
+    }
+    assert!(requests >= 2 * (LEN as u64 / WINDOW) as u32, "{requests} requests");
+    assert!(most <= WINDOW / mtu, "{most} response packets asked for and not yet sent");
+}
+
 #[test]
 fn a_duplicate_atomic_returns_the_saved_result_and_runs_once() {
     let (mut net, a, b) = rc_pair(Params { timeout: 4, ..Params::default() });

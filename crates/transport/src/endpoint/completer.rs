@@ -121,6 +121,7 @@ impl<M: Memory> Endpoint<M> {
             }
             _ => {
                 // READ responses, in order.
+                let mtu = qp.mtu();
                 let Some(w) = qp.req.sq.front() else { return };
                 if !matches!(w.wr.op, SendOp::Read { .. }) {
                     return;
@@ -133,14 +134,23 @@ impl<M: Memory> Endpoint<M> {
                     || psn.diff(w.first_psn) < 0
                     || psn.diff(w.first_psn) >= w.npkts as i32
                 {
-                    // A gap: ask again from the first missing response (once per gap).
-                    if qp.req.next_psn.diff(qp.req.una) > 0 && behind < sent {
-                        let una = qp.req.una;
+                    // A gap: a response was lost. Ask again from the first missing one, with
+                    // half the READ window — once for that PSN in an eighth of the
+                    // retransmit timeout: the rest of the burst that follows is dropped
+                    // without asking again, or each of its packets would ask for the
+                    // remainder again into the same overrun.
+                    self.dev.counters.dropped_out_of_window += 1;
+                    let una = qp.req.una;
+                    let asked = qp.req.gap_asked.is_some_and(|(p, at)| {
+                        p == una && rto.is_none_or(|d| now.saturating_since(at) < d / 8)
+                    });
+                    if !asked && qp.req.next_psn.diff(una) > 0 && behind < sent {
+                        qp.req.gap_asked = Some((una, now));
+                        qp.req.shrink_read_window(mtu, self.cfg.read_window_qp);
                         Self::rewind(&mut self.dev.counters, qp, una);
                     }
                     return;
                 }
-                let mtu = qp.mtu();
                 let k = psn.diff(w.first_psn) as u64;
                 let data = pkt.payload();
                 let expect = (w.len - (k * mtu).min(w.len)).min(mtu) as usize;
@@ -152,6 +162,7 @@ impl<M: Memory> Endpoint<M> {
                     Self::fail_head(&mut self.dev.cqs, qp, WcStatus::LocProtErr);
                     return;
                 }
+                qp.req.grow_read_window(mtu, self.cfg.read_window_qp);
                 let Some(w) = qp.req.sq.front_mut() else { return };
                 w.done_bytes += data.len() as u64;
                 let last = k as u32 == w.npkts - 1;

@@ -58,6 +58,15 @@ pub struct EndpointConfig {
     /// from the OS's random source, as the key seed: a peer that guesses a QPN can forge
     /// packets to it (`new` gives rxe's 0x11, for tests).
     pub first_qpn: u32,
+    /// READ response bytes the device's QPs together may have asked for and not yet
+    /// received. A READ asks for a burst the requester cannot slow once asked for; asked for
+    /// beyond what the driver's receive buffer holds, it is lost, and asked for again into
+    /// the same overrun. Providers set it from their receive buffer (default 4 MiB). Large
+    /// READs go out as several READ requests within it.
+    pub read_window: u64,
+    /// The most one QP may have asked for and not received (default 1 MiB): where its
+    /// window starts and what it grows back to after a loss halved it.
+    pub read_window_qp: u64,
 }
 
 impl EndpointConfig {
@@ -70,6 +79,8 @@ impl EndpointConfig {
             ack_req_every: 64,
             max_pd: 0x7ff0,
             first_qpn: FIRST_QPN,
+            read_window: 4 << 20,
+            read_window_qp: 1 << 20,
         }
     }
 
@@ -402,6 +413,11 @@ impl<M: Memory> Endpoint<M> {
         let operation = op.operation();
         if qp.qp_type == QpType::Rc && operation.is_some_and(Operation::is_response) {
             self.on_response(now, qpn, &pkt);
+            // Its oldest unacknowledged PSN may have moved: fewer READ responses to come.
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                let mtu = qp.mtu();
+                self.dev.cqs.account_reads(&mut qp.req, mtu);
+            }
         } else {
             // A packet that starts consuming a receive takes one from the SRQ, if the QP has
             // one and holds none already.

@@ -185,6 +185,8 @@ impl<M: Memory> Endpoint<M> {
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), Error> {
         let mut qp = self.qps.remove(&qpn).ok_or(Error::NoQp(qpn))?;
         Self::return_to_srq(&mut self.dev.cqs, &mut qp);
+        self.dev.cqs.release_reads(&mut qp.req);
+        self.dev.cqs.read_waiters.retain(|q| *q != qpn);
         Ok(())
     }
 
@@ -289,6 +291,8 @@ impl<M: Memory> Endpoint<M> {
                 qp.resp.in_msg = None;
                 qp.req.timer = None;
                 qp.req.rnr_until = None;
+                qp.req.rd_out.clear();
+                self.dev.cqs.release_reads(&mut qp.req);
             }
             QpState::Rtr if from == QpState::Init => {
                 qp.resp.epsn = qp.attr.rq_psn;
@@ -303,6 +307,9 @@ impl<M: Memory> Endpoint<M> {
                 qp.req.resend_until = p;
                 qp.req.retry_left = qp.attr.retry_cnt;
                 qp.req.rnr_left = qp.attr.rnr_retry;
+                qp.req.read_window = self.cfg.read_window_qp.min(self.cfg.read_window);
+                qp.req.read_end = p;
+                qp.req.gap_asked = None;
             }
             QpState::Err => {
                 Self::flush(&mut self.dev.cqs, qp);
@@ -320,6 +327,8 @@ impl<M: Memory> Endpoint<M> {
             cqs.events.push_back(Event::QpFatal(qp.qpn));
         }
         Self::return_to_srq(cqs, qp);
+        cqs.release_reads(&mut qp.req);
+        qp.req.rd_out.clear();
         qp.state = QpState::Err;
         qp.req.timer = None;
         qp.req.rnr_until = None;

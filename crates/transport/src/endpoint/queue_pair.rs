@@ -108,9 +108,42 @@ pub(super) struct Requester {
     pub(super) rnr_until: Option<Instant>,
     /// Packets below this PSN were sent before (a restart is under way).
     pub(super) resend_until: Psn,
+    /// The end (the PSN after the last) of each READ or atomic request sent whose
+    /// responses are not all in: at most `max_rd_atomic`.
+    pub(super) rd_out: VecDeque<Psn>,
+    /// The PSN after the last READ response asked for.
+    pub(super) read_end: Psn,
+    /// READ response bytes that may still come: the PSNs from the oldest unacknowledged to
+    /// `read_end`, in MTUs (responses asked for twice, after a loss, are counted once: they
+    /// are the same PSNs).
+    pub(super) read_inflight: u64,
+    /// The oldest unacknowledged PSN when a gap in READ responses last asked again, and
+    /// when: a gap asks again once per PSN and an eighth of the retransmit timeout, not once
+    /// per response that follows it.
+    pub(super) gap_asked: Option<(Psn, Instant)>,
+    /// The most READ response bytes it may have asked for and not received: halved on a
+    /// loss, grown by about an MTU per window received, up to the endpoint's
+    /// `read_window_qp`.
+    pub(super) read_window: u64,
 }
 
 impl Requester {
+    /// A loss: half the READ window, not below 16 MTUs (or `max`, if less). Smaller, a
+    /// lossy path would leave too few responses in flight for a gap to show a loss before
+    /// the retransmit timer does, and each timer costs a retry.
+    pub(super) fn shrink_read_window(&mut self, mtu: u64, max: u64) {
+        self.read_window = (self.read_window / 2).max((16 * mtu).min(max));
+    }
+
+    /// A READ response came in order: the window grows by about an MTU per window's worth
+    /// (additive increase).
+    pub(super) fn grow_read_window(&mut self, mtu: u64, max_window: u64) {
+        if self.read_window < max_window {
+            let grow = (mtu * mtu / self.read_window.max(1)).max(1);
+            self.read_window = (self.read_window + grow).min(max_window);
+        }
+    }
+
     /// Whether packets are sent and not yet acknowledged.
     pub(super) fn outstanding(&self) -> bool {
         self.una != self.next_psn

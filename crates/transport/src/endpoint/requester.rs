@@ -16,6 +16,14 @@ impl<M: Memory> Endpoint<M> {
     /// The next packet to send, if any: control packets first, then each QP's responder
     /// output and requester packets, round-robin.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        // QPs that waited for the device's READ window: some of it came back.
+        if !self.dev.cqs.read_waiters.is_empty()
+            && self.dev.cqs.read_inflight < self.cfg.read_window
+        {
+            for qpn in std::mem::take(&mut self.dev.cqs.read_waiters) {
+                self.mark(qpn);
+            }
+        }
         if let Some(t) = self.ctrl.pop_front() {
             self.dev.counters.sent_pkts += 1;
             return Some(t);
@@ -65,14 +73,23 @@ impl<M: Memory> Endpoint<M> {
         let (i, d) = idx?;
         qp.req.cursor = qp.req.sq[i].seq;
         let w = &qp.req.sq[i];
-        // A READ or atomic starts only while fewer than max_rd_atomic precede it.
-        if w.is_read_or_atomic() && d == 0 {
-            let limit = usize::from(qp.attr.max_rd_atomic.max(1));
-            if qp.req.sq.iter().take(i).filter(|w| w.is_read_or_atomic()).nth(limit - 1).is_some() {
+        let retransmit = qp.req.next_psn.diff(qp.req.resend_until) < 0;
+        // A new READ or atomic request goes out only while fewer than max_rd_atomic are
+        // unanswered (the responder keeps that many for replays); one asked again is a
+        // replay, with the bounds it first had, so that it is one the responder keeps.
+        let mut resend_end = None;
+        if w.is_read_or_atomic() {
+            let una = qp.req.una;
+            while qp.req.rd_out.front().is_some_and(|end| una.diff(*end) >= 0) {
+                qp.req.rd_out.pop_front();
+            }
+            if retransmit {
+                resend_end =
+                    qp.req.rd_out.iter().find(|end| end.diff(qp.req.next_psn) > 0).copied();
+            } else if qp.req.rd_out.len() >= usize::from(qp.attr.max_rd_atomic.max(1)) {
                 return None;
             }
         }
-        let retransmit = qp.req.next_psn.diff(qp.req.resend_until) < 0;
         let psn = qp.req.next_psn;
         let (dest_ip, dest_qpn) = match (qp.qp_type, w.wr.ud, qp.attr.dest) {
             (QpType::Ud, Some(ud), _) => (ud.ip, ud.qpn),
@@ -80,6 +97,8 @@ impl<M: Memory> Endpoint<M> {
             _ => return None,
         };
         let transport = transport_of(qp.qp_type);
+        let is_read_or_atomic = w.is_read_or_atomic();
+        let is_read = matches!(w.wr.op, SendOp::Read { .. });
         let mut b = bth::Repr::new(Opcode::new(transport, Operation::SendFirst), dest_qpn, psn);
         let mut gather_at = None;
         let mut consumed = 1u32;
@@ -136,15 +155,28 @@ impl<M: Memory> Endpoint<M> {
                 gather_at = Some((off, chunk));
             }
             SendOp::Read { remote_addr, rkey } => {
+                // As much of the rest as the QP's and the device's READ windows allow; asked
+                // again, what was asked first (those responses are counted already).
+                let n = match resend_end {
+                    Some(end) => (end.diff(psn).max(1) as u32).min(w.npkts - d),
+                    None => read_credit(qp, &self.dev.cqs, &self.cfg, w.npkts - d),
+                };
+                if n == 0 {
+                    if !self.dev.cqs.read_waiters.contains(&qpn) {
+                        self.dev.cqs.read_waiters.push(qpn);
+                    }
+                    return None;
+                }
                 let off = u64::from(d) * mtu;
                 b.opcode = Opcode::new(Transport::Rc, Operation::RdmaReadRequest);
                 r = roce::Repr::new(b);
+                let rest = w.len - off.min(w.len);
                 r.reth = Some(Reth {
                     va: remote_addr + off,
                     rkey,
-                    dma_len: (w.len - off.min(w.len)) as u32,
+                    dma_len: rest.min(u64::from(n) * mtu) as u32,
                 });
-                consumed = w.npkts - d;
+                consumed = n;
             }
             SendOp::CompareSwap { remote_addr, rkey, compare, swap } => {
                 b.opcode = Opcode::new(Transport::Rc, Operation::CompareSwap);
@@ -211,6 +243,13 @@ impl<M: Memory> Endpoint<M> {
             }
         };
         qp.req.next_psn = psn.add(consumed);
+        if is_read_or_atomic && resend_end.is_none() {
+            qp.req.rd_out.push_back(qp.req.next_psn);
+        }
+        if is_read && qp.req.next_psn.diff(qp.req.read_end) > 0 {
+            qp.req.read_end = qp.req.next_psn;
+            self.dev.cqs.account_reads(&mut qp.req, mtu);
+        }
         if retransmit {
             self.dev.counters.retransmitted_pkts += 1;
         }
@@ -273,6 +312,11 @@ impl<M: Memory> Endpoint<M> {
                 continue;
             }
             qp.req.retry_left -= 1;
+            // Silence for a whole timeout: READ responses asked for were lost, and asking
+            // for as much again at once could lose them again.
+            if qp.req.read_inflight > 0 {
+                qp.req.shrink_read_window(qp.mtu(), self.cfg.read_window_qp);
+            }
             let una = qp.req.una;
             Self::rewind(&mut self.dev.counters, qp, una);
         }
@@ -301,5 +345,32 @@ impl<M: Memory> Endpoint<M> {
             ));
         }
         Self::flush(cqs, qp);
+    }
+}
+
+/// What the QP's READ window and the device's leave, bytes.
+fn read_room(qp: &QueuePair, cqs: &CqTable, cfg: &EndpointConfig) -> (u64, u64) {
+    (
+        qp.req.read_window.saturating_sub(qp.req.read_inflight),
+        cfg.read_window.saturating_sub(cqs.read_inflight),
+    )
+}
+
+/// How many response packets of a READ wanting `want` more the QP may ask for now: what its
+/// own READ window and the device's leave, in MTUs. Not less than a sixteenth of its window
+/// (or all it wants) unless nothing at all is in flight: small READ requests cost the
+/// responder a resource each, so the requester waits for room instead of dribbling.
+fn read_credit(qp: &QueuePair, cqs: &CqTable, cfg: &EndpointConfig, want: u32) -> u32 {
+    let mtu = qp.mtu();
+    let (qp_room, dev_room) = read_room(qp, cqs, cfg);
+    let n = (qp_room.min(dev_room) / mtu).min(u64::from(want)) as u32;
+    let floor = ((qp.req.read_window / mtu / 16).max(1) as u32).min(want);
+    if n >= floor {
+        n
+    } else if qp.req.read_inflight == 0 && cqs.read_inflight == 0 {
+        // A window below an MTU still lets one packet through.
+        1
+    } else {
+        0
     }
 }

@@ -151,6 +151,11 @@ impl<M: Memory> Endpoint<M> {
                         _ => None,
                     });
                     if let Some((first_psn, mr, offset, len, next)) = found {
+                        // The requester lost responses of this READ: the rest of a burst
+                        // still going out would be lost on it too. Replay instead.
+                        qp.resp.resp_out.retain(
+                            |o| !matches!(o, RespOut::Read { first_psn: p, .. } if *p == first_psn),
+                        );
                         let msn = qp.resp.msn;
                         qp.resp.resp_out.push_back(RespOut::Read {
                             first_psn,

@@ -32,15 +32,36 @@ pub(super) struct Srq {
     pub(super) limit: u32,
 }
 
-/// What QPs share: completion queues, shared receive queues and the events they raise.
+/// What QPs share: completion queues, shared receive queues and the events they raise, and
+/// the device's READ window.
 #[derive(Debug, Default)]
 pub(super) struct CqTable {
     pub(super) queues: Vec<VecDeque<WorkCompletion>>,
     pub(super) srqs: Vec<Option<Srq>>,
     pub(super) events: VecDeque<Event>,
+    /// READ response bytes the QPs have asked for and not yet received, together.
+    pub(super) read_inflight: u64,
+    /// QPs waiting for the device's READ window to open.
+    pub(super) read_waiters: Vec<Qpn>,
 }
 
 impl CqTable {
+    /// Counts `req`'s READ responses in flight again, after it asked for more or its oldest
+    /// unacknowledged PSN moved.
+    pub(super) fn account_reads(&mut self, req: &mut Requester, mtu: u64) {
+        let d = req.read_end.diff(req.una);
+        let now = if d > 0 { d as u64 * mtu } else { 0 };
+        self.read_inflight = self.read_inflight.saturating_sub(req.read_inflight) + now;
+        req.read_inflight = now;
+    }
+
+    /// `req`'s READ responses will not come (an error, a reset): they leave the count.
+    pub(super) fn release_reads(&mut self, req: &mut Requester) {
+        self.read_inflight = self.read_inflight.saturating_sub(req.read_inflight);
+        req.read_inflight = 0;
+        req.read_end = req.una;
+    }
+
     pub(super) fn srq(&self, id: SrqId) -> Option<&Srq> {
         self.srqs.get(id.0 as usize)?.as_ref()
     }

@@ -129,12 +129,21 @@ pub fn ip(i: usize) -> IpAddr {
 
 impl Net {
     pub fn new(n: usize, seed: u64, faults: Faults) -> Net {
+        Net::with_config(n, seed, faults, |_| {})
+    }
+
+    /// As [`Net::new`], each node's configuration changed by `f` first.
+    pub fn with_config(
+        n: usize,
+        seed: u64,
+        faults: Faults,
+        f: impl Fn(&mut EndpointConfig),
+    ) -> Net {
         let nodes = (0..n)
             .map(|i| {
-                Endpoint::new(
-                    EndpointConfig::new(ip(i), seed ^ ((i as u64 + 1) * 0x1234_5678)),
-                    VecMemory::new(),
-                )
+                let mut cfg = EndpointConfig::new(ip(i), seed ^ ((i as u64 + 1) * 0x1234_5678));
+                f(&mut cfg);
+                Endpoint::new(cfg, VecMemory::new())
             })
             .collect();
         Net {
