@@ -42,6 +42,8 @@ impl ContextOptions {
     pub fn soft(&self) -> soft::SoftOptions {
         #[allow(unused_mut)]
         let mut fault = self.fault;
+        #[allow(unused_mut)]
+        let mut receive_buffer = None;
         // Tests only (feature `fault-injection`, off in a release build): every tool's soft
         // device damages every N-th payload it places, after its ICRC check, so that each
         // data checker can be shown to catch it.
@@ -56,12 +58,17 @@ impl ContextOptions {
                 fault.drop_every = Some(n);
                 eprintln!("podnet: FAULT INJECTION: every {n}th received payload not placed");
             }
+            if let Some(n) = env("PODNET_FAULT_RCVBUF") {
+                receive_buffer = Some(n as usize);
+                eprintln!("podnet: FAULT INJECTION: receive buffer {n} bytes, as unprivileged");
+            }
         }
         soft::SoftOptions {
             progress: self.progress,
             ipv4_receive: self.ipv4_receive,
             udp_offload: self.udp_offload,
             fault,
+            receive_buffer,
         }
     }
 }

@@ -149,6 +149,13 @@ fn udp_port_filter(port: u16) -> [libc::sock_filter; 7] {
 }
 
 impl Sockets {
+    /// What the receiving socket holds, bytes of kernel memory (Linux reports twice what was
+    /// asked: the buffer is charged per datagram with its overhead).
+    pub(crate) fn receive_buffer(&self) -> usize {
+        let s = self.raw.as_ref().unwrap_or(&self.udp);
+        s.recv_buffer_size().unwrap_or(212_992)
+    }
+
     /// Binds the device's sockets. `EADDRINUSE` comes back as is, so callers can try the next
     /// address.
     pub(crate) fn open(
@@ -156,6 +163,7 @@ impl Sockets {
         port: u16,
         v4: crate::Ipv4Receive,
         offload: bool,
+        receive_buffer: Option<usize>,
     ) -> io::Result<Sockets> {
         let domain = if ip.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
         let udp = Socket::new(domain, Type::DGRAM.nonblocking(), Some(Protocol::UDP))?;
@@ -164,13 +172,18 @@ impl Sockets {
         }
         udp.bind(&SocketAddr::new(ip, port).into())?;
         let fd = udp.as_raw_fd();
-        // Big buffers: a window of 4 KiB packets in flight from many QPs.
-        for (opt, force) in
-            [(libc::SO_RCVBUF, libc::SO_RCVBUFFORCE), (libc::SO_SNDBUF, libc::SO_SNDBUFFORCE)]
-        {
-            if setsockopt_int(fd, libc::SOL_SOCKET, force, 8 << 20).is_err() {
-                setsockopt_int(fd, libc::SOL_SOCKET, opt, 8 << 20)?;
+        // Big buffers: a window of 4 KiB packets in flight from many QPs (forced past
+        // rmem_max when the process may; else rmem_max is what it gets).
+        let set_rcvbuf = |fd: RawFd| match receive_buffer {
+            Some(n) => setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, n as i32),
+            None if setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 8 << 20).is_ok() => {
+                Ok(())
             }
+            None => setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20),
+        };
+        set_rcvbuf(fd)?;
+        if setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 8 << 20).is_err() {
+            setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 8 << 20)?;
         }
         let mut rx_path = RxPath::Udp;
         let mut raw = None;
@@ -185,16 +198,7 @@ impl Sockets {
                 Ok(r) => {
                     r.bind(&SocketAddr::new(ip, 0).into())?;
                     attach_filter(r.as_raw_fd(), &udp_port_filter(port))?;
-                    if setsockopt_int(
-                        r.as_raw_fd(),
-                        libc::SOL_SOCKET,
-                        libc::SO_RCVBUFFORCE,
-                        8 << 20,
-                    )
-                    .is_err()
-                    {
-                        setsockopt_int(r.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20)?;
-                    }
+                    set_rcvbuf(r.as_raw_fd())?;
                     // The UDP socket keeps the port open; its copy of each datagram is dropped.
                     attach_filter(fd, &[insn(0x06, 0, 0, 0)])?;
                     raw = Some(r);

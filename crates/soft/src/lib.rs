@@ -299,9 +299,14 @@ impl SoftDevice {
     /// Opens the device at `ip`:`port` (binds its sockets).
     pub fn open(ip: IpAddr, port: u16, opts: &SoftOptions) -> Result<SoftDevice> {
         let name = device_name(ip, port);
-        let io =
-            io::Sockets::open(ip, port, opts.ipv4_receive, opts.udp_offload == UdpOffload::Auto)
-                .map_err(|source| Error::Open { device: name.clone(), source })?;
+        let io = io::Sockets::open(
+            ip,
+            port,
+            opts.ipv4_receive,
+            opts.udp_offload == UdpOffload::Auto,
+            opts.receive_buffer,
+        )
+        .map_err(|source| Error::Open { device: name.clone(), source })?;
         SoftDevice::start(name, io, opts)
     }
 
@@ -311,7 +316,7 @@ impl SoftDevice {
     pub fn open_default_loopback(opts: &SoftOptions) -> Result<SoftDevice> {
         for last in 1..=254u8 {
             let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, last));
-            match io::Sockets::open(ip, ROCE_PORT, opts.ipv4_receive, false) {
+            match io::Sockets::open(ip, ROCE_PORT, opts.ipv4_receive, false, opts.receive_buffer) {
                 Ok(io) => return SoftDevice::start(device_name(ip, ROCE_PORT), io, opts),
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
                 Err(source) => {
@@ -341,6 +346,13 @@ impl SoftDevice {
         // QPNs from a random start: a local process that cannot guess one cannot forge a
         // NAK that ends a connection.
         cfg.first_qpn = EndpointConfig::random_qpn(q);
+        // READ responses asked for at once fit the receive buffer: a datagram costs it about
+        // twice its payload, and half is left for what else arrives (SENDs, WRITEs, ACKs).
+        // Without CAP_NET_ADMIN the buffer is rmem_max (212992 by default, 416 KiB charged):
+        // about 100 KiB of READ responses in flight, which a loopback turns round in well
+        // under a millisecond.
+        cfg.read_window = (io.receive_buffer() as u64 / 4).max(64 << 10);
+        cfg.read_window_qp = cfg.read_window_qp.min(cfg.read_window);
         // SAFETY: eventfd has no memory-safety preconditions; the result is checked.
         let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if wake_fd < 0 {

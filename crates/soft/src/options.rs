@@ -11,6 +11,10 @@ pub struct SoftOptions {
     pub udp_offload: UdpOffload,
     /// A fault to inject, for tests of what must catch it.
     pub fault: FaultInjection,
+    /// The receive buffer to ask for (`SO_RCVBUF`, bytes) instead of 8 MiB forced with
+    /// `CAP_NET_ADMIN`: 212992 is what an unprivileged process gets under default sysctls
+    /// (`rmem_max`). The device's READ window follows what it gets.
+    pub receive_buffer: Option<usize>,
 }
 
 /// A fault a soft device injects, for tests: the burn-in's integrity checks must catch it.

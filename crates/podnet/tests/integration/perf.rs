@@ -137,6 +137,46 @@ fn a_ud_latency_sweep_stops_at_the_mtu_and_checks_every_message() {
     }
 }
 
+/// The README's READ example — every size from 2 B to 8 MiB on 4 QPs, every byte checked —
+/// three times in a row, with the receive buffer an unprivileged process gets under default
+/// sysctls (212992 bytes asked, through the fault hook): READ responses from 4 QPs must not
+/// overrun it, or go-back-N asks again into the same overrun until the retries run out
+/// (it ended in RetryExcErr after 64 KiB, 5 runs of 5).
+#[test]
+fn the_readme_read_example_passes_three_times_in_a_row() {
+    crate::util::require_fault_injection();
+    let example = "perf read-bw -a -q 4 --data-validation";
+    let readme = std::fs::read_to_string(crate::util::testdata("../README.md")).unwrap();
+    assert!(readme.contains(&format!("podnet {example} localhost")), "the README's example");
+    let o = in_netns(&format!(
+        "export PODNET_FAULT_RCVBUF=212992\n\
+         for run in 1 2 3; do\n\
+           $PODNET {example} --json > srv.json 2> srv.err & sleep 0.3\n\
+           $PODNET {example} --json --timeout 20 localhost > cli.json 2> cli.err; c=$?\n\
+           wait $!; s=$?\n\
+           echo \"run $run: client $c server $s\"; tail -n 1 cli.json\n\
+           if [ $c$s != 00 ]; then tail -n 3 cli.json srv.json cli.err srv.err; exit 1; fi\n\
+         done"
+    ));
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    let runs: Vec<&str> = out.lines().filter(|l| l.starts_with("run ")).collect();
+    assert_eq!(
+        runs,
+        ["run 1: client 0 server 0", "run 2: client 0 server 0", "run 3: client 0 server 0"]
+    );
+    // Each run: 23 sizes, every message of every one checked.
+    for l in out.lines().filter(|l| l.starts_with('{')) {
+        let v: Value = serde_json::from_str(l).unwrap();
+        let dv = &v["data_validation"];
+        assert_eq!(
+            (dv["ok"].as_bool(), dv["messages"].as_u64()),
+            (Some(true), Some(83_584)),
+            "{l}"
+        );
+    }
+}
+
 #[test]
 fn four_qps_and_both_directions() {
     // -q 4: every QP's messages count, and each is checked.
