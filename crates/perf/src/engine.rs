@@ -582,7 +582,8 @@ fn check_completion(
     }
 }
 
-/// Checks a received message in slot `slot` of QP `q`.
+/// Checks a received message in slot `slot` of QP `q`; on UD, that it came from the peer
+/// `from` (perftest's Q_Key is fixed: anyone who can reach the QP can send to it).
 fn check_receive(
     s: &Side<'_>,
     q: usize,
@@ -590,9 +591,35 @@ fn check_receive(
     wc: &WorkCompletion,
     expect: Option<u64>,
     seed: u64,
+    from: Option<verbs::UdDest>,
 ) -> (usize, Option<String>) {
     let g = grh(&s.qps[q]);
     let len = (wc.byte_len as usize).saturating_sub(g);
+    if let Some(peer) = from {
+        // The GRH area: an IPv6 header (source at bytes 8..24) or, on RoCEv2 over IPv4,
+        // 20 bytes of nothing and the IPv4 header (source at bytes 32..36).
+        let src = s.mr.to_vec(s.layout.remote(q, slot), g).ok().and_then(|h| {
+            if h.get(20).is_some_and(|b| b >> 4 == 4) {
+                let a: [u8; 4] = h.get(32..36)?.try_into().ok()?;
+                Some(std::net::IpAddr::from(a))
+            } else {
+                let gid: [u8; 16] = h.get(8..24)?.try_into().ok()?;
+                verbs::Gid(gid).to_ip()
+            }
+        });
+        let qpn_ok = wc.src_qp == Some(peer.qpn);
+        if !qpn_ok || src.is_some_and(|ip| ip != peer.ip) {
+            let qpn = wc.src_qp.map_or("?".to_string(), |q| format!("{:#x}", q.get()));
+            let at = src.map_or("?".to_string(), |ip| ip.to_string());
+            let e = format!(
+                "QP {q}: a UD message not from the peer: from QPN {qpn} at {at} (the peer is \
+                 QPN {:#x} at {})",
+                peer.qpn.get(),
+                peer.ip
+            );
+            return (len, Some(e));
+        }
+    }
     let Some(imm) = wc.imm else {
         return (len, Some(format!("QP {q}: a message without its sequence number")));
     };
@@ -753,7 +780,8 @@ pub fn bw(s: &Side<'_>, plan: &BwPlan<'_>, progress: OnProgress<'_>) -> Result<B
                 if let Some(sd) = plan.seeds {
                     let expect =
                         (s.qps[q].qp_type() == verbs::QpType::Rc).then_some(next_recv_seq[q]);
-                    let (l, e) = check_receive(s, q, slot, c, expect, sd.peer);
+                    let from = plan.peers[q].ud;
+                    let (l, e) = check_receive(s, q, slot, c, expect, sd.peer, from);
                     out.validation.record(l, || e);
                     next_recv_seq[q] += 1;
                 }
@@ -959,7 +987,8 @@ pub fn send_lat(
             }
             let slot = split(c.wr_id).1 as usize;
             if let Some(sd) = plan.seeds {
-                let (l, e) = check_receive(s, 0, slot, c, rc.then_some(received), sd.peer);
+                let (l, e) =
+                    check_receive(s, 0, slot, c, rc.then_some(received), sd.peer, plan.peer.ud);
                 v.record(l, || e);
             }
             received += 1;

@@ -418,8 +418,9 @@ pub(crate) struct PerfArgs {
     pub(crate) mtu: Option<u32>,
 
     /// Transport: RC, UC or UD (WRITE: RC/UC; READ and atomics: RC; SEND: all). UD uses
-    /// perftest's fixed Q_Key, so any process that can reach the device can send to its QP,
-    /// and such SENDs count as received (docs/security.md).
+    /// perftest's fixed Q_Key, so any process that can reach the device can send to its QP:
+    /// such SENDs count as received, unless --data-validation is on, which checks each
+    /// message's source QP and address and reports any other (docs/security.md).
     #[arg(short = 'c', long, default_value = "RC", value_parser = ["RC", "UC", "UD", "rc", "uc", "ud"])]
     pub(crate) connection: String,
 

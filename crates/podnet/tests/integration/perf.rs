@@ -595,3 +595,97 @@ fn data_validation_catches_damage_after_the_icrc_in_every_test() {
         assert!(!out.contains("panicked"), "{what}: {out}");
     }
 }
+
+/// UD runs with perftest's fixed Q_Key, so a third process that learns the receiver's QPN
+/// (it is printed, and 24 bits) can send to it. Under `--data-validation` such a message is
+/// reported — by its source QP and address — and fails the run; `--help` says that without
+/// it they count as received.
+#[test]
+fn ud_sends_from_a_third_process_are_reported_under_data_validation() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    use verbs::{Access, Connect, ModifyQp, Path, Psn, QKey, QpInit, QpState, QpType, Qpn};
+    let help = stdout(&podnet(&["perf", "--help"]));
+    assert!(help.contains("fixed Q_Key") && help.contains("--data-validation"), "{help}");
+    let port = (18700 + std::process::id() % 200).to_string();
+    let bin = env!("CARGO_BIN_EXE_podnet");
+    let args = |dev: &str| -> Vec<String> {
+        let a = ["perf", "send-bw", "-c", "UD", "--data-validation", "-D", "3", "-p", &port];
+        a.iter().map(|s| s.to_string()).chain(["-d".into(), dev.into()]).collect()
+    };
+    let mut server = Command::new(bin)
+        .args(args("soft:127.0.0.61"))
+        .args(["--timeout", "20"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let client = Command::new(bin)
+        .args(args("soft:127.0.0.62"))
+        .arg("127.0.0.61")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The receiver's QPN, from the header it prints.
+    let mut lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let mut head = String::new();
+    let qpn = loop {
+        let l = lines.next().expect("the server's header").unwrap();
+        head += &l;
+        if let Some(q) = l.split("QPN 0x").nth(1).filter(|_| l.contains("local address")) {
+            break u32::from_str_radix(q.split_whitespace().next().unwrap(), 16).unwrap();
+        }
+    };
+    // A third device: UD SENDs to that QP with perftest's Q_Key, for a second.
+    let ctx = providers::open("soft:127.0.0.63", &providers::ContextOptions::default()).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256, None).unwrap();
+    let mr = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let qp = pd.create_qp(&QpInit::new(QpType::Ud, &cq)).unwrap();
+    let init = ModifyQp {
+        state: Some(QpState::Init),
+        qkey: Some(QKey(0x1111_1111)),
+        ..Default::default()
+    };
+    qp.modify(&init).unwrap();
+    let path = Path { ip: "127.0.0.63".parse().unwrap(), qpn: Qpn::new(1) };
+    qp.connect(&Connect::new(path, Psn::new(0), Psn::new(0))).unwrap();
+    let dest = verbs::UdDest {
+        ip: "127.0.0.61".parse().unwrap(),
+        qpn: Qpn::new(qpn),
+        qkey: QKey(0x1111_1111),
+    };
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    while t0.elapsed() < Duration::from_secs(1) {
+        let mut wr = verbs::SendWr::new(sent, verbs::SendOp::Send);
+        wr.sgl.push(mr.sge(0, 64).unwrap());
+        wr.ud = Some(dest);
+        if qp.post_send(wr).is_ok() {
+            sent += 1;
+        }
+        while cq.poll_one_blocking(Duration::ZERO).is_some() {}
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let s = server.wait_with_output().unwrap();
+    let c = client.wait_with_output().unwrap();
+    let (out, err) = (rest.join("\n"), stderr(&s));
+    assert!(sent > 10, "{sent} forged SENDs posted");
+    assert_ne!(s.status.code(), Some(0), "the receiver passed: {head}\n{out}\n{err}");
+    assert!(
+        err.contains("not from the peer") && err.contains("127.0.0.63"),
+        "the forged messages not named:\n{out}\n{err}\nclient: {}",
+        stderr(&c)
+    );
+    // Only they: the peer's own messages pass.
+    let summary = out.lines().find(|l| l.contains("Data validation:")).expect(&out);
+    let n = |word: &str| -> u64 {
+        let before = summary.split(word).next().unwrap();
+        before.split_whitespace().last().unwrap().parse().unwrap()
+    };
+    let (messages, errors) = (n(" messages"), n(" errors"));
+    assert!(errors >= 1 && errors <= sent && errors < messages / 10, "{summary} ({sent} forged)");
+}
