@@ -405,6 +405,46 @@ fn reads_are_asked_for_within_the_device_read_window() {
     assert!(most <= WINDOW / mtu, "{most} response packets asked for and not yet sent");
 }
 
+/// An RC sender keeps at most its send window of packets unacknowledged: a 256-packet WRITE
+/// through a 16-packet window never has more than 16 packets past the last PSN the responder
+/// acknowledged, asks for ACKs often enough not to wait for a timer, and lands whole.
+#[test]
+fn a_sender_keeps_within_its_send_window() {
+    let faults = Faults { delay: Duration::from_micros(5), ..Faults::default() };
+    let mut net = Net::with_config(2, 7, faults, |c| c.send_window = 16);
+    net.keep_log = true;
+    let a = side(&mut net, 0, QpType::Rc, BUF);
+    let b = side(&mut net, 1, QpType::Rc, BUF);
+    connect(&mut net, &a, &b, Params { mtu: Mtu::Mtu256, ..Params::default() });
+    for (i, x) in net.nodes[0].memory_mut().bytes_mut(a.mr.id)[..256 * 256].iter_mut().enumerate() {
+        *x = (i * 13) as u8;
+    }
+    net.nodes[0].post_send(a.qpn, write(1, &b, BUF_ADDR, 256 * 256, &a)).unwrap();
+    let wc = next_wc(&mut net, 0, &a, Duration::from_secs(1)).expect("the WRITE completes");
+    assert_eq!(wc.status, WcStatus::Success);
+    assert_eq!(net.nodes[0].counters().local_ack_timeout_err, 0, "it waited for a timer");
+    assert!(
+        net.nodes[0].memory().bytes(a.mr.id)[..256 * 256]
+            == net.nodes[1].memory().bytes(b.mr.id)[..256 * 256]
+    );
+    // Nothing is acknowledged before the first PSN.
+    let first = i64::from(Params::default().psn_a);
+    let (mut sent, mut acked, mut most) = (None::<u32>, first - 1, 0i64);
+    for (from, _, p) in &net.log {
+        match (from, p[0]) {
+            (0, 0x06..=0x0b) => sent = Some(psn_of(p)),
+            (1, 0x11) => acked = i64::from(psn_of(p)),
+            _ => continue,
+        }
+        if let Some(s) = sent {
+            // PSNs do not wrap in 256 packets from Params::default's first.
+            let out = i64::from(s) - acked;
+            most = most.max(out);
+        }
+    }
+    assert!(most <= 16, "{most} packets past the last acknowledged");
+}
+
 #[test]
 fn a_duplicate_atomic_returns_the_saved_result_and_runs_once() {
     let (mut net, a, b) = rc_pair(Params { timeout: 4, ..Params::default() });

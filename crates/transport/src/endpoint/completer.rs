@@ -80,6 +80,9 @@ impl<M: Memory> Endpoint<M> {
                             return;
                         }
                         qp.req.retry_left -= 1;
+                        // Its packets were lost: resending as many at once could lose them
+                        // again.
+                        qp.req.shrink_send_window();
                         Self::rewind(&mut self.dev.counters, qp, psn);
                     }
                     Syndrome::Nak(code) => {

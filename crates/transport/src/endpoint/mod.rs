@@ -67,6 +67,11 @@ pub struct EndpointConfig {
     /// The most one QP may have asked for and not received (default 1 MiB): where its
     /// window starts and what it grows back to after a loss halved it.
     pub read_window_qp: u64,
+    /// Packets an RC QP may have sent and not had acknowledged (default 1024): halved on a
+    /// NAK or a timeout (not below 8), grown by about one a window acknowledged. A sender
+    /// that knows it caused a loss — many senders into one receive buffer — backs off
+    /// instead of resending the same burst into the same overrun.
+    pub send_window: u32,
 }
 
 impl EndpointConfig {
@@ -81,6 +86,7 @@ impl EndpointConfig {
             first_qpn: FIRST_QPN,
             read_window: 4 << 20,
             read_window_qp: 1 << 20,
+            send_window: 1024,
         }
     }
 
@@ -412,11 +418,17 @@ impl<M: Memory> Endpoint<M> {
         }
         let operation = op.operation();
         if qp.qp_type == QpType::Rc && operation.is_some_and(Operation::is_response) {
+            let una = qp.req.una;
             self.on_response(now, qpn, &pkt);
-            // Its oldest unacknowledged PSN may have moved: fewer READ responses to come.
+            // Its oldest unacknowledged PSN may have moved: fewer READ responses to come,
+            // a wider send window.
             if let Some(qp) = self.qps.get_mut(&qpn) {
                 let mtu = qp.mtu();
                 self.dev.cqs.account_reads(&mut qp.req, mtu);
+                let acked = qp.req.una.diff(una);
+                if acked > 0 {
+                    qp.req.grow_send_window(acked as u32, self.cfg.send_window);
+                }
             }
         } else {
             // A packet that starts consuming a receive takes one from the SRQ, if the QP has

@@ -310,6 +310,8 @@ impl<M: Memory> Endpoint<M> {
                 qp.req.read_window = self.cfg.read_window_qp.min(self.cfg.read_window);
                 qp.req.read_end = p;
                 qp.req.gap_asked = None;
+                qp.req.send_window = self.cfg.send_window.max(1);
+                qp.req.send_acked = 0;
             }
             QpState::Err => {
                 Self::flush(&mut self.dev.cqs, qp);

@@ -125,9 +125,35 @@ pub(super) struct Requester {
     /// loss, grown by about an MTU per window received, up to the endpoint's
     /// `read_window_qp`.
     pub(super) read_window: u64,
+    /// Packets it may have sent and not had acknowledged (RC SEND and WRITE).
+    pub(super) send_window: u32,
+    /// Packets acknowledged towards the next step of `send_window`.
+    pub(super) send_acked: u32,
 }
 
+/// The smallest send window a loss leaves (packets).
+pub(super) const SEND_WINDOW_MIN: u32 = 8;
+
 impl Requester {
+    /// A loss (a NAK, a timeout): half the send window, not below [`SEND_WINDOW_MIN`].
+    pub(super) fn shrink_send_window(&mut self) {
+        self.send_window = (self.send_window / 2).max(SEND_WINDOW_MIN);
+        self.send_acked = 0;
+    }
+
+    /// `n` more packets acknowledged: one more packet of window per window acknowledged, up
+    /// to `max`.
+    pub(super) fn grow_send_window(&mut self, n: u32, max: u32) {
+        if self.send_window >= max {
+            return;
+        }
+        self.send_acked = self.send_acked.saturating_add(n);
+        while self.send_acked >= self.send_window && self.send_window < max {
+            self.send_acked -= self.send_window;
+            self.send_window += 1;
+        }
+    }
+
     /// A loss: half the READ window, not below 16 MTUs (or `max`, if less). Smaller, a
     /// lossy path would leave too few responses in flight for a gap to show a loss before
     /// the retransmit timer does, and each timer costs a retry.

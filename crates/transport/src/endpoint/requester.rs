@@ -74,6 +74,14 @@ impl<M: Memory> Endpoint<M> {
         qp.req.cursor = qp.req.sq[i].seq;
         let w = &qp.req.sq[i];
         let retransmit = qp.req.next_psn.diff(qp.req.resend_until) < 0;
+        // An RC SEND or WRITE packet goes out only inside the send window (an ACK reopens
+        // it: the QP is marked when one arrives).
+        if qp.qp_type == QpType::Rc
+            && !w.is_read_or_atomic()
+            && qp.req.next_psn.diff(qp.req.una) >= qp.req.send_window as i32
+        {
+            return None;
+        }
         // A new READ or atomic request goes out only while fewer than max_rd_atomic are
         // unanswered (the responder keeps that many for replays); one asked again is a
         // replay, with the bounds it first had, so that it is one the responder keeps.
@@ -197,11 +205,10 @@ impl<M: Memory> Endpoint<M> {
             qp.req.packets_since_ackreq += 1;
             // During a go-back-N restart every packet asks for an ACK: any one that returns
             // proves progress, so a lost ACK does not cost a retry.
-            if req
-                || last_of_wqe
-                || retransmit
-                || qp.req.packets_since_ackreq >= self.cfg.ack_req_every
-            {
+            // Twice a send window at least, or a window smaller than ack_req_every would
+            // wait for the retransmit timer to learn it was received.
+            let every = self.cfg.ack_req_every.min((qp.req.send_window / 2).max(1));
+            if req || last_of_wqe || retransmit || qp.req.packets_since_ackreq >= every {
                 r.bth.ack_req = true;
                 qp.req.packets_since_ackreq = 0;
             }
@@ -317,6 +324,7 @@ impl<M: Memory> Endpoint<M> {
             if qp.req.read_inflight > 0 {
                 qp.req.shrink_read_window(qp.mtu(), self.cfg.read_window_qp);
             }
+            qp.req.shrink_send_window();
             let una = qp.req.una;
             Self::rewind(&mut self.dev.counters, qp, una);
         }
