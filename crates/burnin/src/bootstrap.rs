@@ -15,7 +15,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -147,11 +147,18 @@ type Link = (Arc<Mutex<TcpStream>>, BufReader<TcpStream>);
 fn watch(
     r: &mut BufReader<TcpStream>,
     dead: Duration,
+    gap: &AtomicU64,
     mut on: impl FnMut(Msg) -> bool,
 ) -> Option<String> {
     use std::io::ErrorKind::{ConnectionAborted, ConnectionReset, TimedOut, WouldBlock};
+    let mut last = Instant::now();
     loop {
-        match recv(r) {
+        let got = recv(r);
+        // How late the peer's word came: what --dead-after must outlast.
+        let now = Instant::now();
+        gap.fetch_max(now.duration_since(last).as_nanos() as u64, Ordering::Relaxed);
+        last = now;
+        match got {
             Ok(Some(m)) => {
                 if !on(m) {
                     return None;
@@ -189,6 +196,8 @@ pub struct Session {
     /// Rank 0: a writer per other rank (index = rank); the others: the one to rank 0.
     links: Vec<Option<Arc<Mutex<TcpStream>>>>,
     timeouts: Timeouts,
+    /// The longest silence heard from a peer so far, nanoseconds.
+    gap: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Session {
@@ -280,6 +289,7 @@ fn coordinate(world: &World, me: Member, t: &Timeouts) -> Result<Session, Bootst
     }
     let roster: Vec<Member> = members.into_iter().flatten().collect();
     let shared = Arc::new(Mutex::new(Shared::default()));
+    let gap = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let links: Vec<Option<Arc<Mutex<TcpStream>>>> =
         conns.iter().map(|c| c.as_ref().map(|(w, _)| w.clone())).collect();
@@ -293,10 +303,11 @@ fn coordinate(world: &World, me: Member, t: &Timeouts) -> Result<Session, Bootst
         let Some((_, mut r)) = c else { continue };
         let (shared, stop, links, host) =
             (shared.clone(), stop.clone(), links.clone(), roster[rank].host.clone());
+        let gap = gap.clone();
         let dead = t.dead_after;
         let _ = r.get_ref().set_read_timeout(Some(dead));
         std::thread::spawn(move || {
-            let reason = watch(&mut r, dead, |m| {
+            let reason = watch(&mut r, dead, &gap, |m| {
                 if let Msg::Done { ok, .. } = m {
                     lock(&shared).done.push((rank as u32, ok));
                 }
@@ -325,7 +336,7 @@ fn coordinate(world: &World, me: Member, t: &Timeouts) -> Result<Session, Bootst
         });
     }
     heartbeats(links.clone(), stop.clone(), t.heartbeat);
-    Ok(Session { world: world.clone(), roster, shared, stop, links, timeouts: *t })
+    Ok(Session { world: world.clone(), roster, shared, stop, links, timeouts: *t, gap })
 }
 
 fn heartbeats(links: Vec<Option<Arc<Mutex<TcpStream>>>>, stop: Arc<AtomicBool>, every: Duration) {
@@ -381,12 +392,13 @@ fn connect(world: &World, me: Member, t: &Timeouts) -> Result<Session, Bootstrap
         roster.first().map_or_else(|| world.coordinator.to_string(), |m| m.host.clone());
     let shared = Arc::new(Mutex::new(Shared::default()));
     let stop = Arc::new(AtomicBool::new(false));
+    let gap = Arc::new(AtomicU64::new(0));
     let dead = t.dead_after;
     let _ = r.get_ref().set_read_timeout(Some(dead));
     {
-        let (shared, stop) = (shared.clone(), stop.clone());
+        let (shared, stop, gap) = (shared.clone(), stop.clone(), gap.clone());
         std::thread::spawn(move || {
-            let lost = watch(&mut r, dead, |m| match m {
+            let lost = watch(&mut r, dead, &gap, |m| match m {
                 Msg::Abort(f) => {
                     lock(&shared).failure.get_or_insert(f);
                     false
@@ -408,13 +420,25 @@ fn connect(world: &World, me: Member, t: &Timeouts) -> Result<Session, Bootstrap
         });
     }
     heartbeats(vec![Some(w.clone())], stop.clone(), t.heartbeat);
-    Ok(Session { world: world.clone(), roster, shared, stop, links: vec![Some(w)], timeouts: *t })
+    let links = vec![Some(w)];
+    Ok(Session { world: world.clone(), roster, shared, stop, links, timeouts: *t, gap })
 }
 
 impl Session {
     /// This rank's world.
     pub fn world(&self) -> &World {
         &self.world
+    }
+
+    /// The longest silence heard from a peer so far (heartbeats come every
+    /// [`Timeouts::heartbeat`]; under load they come late, and `dead_after` must outlast it).
+    pub fn longest_silence(&self) -> Duration {
+        Duration::from_nanos(self.gap.load(Ordering::Relaxed))
+    }
+
+    /// The bootstrap's timeouts.
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
     }
 
     /// A rank lost so far (the workload checks it, and stops).

@@ -79,6 +79,8 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
     ensure!(args.count != Some(0), "--count must be at least 1");
     let plan =
         Plan { patterns, extreme: args.extreme, sizes, seconds, count: args.count, qps: args.qps };
+    let started = Instant::now();
+    let title = format!("burn-in, rank {} of {}", world.rank, world.size);
     let session = match burnin::bootstrap::join(&world, &host, info, &t) {
         Ok(s) => s,
         Err(
@@ -87,6 +89,10 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
             | BootstrapError::Unreachable { .. }),
         ) => {
             eprintln!("podnet burnin: rank {}: {e}", world.rank);
+            if let Some(dir) = &args.report_dir {
+                let lost = lost_check("burnin/join", &e.to_string());
+                write_reports(dir, &title, vec![lost], started.elapsed())?;
+            }
             return Ok(ExitCode::from(1));
         }
         Err(e) => bail!(e),
@@ -101,7 +107,6 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     bar.set_prefix(format!("{}/{}", world.rank, world.size));
-    let started = Instant::now();
     let ticker = {
         let (bar, live) = (bar.clone(), live.clone());
         std::thread::spawn(move || {
@@ -128,6 +133,15 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
         Ok(e) => e,
         Err(f) => {
             eprintln!("podnet burnin: rank {}: stopping: {f}", world.rank);
+            if let Some(dir) = &args.report_dir {
+                // The lost rank is the failed check; what this rank measured stopped with it.
+                let name = match session.failure() {
+                    Some(l) => format!("burnin/rank {} ({})", l.rank, l.host),
+                    None => "burnin/run".to_string(),
+                };
+                let checks = vec![lost_check(&name, &f.to_string()), silence_check(&session)];
+                write_reports(dir, &title, checks, started.elapsed())?;
+            }
             return Ok(ExitCode::from(1));
         }
     };
@@ -150,7 +164,14 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
         writeln!(
             out,
             "{}",
-            serde_json::json!({ "rank": world.rank, "world_size": world.size, "ok": ok, "seconds": started.elapsed().as_secs_f64(), "edges": edges })
+            serde_json::json!({
+                "rank": world.rank,
+                "world_size": world.size,
+                "ok": ok,
+                "seconds": started.elapsed().as_secs_f64(),
+                "longest_silence_ms": session.longest_silence().as_secs_f64() * 1e3,
+                "edges": edges,
+            })
         )?;
     } else {
         for e in &edges {
@@ -175,8 +196,12 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
             )?;
         }
     }
+    // Every rank's verdict, through rank 0: one rank's damage fails them all.
+    let silence_ms = session.longest_silence().as_secs_f64() * 1e3;
+    let silence = silence_check(&session);
+    let verdict = session.finish(ok);
     if let Some(dir) = &args.report_dir {
-        let mut r = Report::new(&format!("burn-in, rank {} of {}", world.rank, world.size));
+        let mut r = Report::new(&title);
         for e in &edges {
             let name = format!(
                 "burnin/{}/{}->{}/{}",
@@ -214,23 +239,27 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
                     .judge(None),
             });
         }
-        r.seconds = started.elapsed().as_secs_f64();
-        r.summarize();
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("report.json"), r.json())?;
-        std::fs::write(dir.join("junit.xml"), r.junit())?;
-        std::fs::write(dir.join("report.html"), qualify::html::render(&r))?;
+        r.checks.push(silence);
+        // A rank lost at the end, or another rank's failure, fails this report too.
+        match &verdict {
+            Err(BootstrapError::Lost(l)) => r
+                .checks
+                .push(lost_check(&format!("burnin/rank {} ({})", l.rank, l.host), &l.reason)),
+            Err(e) => r.checks.push(lost_check("burnin/verdict", &e.to_string())),
+            Ok(()) => {}
+        }
+        write_reports(dir, &title, r.checks, started.elapsed())?;
     }
-    // Every rank's verdict, through rank 0: one rank's damage fails them all.
-    match session.finish(ok) {
+    match verdict {
         Ok(()) if ok => {
             if !args.json {
                 writeln!(
                     out,
-                    "rank {}: clean — {} edges, {:.1} s",
+                    "rank {}: clean — {} edges, {:.1} s; longest heartbeat silence {:.0} ms",
                     world.rank,
                     edges.len(),
-                    started.elapsed().as_secs_f64()
+                    started.elapsed().as_secs_f64(),
+                    silence_ms
                 )?;
             }
             Ok(ExitCode::SUCCESS)
@@ -241,4 +270,41 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// A check that failed because a rank was lost (or never joined): `why` is what happened.
+fn lost_check(name: &str, why: &str) -> qualify::report::Check {
+    Measurement::new(name).want(Threshold::Unset(why.to_string())).judge(None)
+}
+
+/// The longest silence heard from a peer, beside the --dead-after it must stay under: how
+/// much margin the run had (heartbeats come late when every core is busy with traffic).
+fn silence_check(session: &burnin::bootstrap::Session) -> qualify::report::Check {
+    let t = session.timeouts();
+    Measurement::new("burnin/heartbeat")
+        .figure(session.longest_silence().as_secs_f64() * 1e3, "ms longest silence")
+        .detail(format!(
+            "heartbeats every {:.1} s; a peer silent for {:.1} s is lost",
+            t.heartbeat.as_secs_f64(),
+            t.dead_after.as_secs_f64()
+        ))
+        .judge(None)
+}
+
+/// Writes report.json, junit.xml and report.html to `dir`.
+fn write_reports(
+    dir: &std::path::Path,
+    title: &str,
+    checks: Vec<qualify::report::Check>,
+    took: Duration,
+) -> anyhow::Result<()> {
+    let mut r = Report::new(title);
+    r.checks = checks;
+    r.seconds = took.as_secs_f64();
+    r.summarize();
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("report.json"), r.json())?;
+    std::fs::write(dir.join("junit.xml"), r.junit())?;
+    std::fs::write(dir.join("report.html"), qualify::html::render(&r))?;
+    Ok(())
 }

@@ -99,14 +99,38 @@ fn a_killed_rank_is_named_within_the_heartbeat_timeout() {
     let t0 = Instant::now();
     let o = in_netns(
         "P=\"$PODNET\"; A='--world-size 3 --coordinator 127.0.7.1:29400 --patterns all-to-all --duration 20 --sizes 4096 --heartbeat 0.2 --dead-after 1'\n\
-         for r in 0 1 2; do $P burnin --rank $r -d soft:127.0.7.$((r+1)) $A > o$r 2> e$r & eval p$r=$!; done\n\
+         for r in 0 1 2; do $P burnin --rank $r -d soft:127.0.7.$((r+1)) $A --report-dir rep$r > o$r 2> e$r & eval p$r=$!; done\n\
          sleep 3; kill -9 $p2; killed=$(date +%s.%N)\n\
          wait $p0; r0=$?; t0=$(date +%s.%N); wait $p1; r1=$?; t1=$(date +%s.%N)\n\
          echo \"== rank 0 rc=$r0\"; echo \"after $(echo \"$t0 - $killed\" | bc)\"; cat e0\n\
-         echo \"== rank 1 rc=$r1\"; echo \"after $(echo \"$t1 - $killed\" | bc)\"; cat e1",
+         echo \"== rank 1 rc=$r1\"; echo \"after $(echo \"$t1 - $killed\" | bc)\"; cat e1\n\
+         for r in 0 1; do echo \"=== report $r\"; tr -d '\\n' < rep$r/report.json; echo; \
+           grep -c '<failure' rep$r/junit.xml; grep -c 'rank 2' rep$r/report.html; done",
     );
     let out = stdout(&o);
-    let rs = ranks(&out);
+    // Each surviving rank still writes its reports, the lost rank a failed check in each.
+    let (out, reports) = out.split_once("=== report 0\n").unwrap_or((&out, ""));
+    for (r, rep) in reports.split("=== report 1\n").enumerate() {
+        let mut lines = rep.lines();
+        let v: serde_json::Value = serde_json::from_str(lines.next().unwrap_or(""))
+            .unwrap_or_else(|e| panic!("{e}: {rep}"));
+        let lost = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"].as_str().is_some_and(|n| n.starts_with("burnin/rank 2 (")));
+        assert_eq!(lost.map(|c| c["status"].clone()), Some("fail".into()), "rank {r}: {v}");
+        assert!(v["summary"]["failed"].as_u64() >= Some(1), "rank {r}: {v}");
+        let silence =
+            v["checks"].as_array().unwrap().iter().find(|c| c["name"] == "burnin/heartbeat");
+        assert!(silence.is_some_and(|c| c["measured"].as_f64() > Some(0.0)), "rank {r}: {v}");
+        let counts: Vec<u32> = lines.map(|l| l.trim().parse().unwrap()).collect();
+        assert!(
+            counts.len() == 2 && counts[0] >= 1 && counts[1] >= 1,
+            "rank {r}: junit failures, html mentions: {counts:?}"
+        );
+    }
+    let rs = ranks(out);
     assert_eq!(rs.len(), 2, "{out}{}", stderr(&o));
     for (r, rc, body) in &rs {
         assert_eq!(*rc, 1, "rank {r}: {body}");
@@ -125,13 +149,18 @@ fn a_killed_rank_is_named_within_the_heartbeat_timeout() {
 #[test]
 fn a_rank_that_never_joins_is_named() {
     let o = in_netns(
-        "\"$PODNET\" burnin --rank 0 --world-size 3 --coordinator 127.0.8.1:29400 -d soft:127.0.8.1 --join-timeout 1 --duration 1 2>&1 & a=$!\n\
+        "\"$PODNET\" burnin --rank 0 --world-size 3 --coordinator 127.0.8.1:29400 -d soft:127.0.8.1 --join-timeout 1 --duration 1 --report-dir rep 2>&1 & a=$!\n\
          \"$PODNET\" burnin --rank 2 --world-size 3 --coordinator 127.0.8.1:29400 -d soft:127.0.8.3 --join-timeout 1 --duration 1 > /dev/null 2>&1\n\
-         wait $a; echo rc=$?",
+         wait $a; echo rc=$?; tr -d '\\n' < rep/report.json",
     );
     let out = stdout(&o);
     assert!(out.contains("rank(s) 1 never joined within 1s (joined: [0, 2])"), "{out}");
     assert!(out.contains("rc=1"), "{out}");
+    // The report says so too: a failed check, not a missing file.
+    assert!(
+        out.contains(r#""name": "burnin/join""#) && out.contains(r#""status": "fail""#),
+        "{out}"
+    );
 }
 
 #[test]
