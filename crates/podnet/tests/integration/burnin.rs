@@ -212,6 +212,9 @@ fn extreme_load_every_edge_at_once_stays_clean() {
         // Every pattern's edges at this rank, deduplicated: all-to-all covers them all.
         assert_eq!(extreme.len(), 6, "rank {r}: {v}");
         assert!(extreme.iter().all(|e| e["damaged"] == 0 && e["error"].is_null()), "rank {r}: {v}");
+        // Heartbeats (1 s) came on time under the load: far inside --dead-after (5 s).
+        let silence = v["longest_silence_ms"].as_f64().unwrap();
+        assert!(silence < 2500.0, "rank {r}: silent for {silence} ms under --extreme");
     }
 }
 
