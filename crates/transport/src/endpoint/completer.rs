@@ -82,7 +82,7 @@ impl<M: Memory> Endpoint<M> {
                         qp.req.retry_left -= 1;
                         // Its packets were lost: resending as many at once could lose them
                         // again.
-                        qp.req.shrink_send_window();
+                        qp.req.shrink_send_window(self.cfg.send_window);
                         Self::rewind(&mut self.dev.counters, qp, psn);
                     }
                     Syndrome::Nak(code) => {

@@ -68,7 +68,7 @@ pub struct EndpointConfig {
     /// window starts and what it grows back to after a loss halved it.
     pub read_window_qp: u64,
     /// Packets an RC QP may have sent and not had acknowledged (default 1024): halved on a
-    /// NAK or a timeout (not below 8), grown by about one a window acknowledged. A sender
+    /// NAK or a timeout (not below 64), grown by about one a window acknowledged. A sender
     /// that knows it caused a loss — many senders into one receive buffer — backs off
     /// instead of resending the same burst into the same overrun.
     pub send_window: u32,

@@ -131,13 +131,16 @@ pub(super) struct Requester {
     pub(super) send_acked: u32,
 }
 
-/// The smallest send window a loss leaves (packets).
-pub(super) const SEND_WINDOW_MIN: u32 = 8;
+/// The smallest send window a loss leaves (packets): a whole 64 KiB message at a 1024-byte
+/// MTU, and rxe's ACK interval. Smaller, a lossy path (not an overrun one) stalls on every
+/// lost ACK until the retransmit timer, and each timer costs a retry.
+pub(super) const SEND_WINDOW_MIN: u32 = 64;
 
 impl Requester {
-    /// A loss (a NAK, a timeout): half the send window, not below [`SEND_WINDOW_MIN`].
-    pub(super) fn shrink_send_window(&mut self) {
-        self.send_window = (self.send_window / 2).max(SEND_WINDOW_MIN);
+    /// A loss (a NAK, a timeout): half the send window, not below [`SEND_WINDOW_MIN`] (or
+    /// `max`, the configured window, if smaller).
+    pub(super) fn shrink_send_window(&mut self, max: u32) {
+        self.send_window = (self.send_window / 2).max(SEND_WINDOW_MIN.min(max));
         self.send_acked = 0;
     }
 

@@ -205,10 +205,12 @@ impl<M: Memory> Endpoint<M> {
             qp.req.packets_since_ackreq += 1;
             // During a go-back-N restart every packet asks for an ACK: any one that returns
             // proves progress, so a lost ACK does not cost a retry.
-            // Twice a send window at least, or a window smaller than ack_req_every would
-            // wait for the retransmit timer to learn it was received.
+            // Twice a send window at least, and the packet that fills it: else a window
+            // smaller than ack_req_every would wait for the retransmit timer to learn it was
+            // received.
             let every = self.cfg.ack_req_every.min((qp.req.send_window / 2).max(1));
-            if req || last_of_wqe || retransmit || qp.req.packets_since_ackreq >= every {
+            let fills = psn.diff(qp.req.una) + 1 >= qp.req.send_window as i32;
+            if req || last_of_wqe || retransmit || fills || qp.req.packets_since_ackreq >= every {
                 r.bth.ack_req = true;
                 qp.req.packets_since_ackreq = 0;
             }
@@ -324,7 +326,7 @@ impl<M: Memory> Endpoint<M> {
             if qp.req.read_inflight > 0 {
                 qp.req.shrink_read_window(qp.mtu(), self.cfg.read_window_qp);
             }
-            qp.req.shrink_send_window();
+            qp.req.shrink_send_window(self.cfg.send_window);
             let una = qp.req.una;
             Self::rewind(&mut self.dev.counters, qp, una);
         }
