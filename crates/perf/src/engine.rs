@@ -503,6 +503,18 @@ pub fn check_atomics(s: &Side<'_>, counts: &[u64]) -> Validation {
     v
 }
 
+/// Zeroes the counters the peer's atomics left (`counts` per QP, as [`check_atomics`]
+/// reads them), so that the next size of a sweep starts from 0 as its initiator expects.
+pub fn reset_atomics(s: &Side<'_>, counts: &[u64]) -> Result<(), Error> {
+    let slots = s.layout.slots as u64;
+    for (q, &n) in counts.iter().enumerate().take(s.qps.len()) {
+        for j in 0..slots.min(n) {
+            s.mr.write(s.layout.remote(q, j as usize), &[0u8; 8])?;
+        }
+    }
+    Ok(())
+}
+
 /// The send work request of message `seq` on QP `q`.
 fn send_wr(
     s: &Side<'_>,

@@ -962,7 +962,11 @@ fn settle(
             found.merge(&if op == BwOp::Write {
                 engine::check_written(side, size, seeds.peer, &counts)
             } else {
-                engine::check_atomics(side, &counts)
+                let v = engine::check_atomics(side, &counts);
+                // Before the results go back: the initiator starts the next size of a
+                // sweep only once it has them.
+                engine::reset_atomics(side, &counts)?;
+                v
             });
         }
     }

@@ -177,6 +177,22 @@ fn the_readme_read_example_passes_three_times_in_a_row() {
     }
 }
 
+/// Atomics under `-a` (23 rounds of 8-byte operations): each round starts from counters at
+/// 0, so every fetched value and every counter is checked right, not only the first round's
+/// (the second round fetched what the first had left, and failed).
+#[test]
+fn atomic_sweeps_check_every_round() {
+    for test in ["atomic-bw", "atomic-lat"] {
+        let (c, s) = pair(&format!("{test} -a -n 20 --data-validation"));
+        for side in [&c, &s] {
+            let v = validation(side);
+            // Every fetched value at the initiator, every counter at the target.
+            let n = v["messages"].as_u64().unwrap_or(0);
+            assert!(v["ok"] == true && n >= 23 * 20, "{test}: {v}");
+        }
+    }
+}
+
 #[test]
 fn four_qps_and_both_directions() {
     // -q 4: every QP's messages count, and each is checked.
