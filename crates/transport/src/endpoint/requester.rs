@@ -76,8 +76,9 @@ impl<M: Memory> Endpoint<M> {
         let retransmit = qp.req.next_psn.diff(qp.req.resend_until) < 0;
         // An RC SEND or WRITE packet goes out only inside the send window (an ACK reopens
         // it: the QP is marked when one arrives).
+        let is_read_or_atomic = w.is_read_or_atomic();
         if qp.qp_type == QpType::Rc
-            && !w.is_read_or_atomic()
+            && !is_read_or_atomic
             && qp.req.next_psn.diff(qp.req.una) >= qp.req.send_window as i32
         {
             return None;
@@ -86,7 +87,7 @@ impl<M: Memory> Endpoint<M> {
         // unanswered (the responder keeps that many for replays); one asked again is a
         // replay, with the bounds it first had, so that it is one the responder keeps.
         let mut resend_end = None;
-        if w.is_read_or_atomic() {
+        if is_read_or_atomic {
             let una = qp.req.una;
             while qp.req.rd_out.front().is_some_and(|end| una.diff(*end) >= 0) {
                 qp.req.rd_out.pop_front();
@@ -105,7 +106,6 @@ impl<M: Memory> Endpoint<M> {
             _ => return None,
         };
         let transport = transport_of(qp.qp_type);
-        let is_read_or_atomic = w.is_read_or_atomic();
         let is_read = matches!(w.wr.op, SendOp::Read { .. });
         let mut b = bth::Repr::new(Opcode::new(transport, Operation::SendFirst), dest_qpn, psn);
         let mut gather_at = None;
@@ -198,10 +198,6 @@ impl<M: Memory> Endpoint<M> {
             }
         }
         if qp.qp_type == QpType::Rc {
-            let req = matches!(
-                w.wr.op,
-                SendOp::Read { .. } | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }
-            );
             qp.req.packets_since_ackreq += 1;
             // During a go-back-N restart every packet asks for an ACK: any one that returns
             // proves progress, so a lost ACK does not cost a retry.
@@ -210,7 +206,12 @@ impl<M: Memory> Endpoint<M> {
             // received.
             let every = self.cfg.ack_req_every.min((qp.req.send_window / 2).max(1));
             let fills = psn.diff(qp.req.una) + 1 >= qp.req.send_window as i32;
-            if req || last_of_wqe || retransmit || fills || qp.req.packets_since_ackreq >= every {
+            if is_read_or_atomic
+                || last_of_wqe
+                || retransmit
+                || fills
+                || qp.req.packets_since_ackreq >= every
+            {
                 r.bth.ack_req = true;
                 qp.req.packets_since_ackreq = 0;
             }
@@ -358,21 +359,14 @@ impl<M: Memory> Endpoint<M> {
     }
 }
 
-/// What the QP's READ window and the device's leave, bytes.
-fn read_room(qp: &QueuePair, cqs: &CqTable, cfg: &EndpointConfig) -> (u64, u64) {
-    (
-        qp.req.read_window.saturating_sub(qp.req.read_inflight),
-        cfg.read_window.saturating_sub(cqs.read_inflight),
-    )
-}
-
 /// How many response packets of a READ wanting `want` more the QP may ask for now: what its
 /// own READ window and the device's leave, in MTUs. Not less than a sixteenth of its window
 /// (or all it wants) unless nothing at all is in flight: small READ requests cost the
 /// responder a resource each, so the requester waits for room instead of dribbling.
 fn read_credit(qp: &QueuePair, cqs: &CqTable, cfg: &EndpointConfig, want: u32) -> u32 {
     let mtu = qp.mtu();
-    let (qp_room, dev_room) = read_room(qp, cqs, cfg);
+    let qp_room = qp.req.read_window.saturating_sub(qp.req.read_inflight);
+    let dev_room = cfg.read_window.saturating_sub(cqs.read_inflight);
     let n = (qp_room.min(dev_room) / mtu).min(u64::from(want)) as u32;
     let floor = ((qp.req.read_window / mtu / 16).max(1) as u32).min(want);
     if n >= floor {
