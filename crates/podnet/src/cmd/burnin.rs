@@ -135,11 +135,11 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
             eprintln!("podnet burnin: rank {}: stopping: {f}", world.rank);
             if let Some(dir) = &args.report_dir {
                 // The lost rank is the failed check; what this rank measured stopped with it.
-                let name = match session.failure() {
-                    Some(l) => format!("burnin/rank {} ({})", l.rank, l.host),
-                    None => "burnin/run".to_string(),
+                let lost = match session.failure() {
+                    Some(l) => lost_rank_check(&l),
+                    None => lost_check("burnin/run", &f.to_string()),
                 };
-                let checks = vec![lost_check(&name, &f.to_string()), silence_check(&session)];
+                let checks = vec![lost, silence_check(&session)];
                 write_reports(dir, &title, checks, started.elapsed())?;
             }
             return Ok(ExitCode::from(1));
@@ -242,9 +242,7 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
         r.checks.push(silence);
         // A rank lost at the end, or another rank's failure, fails this report too.
         match &verdict {
-            Err(BootstrapError::Lost(l)) => r
-                .checks
-                .push(lost_check(&format!("burnin/rank {} ({})", l.rank, l.host), &l.reason)),
+            Err(BootstrapError::Lost(l)) => r.checks.push(lost_rank_check(l)),
             Err(e) => r.checks.push(lost_check("burnin/verdict", &e.to_string())),
             Ok(()) => {}
         }
@@ -277,6 +275,11 @@ fn lost_check(name: &str, why: &str) -> qualify::report::Check {
     Measurement::new(name).want(Threshold::Unset(why.to_string())).judge(None)
 }
 
+/// The check of a rank that was lost: named by rank and host, failed with why.
+fn lost_rank_check(l: &burnin::bootstrap::Failure) -> qualify::report::Check {
+    lost_check(&format!("burnin/rank {} ({})", l.rank, l.host), &l.reason)
+}
+
 /// The longest silence heard from a peer, beside the --dead-after it must stay under: how
 /// much margin the run had (heartbeats come late when every core is busy with traffic).
 fn silence_check(session: &burnin::bootstrap::Session) -> qualify::report::Check {
@@ -302,9 +305,5 @@ fn write_reports(
     r.checks = checks;
     r.seconds = took.as_secs_f64();
     r.summarize();
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("report.json"), r.json())?;
-    std::fs::write(dir.join("junit.xml"), r.junit())?;
-    std::fs::write(dir.join("report.html"), qualify::html::render(&r))?;
-    Ok(())
+    Ok(qualify::write_reports(&r, dir)?)
 }

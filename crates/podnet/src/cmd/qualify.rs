@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use qualify::plan::{DEFAULT_PLAN, Plan};
 use qualify::report::{Check, Status};
@@ -85,16 +84,8 @@ pub(crate) fn run(args: &QualifyArgs) -> anyhow::Result<ExitCode> {
         Some(d) => d.clone(),
         None => PathBuf::from(format!("podnet-qualify-{}", stamp(report.started_unix))),
     };
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    qualify::write_reports(&report, &dir)?;
     let json = report.json();
-    for (file, text) in [
-        ("report.json", json.clone()),
-        ("junit.xml", report.junit()),
-        ("report.html", qualify::html::render(&report)),
-    ] {
-        let p = dir.join(file);
-        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;
-    }
     let mut out = std::io::stdout().lock();
     if args.json {
         writeln!(out, "{json}")?;
