@@ -1,9 +1,5 @@
-//! podnet's burn-in across hosts. So far: [`world`], how a process learns its rank, the world
-//! size and the coordinator (flags, Slurm, Open MPI, torchrun), and [`bootstrap`], how the
-//! ranks meet at rank 0 over TCP, exchange what they need, and notice a rank that never joins
-//! or stops answering.
+//! podnet's burn-in across hosts: [`pattern`], the traffic patterns, and [`run`], a rank's
+//! part of the run. How the ranks find each other and meet is the `rendezvous` crate's.
 
-pub mod bootstrap;
 pub mod pattern;
 pub mod run;
-pub mod world;

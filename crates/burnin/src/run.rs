@@ -15,8 +15,8 @@ use perf::session::{self, Observer, Options, Outcome, PerfTest, Row};
 use serde::Serialize;
 use verbs::Context;
 
-use crate::bootstrap::{Failure, Session};
 use crate::pattern::Pattern;
+use rendezvous::bootstrap::{Failure, Session};
 
 /// What to run.
 #[derive(Debug, Clone)]

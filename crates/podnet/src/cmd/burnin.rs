@@ -7,14 +7,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure};
-use burnin::bootstrap::{BootstrapError, Timeouts};
 use burnin::pattern::Pattern;
 use burnin::run::{End, Live, Plan};
-use burnin::world::{self, Flags};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use providers::{ContextOptions, Progress};
 use qualify::check::{Measurement, Threshold};
 use qualify::report::Report;
+use rendezvous::bootstrap::{BootstrapError, Timeouts};
+use rendezvous::world::{self, Flags};
 
 use crate::cli::BurninArgs;
 
@@ -81,7 +81,7 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
         Plan { patterns, extreme: args.extreme, sizes, seconds, count: args.count, qps: args.qps };
     let started = Instant::now();
     let title = format!("burn-in, rank {} of {}", world.rank, world.size);
-    let session = match burnin::bootstrap::join(&world, &host, info, &t) {
+    let session = match rendezvous::bootstrap::join(&world, &host, info, &t) {
         Ok(s) => s,
         Err(
             e @ (BootstrapError::NotJoined { .. }
@@ -276,13 +276,13 @@ fn lost_check(name: &str, why: &str) -> qualify::report::Check {
 }
 
 /// The check of a rank that was lost: named by rank and host, failed with why.
-fn lost_rank_check(l: &burnin::bootstrap::Failure) -> qualify::report::Check {
+fn lost_rank_check(l: &rendezvous::bootstrap::Failure) -> qualify::report::Check {
     lost_check(&format!("burnin/rank {} ({})", l.rank, l.host), &l.reason)
 }
 
 /// The longest silence heard from a peer, beside the --dead-after it must stay under: how
 /// much margin the run had (heartbeats come late when every core is busy with traffic).
-fn silence_check(session: &burnin::bootstrap::Session) -> qualify::report::Check {
+fn silence_check(session: &rendezvous::bootstrap::Session) -> qualify::report::Check {
     let t = session.timeouts();
     Measurement::new("burnin/heartbeat")
         .figure(session.longest_silence().as_secs_f64() * 1e3, "ms longest silence")

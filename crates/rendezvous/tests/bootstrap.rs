@@ -6,8 +6,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use burnin::bootstrap::{BootstrapError, Timeouts, join};
-use burnin::world::{Launcher, World};
+use rendezvous::bootstrap::{BootstrapError, Timeouts, join};
+use rendezvous::world::{Launcher, World};
 use serde_json::json;
 
 fn free_addr() -> SocketAddr {
