@@ -142,7 +142,10 @@ pub(crate) enum Command {
     /// torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and meet at rank 0 over TCP (rank
     /// 0 listens on the coordinator address only). A rank that never joins (--join-timeout) or
     /// stops answering (--dead-after) is named by rank and host, and every rank stops with
-    /// exit status 1. Exit status: 0 clean, 1 damage or a lost rank, 2 bad input.
+    /// exit status 1. Rank 0 serves joiners concurrently, each within 10 s and a size cap; it
+    /// turns away a rank already claimed, another world size or podnet version, and — with a
+    /// shared secret (--secret-file or PODNET_SECRET) — a joiner that cannot prove it.
+    /// Exit status: 0 clean, 1 damage or a lost rank, 2 bad input or a rank turned away.
     #[command(after_help = "Examples:\n  \
         podnet burnin --rank 0 --world-size 2 --coordinator 10.0.0.1:29400 -d soft:10.0.0.1 &\n  \
         podnet burnin --rank 1 --world-size 2 --coordinator 10.0.0.1:29400 -d soft:10.0.0.2\n  \
@@ -197,6 +200,14 @@ pub(crate) struct BurninArgs {
     /// The first TCP port of this rank's side channels (one per incoming edge above it).
     #[arg(long, default_value_t = 18600)]
     pub(crate) port: u16,
+
+    /// The run's shared secret, in a file (every rank the same; or set PODNET_SECRET to the
+    /// secret itself). A joiner proves it with an HMAC-SHA256 over nonces from both sides and
+    /// rank 0 proves it back, so the secret never crosses the wire and no rank follows an
+    /// impostor. Without one, any host that reaches the coordinator address may claim a free
+    /// rank.
+    #[arg(long, value_name = "FILE", env = "PODNET_SECRET_FILE")]
+    pub(crate) secret_file: Option<PathBuf>,
 
     /// Seconds rank 0 waits for every rank to join (and a rank tries to reach it).
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]

@@ -1,34 +1,75 @@
 //! The ranks meet at rank 0 over TCP: each connects to the coordinator's address (rank 0
-//! listens on exactly that address, never on every interface), says who it is and what the
-//! others need to know of it, and gets the roster of every rank. From then on rank 0 and each
-//! other rank exchange heartbeats; a rank that closes its connection or stops answering for
-//! `dead_after` is reported by rank and host to every other rank, which stop.
+//! listens on exactly that address, never on every interface), proves it belongs to the run,
+//! says who it is and what the others need to know of it, and gets the roster of every rank.
+//! From then on rank 0 and each other rank exchange heartbeats; a rank that closes its
+//! connection or stops answering for `dead_after` is reported by rank and host to every other
+//! rank, which stop.
 //!
-//! The protocol is one JSON object per line:
-//! `{"hello":{"rank":1,"host":"node7","info":…}}`, `{"roster":[…]}`, `"heartbeat"`,
+//! The protocol is one JSON object per line. Rank 0 speaks first, to every connection:
+//! `{"challenge":{"nonce":"…","version":"0.1.0","world_size":4,"secret":true}}`; the joiner
+//! answers `{"hello":{"rank":1,"host":"node7","info":…,"world_size":4,"version":"0.1.0",
+//! "nonce":"…","proof":"…"}}`; rank 0 answers `{"refused":{"reason":"…"}}` or, once every rank
+//! has joined, `{"roster":{"members":[…],"proof":"…"}}`. Then `"heartbeat"`,
 //! `{"abort":{"rank":3,"host":"node9","reason":"…"}}`, `{"done":{"rank":1,"ok":true}}`,
 //! `{"finish":{"ok":true}}`.
 //!
+//! What a connection can and cannot do to rank 0 ([`Coordinator`] limits): joiners are handled
+//! concurrently (at most [`MAX_HANDSHAKES`] at once; more are closed at once), each within
+//! [`Timeouts::handshake`] (a silent connection is closed then, and never holds up the others),
+//! and every line is capped in size ([`HELLO_LIMIT`], [`LINE_LIMIT`]). A hello is refused when
+//! it runs another podnet version or world size, names a rank outside the world or one already
+//! claimed, or, where the run has a shared [`Secret`], does not prove it: the proof is an
+//! HMAC-SHA256 over both sides' nonces and the rank, keyed with the secret, so the secret itself
+//! never crosses the wire, and rank 0 proves it too (in the roster), so a joiner does not follow
+//! an impostor. The secret authenticates ranks; it does not encrypt the traffic.
+//!
 //! Timeouts ([`Timeouts`]): `join` (default 60 s) bounds how long rank 0 waits for every rank
-//! to join and a rank keeps trying to reach rank 0; `heartbeat` (1 s) is the interval between
-//! heartbeats; `dead_after` (5 s) is the silence after which a peer is declared lost.
+//! to join and a rank keeps trying to reach rank 0; `handshake` (10 s) how long one connection
+//! may take to say hello; `heartbeat` (1 s) is the interval between heartbeats; `dead_after`
+//! (5 s) is the silence after which a peer is declared lost.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sha2::Sha256;
 
 use crate::world::World;
+
+/// The podnet version every rank of a run must share.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The most joiners rank 0 talks to at once; a connection past it is closed at once (a real
+/// rank tries again).
+pub const MAX_HANDSHAKES: usize = 64;
+
+/// The longest hello rank 0 reads; a longer one is refused.
+pub const HELLO_LIMIT: usize = 256 << 10;
+
+/// The longest line read once the ranks have met (heartbeats, verdicts); the roster a rank
+/// reads is allowed [`ROSTER_LIMIT`].
+pub const LINE_LIMIT: usize = 64 << 10;
+
+/// The longest roster a rank reads.
+pub const ROSTER_LIMIT: usize = 64 << 20;
+
+/// The longest secret file read.
+pub const SECRET_LIMIT: u64 = 4096;
 
 /// The bootstrap's timeouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
     /// How long rank 0 waits for every rank, and a rank tries to reach rank 0.
     pub join: Duration,
+    /// How long one connection may take to say hello to rank 0.
+    pub handshake: Duration,
     /// The interval between heartbeats.
     pub heartbeat: Duration,
     /// The silence after which a peer is lost.
@@ -39,10 +80,144 @@ impl Default for Timeouts {
     fn default() -> Self {
         Timeouts {
             join: Duration::from_secs(60),
+            handshake: Duration::from_secs(10),
             heartbeat: Duration::from_secs(1),
             dead_after: Duration::from_secs(5),
         }
     }
+}
+
+/// The shared secret of a run: every rank has the same one (from a file or the environment,
+/// as a launcher provides it) and proves it without sending it.
+#[derive(Clone)]
+pub struct Secret(Vec<u8>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+/// Why a secret could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// The file could not be read.
+    #[error("secret file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is longer than [`SECRET_LIMIT`].
+    #[error("secret file {0}: longer than {SECRET_LIMIT} bytes (is it the right file?)")]
+    TooLong(String),
+    /// Nothing but white space.
+    #[error("{0}: the secret is empty")]
+    Empty(String),
+    /// Both a file and the environment give one.
+    #[error("both a secret file and {SECRET_ENV} are given: give one")]
+    Both,
+}
+
+/// The environment variable that may hold the secret itself (launchers pass environment
+/// variables to every rank).
+pub const SECRET_ENV: &str = "PODNET_SECRET";
+
+impl Secret {
+    /// The secret from bytes (white space at either end dropped; empty is an error). `what`
+    /// names where it came from, for the error.
+    pub fn new(bytes: &[u8], what: &str) -> Result<Self, SecretError> {
+        let s = bytes.trim_ascii();
+        if s.is_empty() {
+            return Err(SecretError::Empty(what.to_string()));
+        }
+        Ok(Secret(s.to_vec()))
+    }
+
+    /// Reads a secret file (at most [`SECRET_LIMIT`] bytes).
+    pub fn from_file(path: &Path) -> Result<Self, SecretError> {
+        let name = path.display().to_string();
+        let read = |source| SecretError::Read { path: name.clone(), source };
+        let f = std::fs::File::open(path).map_err(read)?;
+        let mut bytes = Vec::new();
+        f.take(SECRET_LIMIT + 1).read_to_end(&mut bytes).map_err(read)?;
+        if bytes.len() as u64 > SECRET_LIMIT {
+            return Err(SecretError::TooLong(name));
+        }
+        Secret::new(&bytes, &format!("secret file {name}"))
+    }
+
+    /// The run's secret from a file or the value of [`SECRET_ENV`], or none (either, not both).
+    pub fn from_sources(
+        file: Option<&Path>,
+        env: Option<&[u8]>,
+    ) -> Result<Option<Self>, SecretError> {
+        match (file, env) {
+            (Some(_), Some(_)) => Err(SecretError::Both),
+            (Some(p), None) => Secret::from_file(p).map(Some),
+            (None, Some(v)) => Secret::new(v, SECRET_ENV).map(Some),
+            (None, None) => Ok(None),
+        }
+    }
+
+    fn mac(&self, parts: &[&[u8]]) -> Hmac<Sha256> {
+        // HMAC takes a key of any length.
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| unreachable!("HMAC keys may be any length"));
+        for p in parts {
+            m.update(&(p.len() as u32).to_le_bytes());
+            m.update(p);
+        }
+        m
+    }
+
+    /// The MAC a joiner's proof is: over both nonces and its rank.
+    fn joiner_mac(&self, coordinator_nonce: &str, joiner_nonce: &str, rank: u32) -> Hmac<Sha256> {
+        self.mac(&[
+            b"podnet-rendezvous/1 joiner",
+            coordinator_nonce.as_bytes(),
+            joiner_nonce.as_bytes(),
+            &rank.to_le_bytes(),
+        ])
+    }
+
+    /// The MAC rank 0's proof is: over the same nonces the other way round.
+    fn coordinator_mac(&self, joiner_nonce: &str, coordinator_nonce: &str) -> Hmac<Sha256> {
+        self.mac(&[
+            b"podnet-rendezvous/1 coordinator",
+            joiner_nonce.as_bytes(),
+            coordinator_nonce.as_bytes(),
+        ])
+    }
+
+    fn joiner_proof(&self, coordinator_nonce: &str, joiner_nonce: &str, rank: u32) -> String {
+        hex::encode(self.joiner_mac(coordinator_nonce, joiner_nonce, rank).finalize().into_bytes())
+    }
+
+    fn coordinator_proof(&self, joiner_nonce: &str, coordinator_nonce: &str) -> String {
+        hex::encode(self.coordinator_mac(joiner_nonce, coordinator_nonce).finalize().into_bytes())
+    }
+}
+
+/// Whether a hex `proof` is `mac`'s tag (compared in constant time).
+fn proves(mac: Hmac<Sha256>, proof: &str) -> bool {
+    hex::decode(proof).is_ok_and(|p| mac.verify_slice(&p).is_ok())
+}
+
+fn nonce() -> String {
+    let mut b = [0u8; 16];
+    // Without the kernel's randomness no nonce is worth having; a fixed one would let a
+    // recorded proof be replayed.
+    if getrandom::fill(&mut b).is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        b = (t ^ (u128::from(std::process::id()) << 64)).to_le_bytes();
+    }
+    hex::encode(b)
 }
 
 /// A rank as the others know it.
@@ -68,11 +243,29 @@ pub struct Failure {
     pub reason: String,
 }
 
+/// What a joiner says of itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Hello {
+    #[serde(flatten)]
+    member: Member,
+    /// Missing in a hello from a podnet older than the check.
+    #[serde(default)]
+    world_size: Option<u32>,
+    #[serde(default)]
+    version: Option<String>,
+    #[serde(default)]
+    nonce: String,
+    #[serde(default)]
+    proof: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum Msg {
-    Hello(Member),
-    Roster(Vec<Member>),
+    Challenge { nonce: String, version: String, world_size: u32, secret: bool },
+    Hello(Hello),
+    Refused { reason: String },
+    Roster { members: Vec<Member>, proof: Option<String> },
     Heartbeat,
     Abort(Failure),
     Done { rank: u32, ok: bool },
@@ -92,7 +285,12 @@ pub enum BootstrapError {
         source: std::io::Error,
     },
     /// Some ranks never joined.
-    #[error("rank(s) {} never joined within {:?} (joined: {joined:?})", missing.iter().map(u32::to_string).collect::<Vec<_>>().join(", "), after)]
+    #[error(
+        "rank(s) {} never joined within {:?} (joined: {joined:?}){}",
+        missing.iter().map(u32::to_string).collect::<Vec<_>>().join(", "),
+        after,
+        turned_away_text(turned_away)
+    )]
     NotJoined {
         /// The ranks missing.
         missing: Vec<u32>,
@@ -100,6 +298,8 @@ pub enum BootstrapError {
         joined: Vec<u32>,
         /// The join timeout.
         after: Duration,
+        /// The connections rank 0 turned away, and why (the first [`TURNED_AWAY_KEPT`]).
+        turned_away: Vec<String>,
     },
     /// Rank 0 could not be reached.
     #[error("cannot reach the coordinator {addr} within {after:?}: {source}")]
@@ -112,6 +312,22 @@ pub enum BootstrapError {
         #[source]
         source: std::io::Error,
     },
+    /// Rank 0 turned this rank away.
+    #[error("the coordinator {addr} turned this rank away: {reason}")]
+    Refused {
+        /// Rank 0's address.
+        addr: SocketAddr,
+        /// Its reason.
+        reason: String,
+    },
+    /// The shared secret did not check out on this rank's side.
+    #[error("the coordinator {addr}: {reason}")]
+    Unauthenticated {
+        /// Rank 0's address.
+        addr: SocketAddr,
+        /// What was wrong.
+        reason: String,
+    },
     /// A peer broke the protocol.
     #[error("bootstrap protocol: {0}")]
     Protocol(String),
@@ -123,18 +339,38 @@ pub enum BootstrapError {
     RanksFailed(Vec<u32>),
 }
 
+/// How many turned-away connections rank 0 remembers for its error.
+pub const TURNED_AWAY_KEPT: usize = 8;
+
+fn turned_away_text(t: &[String]) -> String {
+    if t.is_empty() { String::new() } else { format!("; turned away: {}", t.join("; ")) }
+}
+
 fn send(w: &Mutex<TcpStream>, m: &Msg) -> std::io::Result<()> {
     let mut line = serde_json::to_string(m).map_err(std::io::Error::other)?;
     line.push('\n');
     w.lock().unwrap_or_else(PoisonError::into_inner).write_all(line.as_bytes())
 }
 
-fn recv(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<Msg>> {
-    let mut line = String::new();
-    if r.read_line(&mut line)? == 0 {
+/// Reads one message of at most `limit` bytes (`None`: the peer closed). A longer line is an
+/// error after `limit` bytes, whatever the peer goes on sending.
+fn recv(r: &mut BufReader<TcpStream>, limit: usize) -> std::io::Result<Option<Msg>> {
+    let mut line = Vec::new();
+    let n = r.by_ref().take(limit as u64 + 1).read_until(b'\n', &mut line)?;
+    if n == 0 {
         return Ok(None);
     }
-    serde_json::from_str(&line)
+    if line.last() != Some(&b'\n') {
+        if line.len() > limit {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a line longer than {limit} bytes"),
+            ));
+        }
+        // The peer closed in the middle of a line.
+        return Ok(None);
+    }
+    serde_json::from_slice(&line)
         .map(Some)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
@@ -153,7 +389,7 @@ fn watch(
     use std::io::ErrorKind::{ConnectionAborted, ConnectionReset, TimedOut, WouldBlock};
     let mut last = Instant::now();
     loop {
-        let got = recv(r);
+        let got = recv(r, LINE_LIMIT);
         // How late the peer's word came: what --dead-after must outlast.
         let now = Instant::now();
         gap.fetch_max(now.duration_since(last).as_nanos() as u64, Ordering::Relaxed);
@@ -221,71 +457,242 @@ fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
 }
 
 /// Joins the run: rank 0 listens and waits for everyone, the others connect to it. Returns
-/// when every rank has joined (with the roster), or fails naming who is missing.
+/// when every rank has joined (with the roster), or fails naming who is missing. With a
+/// `secret`, every rank must have the same one.
 pub fn join(
     world: &World,
     host: &str,
     info: Value,
     t: &Timeouts,
+    secret: Option<&Secret>,
 ) -> Result<Session, BootstrapError> {
     let me = Member { rank: world.rank, host: host.to_string(), info };
-    if world.rank == 0 { coordinate(world, me, t) } else { connect(world, me, t) }
+    if world.rank == 0 { coordinate(world, me, t, secret) } else { connect(world, me, t, secret) }
 }
 
-fn coordinate(world: &World, me: Member, t: &Timeouts) -> Result<Session, BootstrapError> {
+/// What a handshake thread hands the coordinator.
+enum Joined {
+    /// A hello that passed every check a connection can pass alone.
+    Hello {
+        id: u64,
+        member: Member,
+        /// Rank 0's nonce for this connection, and the joiner's.
+        nonces: (String, String),
+        addr: SocketAddr,
+        link: Link,
+    },
+    /// A connection turned away (already told why), or one that said nothing useful.
+    Away { id: u64, why: Option<String> },
+}
+
+/// Rank 0's side of one connection: the challenge, the hello, the checks that need no other
+/// connection. Runs on its own thread; rank 0 closes the socket at the handshake deadline.
+fn handshake(
+    id: u64,
+    s: TcpStream,
+    addr: SocketAddr,
+    size: u32,
+    secret: Option<&Secret>,
+    out: &mpsc::Sender<Joined>,
+) {
+    let away = |why: Option<String>| {
+        let _ = out.send(Joined::Away { id, why });
+    };
+    let Ok(w) = s.try_clone() else { return away(None) };
+    let w = Arc::new(Mutex::new(w));
+    let mine = nonce();
+    let challenge = Msg::Challenge {
+        nonce: mine.clone(),
+        version: VERSION.into(),
+        world_size: size,
+        secret: secret.is_some(),
+    };
+    if send(&w, &challenge).is_err() {
+        return away(None);
+    }
+    let mut r = BufReader::new(s);
+    let hello = match recv(&mut r, HELLO_LIMIT) {
+        Ok(Some(Msg::Hello(h))) => h,
+        // Silence until the deadline, a closed connection, or not a rank (a port scan, a
+        // stale process): nothing to say to it.
+        Ok(_) => return away(None),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            let why = format!("{addr}: not a hello ({e})");
+            let _ = send(&w, &Msg::Refused { reason: why.clone() });
+            return away(Some(why));
+        }
+        Err(_) => return away(None),
+    };
+    let m = &hello.member;
+    let who = format!("{addr} claiming rank {} ({})", m.rank, m.host);
+    let refuse = |reason: String| {
+        let _ = send(&w, &Msg::Refused { reason: reason.clone() });
+        let _ = w.lock().unwrap_or_else(PoisonError::into_inner).flush();
+        away(Some(format!("{who}: {reason}")));
+    };
+    if hello.version.as_deref() != Some(VERSION) {
+        let theirs = hello.version.as_deref().unwrap_or("one that does not say (older)");
+        return refuse(format!("it runs podnet {theirs}; rank 0 runs podnet {VERSION}"));
+    }
+    if hello.world_size != Some(size) {
+        let theirs = hello.world_size.map_or_else(|| "none".into(), |n| n.to_string());
+        return refuse(format!("it was started with world size {theirs}; this run has {size}"));
+    }
+    if m.rank == 0 {
+        return refuse("rank 0 is the coordinator itself (two ranks started as 0?)".into());
+    }
+    if m.rank >= size {
+        return refuse(format!("rank {} is outside the world (ranks 0..{size})", m.rank));
+    }
+    if let Some(secret) = secret {
+        let ok = hello
+            .proof
+            .as_deref()
+            .is_some_and(|p| proves(secret.joiner_mac(&mine, &hello.nonce, m.rank), p));
+        if !ok {
+            let why = if hello.proof.is_none() {
+                "this run has a shared secret and it gave no proof (give it the same --secret-file \
+                 or PODNET_SECRET)"
+            } else {
+                "its proof of the shared secret is wrong (another secret?)"
+            };
+            return refuse(why.into());
+        }
+    }
+    let _ = out.send(Joined::Hello {
+        id,
+        member: hello.member,
+        nonces: (mine, hello.nonce),
+        addr,
+        link: (w, r),
+    });
+}
+
+fn coordinate(
+    world: &World,
+    me: Member,
+    t: &Timeouts,
+    secret: Option<&Secret>,
+) -> Result<Session, BootstrapError> {
     let listener = TcpListener::bind(world.coordinator)
         .map_err(|source| BootstrapError::Bind { addr: world.coordinator, source })?;
     let _ = listener.set_nonblocking(true);
     let deadline = Instant::now() + t.join;
     let n = world.size as usize;
     let mut members: Vec<Option<Member>> = vec![None; n];
+    let mut nonces: Vec<(String, String)> = vec![Default::default(); n];
+    let mut claimed_from: Vec<Option<SocketAddr>> = vec![None; n];
     members[0] = Some(me);
     let mut conns: Vec<Option<Link>> = (0..n).map(|_| None).collect();
+    let (tx, rx) = mpsc::channel::<Joined>();
+    // The connections still in their handshake: a handle to close each at its deadline.
+    let mut pending: Vec<(u64, TcpStream, Instant)> = Vec::new();
+    let mut next_id = 0u64;
+    let mut turned_away: Vec<String> = Vec::new();
+    let (mut silent, mut busy) = (0usize, 0usize);
+    let note = |list: &mut Vec<String>, why: String| {
+        if list.len() < TURNED_AWAY_KEPT {
+            list.push(why);
+        }
+    };
     while members.iter().any(Option::is_none) {
         let now = Instant::now();
         if now >= deadline {
             let missing = (0..n as u32).filter(|r| members[*r as usize].is_none()).collect();
             let joined = (0..n as u32).filter(|r| members[*r as usize].is_some()).collect();
-            return Err(BootstrapError::NotJoined { missing, joined, after: t.join });
+            for (_, s, _) in &pending {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+            if silent > 0 {
+                note(
+                    &mut turned_away,
+                    format!("{silent} connection(s) said no hello within {:?}", t.handshake),
+                );
+            }
+            if busy > 0 {
+                note(
+                    &mut turned_away,
+                    format!(
+                        "{busy} connection(s) closed at once: {MAX_HANDSHAKES} handshakes were under way"
+                    ),
+                );
+            }
+            return Err(BootstrapError::NotJoined { missing, joined, after: t.join, turned_away });
         }
-        match listener.accept() {
-            Ok((s, _)) => {
-                let _ = s.set_nonblocking(false);
-                let _ = s.set_read_timeout(Some(
-                    deadline.saturating_duration_since(now).max(Duration::from_millis(10)),
-                ));
-                let Ok(w) = s.try_clone() else { continue };
-                let mut r = BufReader::new(s);
-                match recv(&mut r) {
-                    Ok(Some(Msg::Hello(m)))
-                        if (m.rank as usize) < n && members[m.rank as usize].is_none() =>
-                    {
-                        let rank = m.rank as usize;
-                        members[rank] = Some(m);
-                        conns[rank] = Some((Arc::new(Mutex::new(w)), r));
+        let mut idle = true;
+        while let Ok(j) = rx.try_recv() {
+            idle = false;
+            match j {
+                Joined::Away { id, why } => {
+                    pending.retain(|(i, _, _)| *i != id);
+                    if let Some(why) = why {
+                        note(&mut turned_away, why);
                     }
-                    Ok(Some(Msg::Hello(m))) => {
-                        let why = if (m.rank as usize) >= n {
-                            "is outside the world"
-                        } else {
-                            "joined twice"
-                        };
-                        let f = Failure {
-                            rank: m.rank,
-                            host: m.host,
-                            reason: format!("{why} (world size {n})"),
-                        };
-                        let _ = send(&Mutex::new(w), &Msg::Abort(f));
+                }
+                Joined::Hello { id, member, nonces: pair, addr, link } => {
+                    pending.retain(|(i, _, _)| *i != id);
+                    let rank = member.rank as usize;
+                    if let Some(first) = &members[rank] {
+                        let reason = format!(
+                            "rank {rank} is already claimed by {} ({})",
+                            first.host,
+                            claimed_from[rank].map_or_else(|| "?".into(), |a| a.to_string())
+                        );
+                        let _ = send(&link.0, &Msg::Refused { reason: reason.clone() });
+                        note(
+                            &mut turned_away,
+                            format!("{addr} claiming rank {rank} ({}): {reason}", member.host),
+                        );
+                    } else {
+                        members[rank] = Some(member);
+                        nonces[rank] = pair;
+                        claimed_from[rank] = Some(addr);
+                        conns[rank] = Some(link);
                     }
-                    // Not a rank (a port scan, a stale process): ignored.
-                    _ => {}
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
         }
+        // Close the handshakes past their deadline: their threads end, their ranks retry.
+        pending.retain(|(_, s, end)| {
+            if now >= *end {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+                silent += 1;
+                false
+            } else {
+                true
+            }
+        });
+        // (An accept error — no connection waiting, or out of descriptors — waits a moment.)
+        if let Ok((s, addr)) = listener.accept() {
+            {
+                idle = false;
+                if pending.len() >= MAX_HANDSHAKES {
+                    busy += 1;
+                    drop(s);
+                    continue;
+                }
+                let _ = s.set_nonblocking(false);
+                let end = (now + t.handshake).min(deadline);
+                let _ = s.set_read_timeout(Some(
+                    end.saturating_duration_since(now).max(Duration::from_millis(10)),
+                ));
+                let _ = s.set_write_timeout(Some(t.handshake.max(Duration::from_millis(10))));
+                let Ok(handle) = s.try_clone() else { continue };
+                let id = next_id;
+                next_id += 1;
+                pending.push((id, handle, end));
+                let (tx, secret) = (tx.clone(), secret.cloned());
+                let size = world.size;
+                std::thread::spawn(move || handshake(id, s, addr, size, secret.as_ref(), &tx));
+            }
+        }
+        if idle {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // Handshakes still under way when the last rank joined: closed.
+    for (_, s, _) in &pending {
+        let _ = s.shutdown(std::net::Shutdown::Both);
     }
     let roster: Vec<Member> = members.into_iter().flatten().collect();
     let shared = Arc::new(Mutex::new(Shared::default()));
@@ -293,8 +700,11 @@ fn coordinate(world: &World, me: Member, t: &Timeouts) -> Result<Session, Bootst
     let stop = Arc::new(AtomicBool::new(false));
     let links: Vec<Option<Arc<Mutex<TcpStream>>>> =
         conns.iter().map(|c| c.as_ref().map(|(w, _)| w.clone())).collect();
-    for w in links.iter().flatten() {
-        send(w, &Msg::Roster(roster.clone()))
+    for (rank, w) in links.iter().enumerate() {
+        let Some(w) = w else { continue };
+        let (coordinator_nonce, joiner_nonce) = &nonces[rank];
+        let proof = secret.map(|s| s.coordinator_proof(joiner_nonce, coordinator_nonce));
+        send(w, &Msg::Roster { members: roster.clone(), proof })
             .map_err(|e| BootstrapError::Protocol(format!("sending the roster: {e}")))?;
     }
     // A reader per rank: heartbeats keep it alive; silence or a closed connection loses it,
@@ -350,35 +760,77 @@ fn heartbeats(links: Vec<Option<Arc<Mutex<TcpStream>>>>, stop: Arc<AtomicBool>, 
     });
 }
 
-fn connect(world: &World, me: Member, t: &Timeouts) -> Result<Session, BootstrapError> {
+/// One try at rank 0: connect, read the challenge. `Err` for what is worth another try (rank 0
+/// not listening yet, or busy).
+fn reach(world: &World, t: &Timeouts) -> std::io::Result<(TcpStream, BufReader<TcpStream>, Msg)> {
+    let s = TcpStream::connect_timeout(&world.coordinator, Duration::from_secs(1))?;
+    s.set_read_timeout(Some(t.handshake.max(Duration::from_millis(10))))?;
+    s.set_write_timeout(Some(t.handshake.max(Duration::from_millis(10))))?;
+    let mut r = BufReader::new(s.try_clone()?);
+    match recv(&mut r, LINE_LIMIT)? {
+        Some(m) => Ok((s, r, m)),
+        None => Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            "the coordinator closed the connection before its challenge (busy?)",
+        )),
+    }
+}
+
+fn connect(
+    world: &World,
+    me: Member,
+    t: &Timeouts,
+    secret: Option<&Secret>,
+) -> Result<Session, BootstrapError> {
+    let addr = world.coordinator;
     let deadline = Instant::now() + t.join;
-    let s = loop {
-        match TcpStream::connect_timeout(&world.coordinator, Duration::from_secs(1)) {
-            Ok(s) => break s,
+    let (s, mut r, challenge) = loop {
+        match reach(world, t) {
+            Ok(got) => break got,
             Err(e) if Instant::now() >= deadline => {
-                return Err(BootstrapError::Unreachable {
-                    addr: world.coordinator,
-                    after: t.join,
-                    source: e,
-                });
+                return Err(BootstrapError::Unreachable { addr, after: t.join, source: e });
             }
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
     };
-    let w =
-        Arc::new(Mutex::new(s.try_clone().map_err(|e| BootstrapError::Protocol(e.to_string()))?));
-    send(&w, &Msg::Hello(me))
+    let Msg::Challenge { nonce: theirs, version, world_size, secret: wants_secret } = challenge
+    else {
+        return Err(BootstrapError::Protocol(format!(
+            "expected rank 0's challenge, got {challenge:?} (a podnet older than {VERSION}?)"
+        )));
+    };
+    if secret.is_some() && !wants_secret {
+        // Do not tell an impostor who we are.
+        return Err(BootstrapError::Unauthenticated {
+            addr,
+            reason: format!(
+                "this rank has a shared secret but the coordinator (podnet {version}, world size \
+                 {world_size}) asks for none: give rank 0 the same secret"
+            ),
+        });
+    }
+    let mine = nonce();
+    let proof = secret.map(|s| s.joiner_proof(&theirs, &mine, me.rank));
+    let hello = Hello {
+        member: me,
+        world_size: Some(world.size),
+        version: Some(VERSION.into()),
+        nonce: mine.clone(),
+        proof,
+    };
+    let w = Arc::new(Mutex::new(s));
+    send(&w, &Msg::Hello(hello))
         .map_err(|e| BootstrapError::Protocol(format!("saying hello: {e}")))?;
     // Rank 0 answers when every rank has joined, within its join timeout.
-    let _ = s.set_read_timeout(Some(t.join + t.dead_after));
-    let mut r = BufReader::new(s);
-    let roster = match recv(&mut r) {
-        Ok(Some(Msg::Roster(m))) => m,
+    let _ = r.get_ref().set_read_timeout(Some(t.join + t.dead_after));
+    let (roster, proof) = match recv(&mut r, ROSTER_LIMIT) {
+        Ok(Some(Msg::Roster { members, proof })) => (members, proof),
+        Ok(Some(Msg::Refused { reason })) => return Err(BootstrapError::Refused { addr, reason }),
         Ok(Some(Msg::Abort(f))) => return Err(f.into()),
         Ok(None) => {
             return Err(Failure {
                 rank: 0,
-                host: world.coordinator.to_string(),
+                host: addr.to_string(),
                 reason: "closed the bootstrap before every rank joined".into(),
             }
             .into());
@@ -388,8 +840,17 @@ fn connect(world: &World, me: Member, t: &Timeouts) -> Result<Session, Bootstrap
         }
         Err(e) => return Err(BootstrapError::Protocol(format!("waiting for the roster: {e}"))),
     };
-    let coordinator_host =
-        roster.first().map_or_else(|| world.coordinator.to_string(), |m| m.host.clone());
+    if let Some(secret) = secret {
+        let ok =
+            proof.as_deref().is_some_and(|p| proves(secret.coordinator_mac(&mine, &theirs), p));
+        if !ok {
+            return Err(BootstrapError::Unauthenticated {
+                addr,
+                reason: "its roster does not prove the shared secret: not following it".into(),
+            });
+        }
+    }
+    let coordinator_host = roster.first().map_or_else(|| addr.to_string(), |m| m.host.clone());
     let shared = Arc::new(Mutex::new(Shared::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let gap = Arc::new(AtomicU64::new(0));
@@ -484,7 +945,6 @@ impl Session {
                 .ok_or_else(|| BootstrapError::Protocol("no link to rank 0".into()))?;
             send(&w, &Msg::Done { rank: self.world.rank, ok })
                 .map_err(|e| BootstrapError::Protocol(format!("saying done: {e}")))?;
-            let _ = self.timeouts;
             loop {
                 let s = lock(&self.shared);
                 if let Some(f) = &s.finish {

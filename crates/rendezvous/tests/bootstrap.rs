@@ -1,12 +1,14 @@
 //! Ranks meeting over real TCP on loopback, each in its own thread: everyone joins and
 //! finishes; a rank that never joins is named; a rank that dies, or freezes, mid-run is
-//! reported by rank and host to every other rank within the heartbeat timeout.
+//! reported by rank and host to every other rank within the heartbeat timeout. And what a
+//! stray or hostile connection tries: silence, an endless line, a second claim of a rank,
+//! another world size or version, no proof or a wrong proof of the shared secret.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use rendezvous::bootstrap::{BootstrapError, Timeouts, join};
+use rendezvous::bootstrap::{BootstrapError, HELLO_LIMIT, Secret, Timeouts, VERSION, join};
 use rendezvous::world::{Launcher, World};
 use serde_json::json;
 
@@ -21,6 +23,7 @@ fn world(rank: u32, size: u32, coordinator: SocketAddr) -> World {
 fn fast() -> Timeouts {
     Timeouts {
         join: Duration::from_secs(5),
+        handshake: Duration::from_secs(2),
         heartbeat: Duration::from_millis(100),
         dead_after: Duration::from_millis(600),
     }
@@ -41,6 +44,7 @@ fn four_ranks_meet_exchange_and_finish() {
                     &format!("host{r}"),
                     json!({ "port": 7000 + r }),
                     &fast(),
+                    None,
                 )
                 .unwrap();
                 let ports: Vec<u64> =
@@ -63,10 +67,11 @@ fn four_ranks_meet_exchange_and_finish() {
 fn a_rank_that_never_joins_is_named() {
     let addr = free_addr();
     let t = Timeouts { join: Duration::from_millis(800), ..fast() };
-    let w1 =
-        std::thread::spawn(move || join(&world(1, 3, addr), "host1", json!(null), &t).unwrap_err());
+    let w1 = std::thread::spawn(move || {
+        join(&world(1, 3, addr), "host1", json!(null), &t, None).unwrap_err()
+    });
     let start = Instant::now();
-    let e = join(&world(0, 3, addr), "host0", json!(null), &t).unwrap_err();
+    let e = join(&world(0, 3, addr), "host0", json!(null), &t, None).unwrap_err();
     let took = start.elapsed();
     match &e {
         BootstrapError::NotJoined { missing, joined, .. } => {
@@ -89,7 +94,8 @@ fn a_rank_that_dies_or_freezes_is_reported_to_the_others() {
         let mut others = Vec::new();
         for r in [0u32, 1] {
             others.push(std::thread::spawn(move || {
-                let s = join(&world(r, 3, addr), &format!("host{r}"), json!(null), &t).unwrap();
+                let s =
+                    join(&world(r, 3, addr), &format!("host{r}"), json!(null), &t, None).unwrap();
                 let start = Instant::now();
                 while s.failure().is_none() && start.elapsed() < Duration::from_secs(5) {
                     std::thread::sleep(Duration::from_millis(10));
@@ -99,13 +105,12 @@ fn a_rank_that_dies_or_freezes_is_reported_to_the_others() {
         }
         // Rank 2, by hand: joins, then dies (closes) or freezes (no more heartbeats).
         std::thread::sleep(Duration::from_millis(200));
-        let c = TcpStream::connect(addr).unwrap();
-        let mut w = c.try_clone().unwrap();
-        writeln!(w, "{}", json!({ "hello": { "rank": 2, "host": "host2", "info": null } }))
-            .unwrap();
-        let mut r = BufReader::new(c);
-        let mut line = String::new();
-        r.read_line(&mut line).unwrap();
+        let (w, mut r) = raw_hello(
+            addr,
+            json!({ "rank": 2, "host": "host2", "info": null,
+            "world_size": 3, "version": VERSION, "nonce": "00" }),
+        );
+        let line = read_line(&mut r);
         assert!(line.contains("roster"), "{line}");
         std::thread::sleep(Duration::from_millis(300));
         if !freeze {
@@ -127,9 +132,212 @@ fn a_rank_that_dies_or_freezes_is_reported_to_the_others() {
 fn a_rank_outside_the_world_is_turned_away() {
     let addr = free_addr();
     let t = Timeouts { join: Duration::from_millis(600), ..fast() };
-    let coord = std::thread::spawn(move || join(&world(0, 2, addr), "host0", json!(null), &t));
+    let coord =
+        std::thread::spawn(move || join(&world(0, 2, addr), "host0", json!(null), &t, None));
     std::thread::sleep(Duration::from_millis(100));
-    let e = join(&world(5, 6, addr), "host5", json!(null), &t).unwrap_err().to_string();
-    assert!(e.contains("rank 5 (host5) is outside the world"), "{e}");
-    assert!(matches!(coord.join().unwrap(), Err(BootstrapError::NotJoined { .. })));
+    let e = join(&world(5, 2, addr), "host5", json!(null), &t, None).unwrap_err().to_string();
+    assert!(e.contains("turned this rank away: rank 5 is outside the world (ranks 0..2)"), "{e}");
+    let e0 = coord.join().unwrap().unwrap_err();
+    assert!(matches!(e0, BootstrapError::NotJoined { .. }), "{e0}");
+    assert!(e0.to_string().contains("claiming rank 5 (host5): rank 5 is outside"), "{e0}");
+}
+
+/// Connects as a hand-made joiner: reads rank 0's challenge, sends `hello` as it is.
+fn raw_hello(addr: SocketAddr, hello: serde_json::Value) -> (TcpStream, BufReader<TcpStream>) {
+    let c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = c.try_clone().unwrap();
+    let mut r = BufReader::new(c);
+    let challenge = read_line(&mut r);
+    assert!(challenge.contains("challenge"), "{challenge}");
+    writeln!(w, "{}", json!({ "hello": hello })).unwrap();
+    (w, r)
+}
+
+fn read_line(r: &mut BufReader<TcpStream>) -> String {
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    line
+}
+
+#[test]
+fn silent_and_endless_connections_hold_up_no_one() {
+    let addr = free_addr();
+    // A long handshake deadline: joining in time proves the joiners were served concurrently.
+    let t = Timeouts { handshake: Duration::from_secs(30), ..fast() };
+    let coord =
+        std::thread::spawn(move || join(&world(0, 3, addr), "host0", json!(null), &t, None));
+    std::thread::sleep(Duration::from_millis(100));
+    // Connections that never say a word, and one that sends a line without end.
+    let silent: Vec<TcpStream> = (0..5).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let endless = TcpStream::connect(addr).unwrap();
+    endless.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = endless.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        let chunk = vec![b'x'; 64 << 10];
+        let mut sent = 0usize;
+        // Rank 0 stops reading after its limit and closes: the writes fail well before 64 MB.
+        while sent < 64 << 20 {
+            match w.write(&chunk) {
+                Ok(n) => sent += n,
+                Err(_) => break,
+            }
+        }
+        sent
+    });
+    let start = Instant::now();
+    let joiners: Vec<_> = (1..3u32)
+        .map(|r| {
+            std::thread::spawn(move || {
+                join(&world(r, 3, addr), &format!("host{r}"), json!(null), &t, None).map(|_| ())
+            })
+        })
+        .collect();
+    for j in joiners {
+        j.join().unwrap().unwrap();
+    }
+    let s = coord.join().unwrap().unwrap();
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(3), "the ranks took {took:?} to meet");
+    assert_eq!(s.roster.len(), 3);
+    let mut r = BufReader::new(endless);
+    let challenge = read_line(&mut r);
+    assert!(challenge.contains("challenge"), "{challenge}");
+    let refused = read_line(&mut r);
+    assert!(refused.contains(&format!("a line longer than {HELLO_LIMIT} bytes")), "{refused}");
+    let sent = writer.join().unwrap();
+    assert!(sent < 64 << 20, "rank 0 kept reading an endless line: {sent} bytes");
+    drop(silent);
+}
+
+#[test]
+fn a_second_claim_of_a_rank_is_refused() {
+    let addr = free_addr();
+    let t = fast();
+    let coord =
+        std::thread::spawn(move || join(&world(0, 3, addr), "host0", json!(null), &t, None));
+    let first = std::thread::spawn(move || {
+        join(&world(1, 3, addr), "host1", json!("first"), &t, None).map(|s| s.roster.clone())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let e = join(&world(1, 3, addr), "impostor", json!("second"), &t, None).unwrap_err();
+    assert!(matches!(e, BootstrapError::Refused { .. }), "{e}");
+    assert!(e.to_string().contains("rank 1 is already claimed by host1 (127.0.0.1:"), "{e}");
+    join(&world(2, 3, addr), "host2", json!(null), &t, None).unwrap();
+    let roster = first.join().unwrap().unwrap();
+    assert_eq!(roster[1].info, json!("first"), "the first claim keeps the rank");
+    coord.join().unwrap().unwrap();
+}
+
+#[test]
+fn another_world_size_or_version_is_refused_at_once() {
+    let addr = free_addr();
+    let t = Timeouts { join: Duration::from_secs(2), ..fast() };
+    let coord =
+        std::thread::spawn(move || join(&world(0, 3, addr), "host0", json!(null), &t, None));
+    std::thread::sleep(Duration::from_millis(100));
+    let start = Instant::now();
+    let e = join(&world(1, 2, addr), "host1", json!(null), &t, None).unwrap_err().to_string();
+    assert!(e.contains("it was started with world size 2; this run has 3"), "{e}");
+    assert!(start.elapsed() < Duration::from_secs(1), "refused after {:?}", start.elapsed());
+    let (_w, mut r) = raw_hello(
+        addr,
+        json!({ "rank": 2, "host": "old", "info": null,
+        "world_size": 3, "version": "0.0.1", "nonce": "00" }),
+    );
+    let refused = read_line(&mut r);
+    assert!(
+        refused.contains(&format!("it runs podnet 0.0.1; rank 0 runs podnet {VERSION}")),
+        "{refused}"
+    );
+    // A hello from before the check says neither.
+    let (_w, mut r) = raw_hello(addr, json!({ "rank": 2, "host": "older", "info": null }));
+    let refused = read_line(&mut r);
+    assert!(refused.contains("it runs podnet one that does not say"), "{refused}");
+    let e0 = coord.join().unwrap().unwrap_err().to_string();
+    assert!(e0.starts_with("rank(s) 1, 2 never joined"), "{e0}");
+    assert!(e0.contains("claiming rank 1 (host1): it was started with world size 2"), "{e0}");
+    assert!(e0.contains("claiming rank 2 (old): it runs podnet 0.0.1"), "{e0}");
+}
+
+#[test]
+fn the_shared_secret_is_proven_and_never_sent() {
+    let addr = free_addr();
+    let t = fast();
+    let good = Secret::new(b"correct horse battery staple\n", "test").unwrap();
+    let bad = Secret::new(b"Tr0ub4dor&3", "test").unwrap();
+    let coord = {
+        let good = good.clone();
+        std::thread::spawn(move || join(&world(0, 2, addr), "host0", json!(null), &t, Some(&good)))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let none = join(&world(1, 2, addr), "host1", json!(null), &t, None).unwrap_err().to_string();
+    assert!(none.contains("this run has a shared secret and it gave no proof"), "{none}");
+    let wrong =
+        join(&world(1, 2, addr), "host1", json!(null), &t, Some(&bad)).unwrap_err().to_string();
+    assert!(wrong.contains("its proof of the shared secret is wrong"), "{wrong}");
+    let s = join(&world(1, 2, addr), "host1", json!(null), &t, Some(&good)).unwrap();
+    assert_eq!(s.roster.len(), 2);
+    coord.join().unwrap().unwrap();
+
+    // A coordinator that asks for no secret is not followed by a rank that has one.
+    let addr = free_addr();
+    let plain = std::thread::spawn(move || {
+        join(
+            &world(0, 2, addr),
+            "host0",
+            json!(null),
+            &Timeouts { join: Duration::from_secs(1), ..t },
+            None,
+        )
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let e = join(&world(1, 2, addr), "host1", json!(null), &t, Some(&good)).unwrap_err();
+    assert!(matches!(e, BootstrapError::Unauthenticated { .. }), "{e}");
+    assert!(e.to_string().contains("asks for none"), "{e}");
+    assert!(plain.join().unwrap().is_err());
+
+    // An impostor rank 0 that asks for the secret and records what the joiner sends: the
+    // secret is not in it, and the impostor's roster (it cannot prove the secret) is refused.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let impostor = std::thread::spawn(move || {
+        let (c, _) = listener.accept().unwrap();
+        let mut w = c.try_clone().unwrap();
+        writeln!(
+            w,
+            "{}",
+            json!({ "challenge": { "nonce": "abcd", "version": VERSION,
+            "world_size": 2, "secret": true } })
+        )
+        .unwrap();
+        let mut r = BufReader::new(c);
+        let hello = read_line(&mut r);
+        let roster = json!({ "roster": { "members": [
+            { "rank": 0, "host": "evil", "info": null },
+            { "rank": 1, "host": "host1", "info": null }], "proof": "00" } });
+        writeln!(w, "{roster}").unwrap();
+        hello
+    });
+    let e = join(&world(1, 2, addr), "host1", json!(null), &t, Some(&good)).unwrap_err();
+    assert!(e.to_string().contains("its roster does not prove the shared secret"), "{e}");
+    let hello = impostor.join().unwrap();
+    assert!(hello.contains("\"proof\""), "{hello}");
+    for needle in ["correct horse", "battery", "staple"] {
+        assert!(!hello.contains(needle), "the secret crossed the wire: {hello}");
+    }
+}
+
+#[test]
+fn a_secret_file_is_read_with_a_cap_and_must_not_be_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("secret");
+    std::fs::write(&p, "  s3cret\n").unwrap();
+    assert!(Secret::from_file(&p).is_ok());
+    std::fs::write(&p, "\n\n").unwrap();
+    assert!(Secret::from_file(&p).unwrap_err().to_string().contains("the secret is empty"));
+    std::fs::write(&p, vec![b'a'; 5000]).unwrap();
+    assert!(Secret::from_file(&p).unwrap_err().to_string().contains("longer than 4096 bytes"));
+    let e = Secret::from_file(&dir.path().join("none")).unwrap_err().to_string();
+    assert!(e.contains("secret file") && e.contains("No such file"), "{e}");
 }

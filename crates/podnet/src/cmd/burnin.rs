@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use providers::{ContextOptions, Progress};
 use qualify::check::{Measurement, Threshold};
 use qualify::report::Report;
-use rendezvous::bootstrap::{BootstrapError, Timeouts};
+use rendezvous::bootstrap::{BootstrapError, SECRET_ENV, Secret, Timeouts};
 use rendezvous::world::{self, Flags};
 
 use crate::cli::BurninArgs;
@@ -62,6 +62,7 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
     ensure!((1..=64).contains(&args.qps), "--qps must be between 1 and 64");
     let t = Timeouts {
         join: secs("--join-timeout", args.join_timeout)?,
+        handshake: Timeouts::default().handshake,
         heartbeat: secs("--heartbeat", args.heartbeat)?,
         dead_after: secs("--dead-after", args.dead_after)?,
     };
@@ -72,6 +73,11 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
         coordinator: args.coordinator.clone(),
     };
     let world = world::resolve(&flags, &|k| std::env::var(k).ok())?;
+    let env_secret = std::env::var_os(SECRET_ENV);
+    let secret = Secret::from_sources(
+        args.secret_file.as_deref(),
+        env_secret.as_ref().map(|v| v.as_encoded_bytes()),
+    )?;
     let opts = ContextOptions { progress: Progress::Event, ..Default::default() };
     let ctx = providers::open(&args.ib_dev, &opts)?;
     let host = hostname();
@@ -81,7 +87,7 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
         Plan { patterns, extreme: args.extreme, sizes, seconds, count: args.count, qps: args.qps };
     let started = Instant::now();
     let title = format!("burn-in, rank {} of {}", world.rank, world.size);
-    let session = match rendezvous::bootstrap::join(&world, &host, info, &t) {
+    let session = match rendezvous::bootstrap::join(&world, &host, info, &t, secret.as_ref()) {
         Ok(s) => s,
         Err(
             e @ (BootstrapError::NotJoined { .. }

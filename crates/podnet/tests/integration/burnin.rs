@@ -1,7 +1,8 @@
 //! `podnet burnin` with real processes: four ranks in four network namespaces joined by veth
 //! pairs and a bridge (a ToR), every pattern; a fault injected after the ICRC caught and
 //! located; a rank killed mid-run reported within the heartbeat timeout; a rank that never
-//! joins named; the launch conventions of Slurm, Open MPI and torchrun.
+//! joins named; the launch conventions of Slurm, Open MPI and torchrun; a rendezvous that a
+//! silent connection, a wrong world size or a wrong secret does not disturb.
 
 use std::time::{Duration, Instant};
 
@@ -161,6 +162,44 @@ fn a_rank_that_never_joins_is_named() {
         out.contains(r#""name": "burnin/join""#) && out.contains(r#""status": "fail""#),
         "{out}"
     );
+}
+
+#[test]
+fn a_silent_connection_a_wrong_world_size_and_a_wrong_secret_do_not_disturb_the_run() {
+    // Rank 0 takes its secret from the environment, rank 1 from a file. Before rank 1 comes, a
+    // connection that never speaks, a rank 1 started with another world size and one with
+    // another secret: those two are turned away at once (exit 2) and the run goes on.
+    let o = in_netns(
+        r#"printf 'pod-secret\n' > secret; printf 'not-it' > wrong
+C="--coordinator 127.0.11.1:29400"; RUN="--patterns ring --count 100 --sizes 4096"
+PODNET_SECRET=pod-secret "$PODNET" burnin --rank 0 --world-size 2 $C -d soft:127.0.11.1 $RUN > o0 2>&1 & a=$!
+sleep 0.5; bash -c 'exec 3<>/dev/tcp/127.0.11.1/29400; sleep 60' & q=$!
+sleep 0.2; s=$(date +%s%N)
+"$PODNET" burnin --rank 1 --world-size 3 $C -d soft:127.0.11.2 --secret-file secret 2>&1; echo "size rc=$?"
+"$PODNET" burnin --rank 1 --world-size 2 $C -d soft:127.0.11.2 --secret-file wrong 2>&1; echo "secret rc=$?"
+echo "refused in $(( ($(date +%s%N) - s) / 1000000 )) ms"
+"$PODNET" burnin --rank 1 --world-size 2 $C -d soft:127.0.11.2 --secret-file secret $RUN > o1 2>&1; b=$?
+wait $a; echo "== rank 0 rc=$?"; cat o0; echo "== rank 1 rc=$b"; cat o1; kill $q"#,
+    );
+    let out = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(out.contains("it was started with world size 3; this run has 2"), "{out}");
+    assert!(out.contains("size rc=2"), "{out}");
+    assert!(out.contains("its proof of the shared secret is wrong"), "{out}");
+    assert!(out.contains("secret rc=2"), "{out}");
+    let ms: u64 = out
+        .split("refused in ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(u64::MAX);
+    // Two processes started, joined and turned away: not a join timeout.
+    assert!(ms < 5000, "{out}");
+    let rs = ranks(&out);
+    assert_eq!(rs.len(), 2, "{out}");
+    for (r, rc, body) in rs {
+        assert_eq!(rc, 0, "rank {r}: {body}");
+        assert!(body.contains(&format!("rank {r}: clean")), "rank {r}: {body}");
+    }
 }
 
 #[test]
