@@ -10,21 +10,23 @@
 # sweep of all eight tests takes about 15 minutes on 2 cores.
 #
 #   benches/sweeps.sh [RUNS] [RCVBUF] [ITERS]   (root; RUNS 20, RCVBUF 212992, ITERS 4000)
+#   TESTS="send-bw write-bw" benches/sweeps.sh …  (only those tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-20}
 RCVBUF=${2:-212992}
 ITERS=${3:-4000}
 cargo build --release -q -p podnet --features fault-injection
-exec unshare --net bash -s "$PWD/target/release/podnet" "$RUNS" "$RCVBUF" "$ITERS" <<'IN'
+TESTS=${TESTS:-write-bw read-bw send-bw atomic-bw write-lat read-lat send-lat atomic-lat}
+exec unshare --net bash -s "$PWD/target/release/podnet" "$RUNS" "$RCVBUF" "$ITERS" "$TESTS" <<'IN'
 set -uo pipefail
-PODNET=$1 RUNS=$2 N=$4
+PODNET=$1 RUNS=$2 N=$4 TESTS=$5
 export PODNET_FAULT_RCVBUF=$3
 ip link set lo up
 sleep 0.5
 log=$(mktemp)
 printf '%-10s %-4s %s\n' test qps "sweeps passed"
-for t in write-bw read-bw send-bw atomic-bw write-lat read-lat send-lat atomic-lat; do
+for t in $TESTS; do
   q=8
   case $t in *-lat) q=1 ;; esac # latency tests run one QP, as perftest's do
   dv=--data-validation

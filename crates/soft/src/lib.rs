@@ -353,6 +353,9 @@ impl SoftDevice {
         // under a millisecond.
         cfg.read_window = (io.receive_buffer() as u64 / 4).max(64 << 10);
         cfg.read_window_qp = cfg.read_window_qp.min(cfg.read_window);
+        // SENDs and WRITEs from all of its QPs together, the same: the peer's buffer is not
+        // known, a like peer's is this one's.
+        cfg.send_window_device = cfg.read_window;
         // SAFETY: eventfd has no memory-safety preconditions; the result is checked.
         let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if wake_fd < 0 {

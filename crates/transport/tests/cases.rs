@@ -446,6 +446,67 @@ fn a_sender_keeps_within_its_send_window() {
 }
 
 #[test]
+fn qps_keep_together_within_the_device_send_window() {
+    // Four QPs, each free to have 1024 packets in flight, into one peer; the device lets
+    // them have 16 MTUs in flight together (plus one packet each for a QP with none).
+    let faults = Faults { delay: Duration::from_micros(5), ..Faults::default() };
+    let mut net = Net::with_config(2, 7, faults, |c| c.send_window_device = 16 * 256);
+    net.keep_log = true;
+    let pairs: Vec<(Side, Side)> = (0..4)
+        .map(|_| {
+            let a = side(&mut net, 0, QpType::Rc, BUF);
+            let b = side(&mut net, 1, QpType::Rc, BUF);
+            connect(&mut net, &a, &b, Params { mtu: Mtu::Mtu256, ..Params::default() });
+            (a, b)
+        })
+        .collect();
+    for (k, (a, b)) in pairs.iter().enumerate() {
+        for (i, x) in
+            net.nodes[0].memory_mut().bytes_mut(a.mr.id)[..64 * 256].iter_mut().enumerate()
+        {
+            *x = (i * 13 + k) as u8;
+        }
+        net.nodes[0].post_send(a.qpn, write(1, b, BUF_ADDR, 64 * 256, a)).unwrap();
+    }
+    for (a, b) in &pairs {
+        let wc = next_wc(&mut net, 0, a, Duration::from_secs(1)).expect("the WRITE completes");
+        assert_eq!(wc.status, WcStatus::Success);
+        assert!(
+            net.nodes[0].memory().bytes(a.mr.id)[..64 * 256]
+                == net.nodes[1].memory().bytes(b.mr.id)[..64 * 256]
+        );
+    }
+    assert_eq!(net.nodes[0].counters().local_ack_timeout_err, 0, "a QP waited for a timer");
+    // Packets past the last acknowledged, per QP (by the responder's QPN on data, the
+    // requester's on ACKs), summed over the QPs after every packet.
+    let first = i64::from(Params::default().psn_a);
+    let mut out: Vec<(Option<i64>, i64)> = vec![(None, first - 1); pairs.len()];
+    let mut most = 0i64;
+    for (from, _, p) in &net.log {
+        let qpn = wire::bth::Packet::new_checked(&p[..]).unwrap().dest_qp();
+        let k = match (from, p[0]) {
+            (0, 0x06..=0x0b) => pairs.iter().position(|(_, b)| b.qpn == qpn),
+            (1, 0x11) => pairs.iter().position(|(a, _)| a.qpn == qpn),
+            _ => None,
+        };
+        let Some(k) = k else { continue };
+        let psn = i64::from(psn_of(p));
+        if *from == 0 {
+            out[k].0 = Some(out[k].0.map_or(psn, |s| s.max(psn)));
+        } else {
+            out[k].1 = out[k].1.max(psn);
+        }
+        let total: i64 = out.iter().map(|(s, a)| s.map_or(0, |s| (s - a).max(0))).sum();
+        most = most.max(total);
+    }
+    assert!(most <= 16 + 4, "{most} packets in flight on the device");
+    assert!(
+        most >= 8,
+        "the QPs never had much in flight together ({most}): the test tests nothing"
+    );
+}
+
+#[test]
 fn a_duplicate_atomic_returns_the_saved_result_and_runs_once() {
     let (mut net, a, b) = rc_pair(Params { timeout: 4, ..Params::default() });
     net.nodes[1].memory_mut().bytes_mut(b.mr.id)[..8].copy_from_slice(&41u64.to_ne_bytes());

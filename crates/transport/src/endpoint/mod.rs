@@ -72,6 +72,12 @@ pub struct EndpointConfig {
     /// that knows it caused a loss — many senders into one receive buffer — backs off
     /// instead of resending the same burst into the same overrun.
     pub send_window: u32,
+    /// RC SEND and WRITE bytes (packets × MTU) the device's QPs together may have sent and
+    /// not had acknowledged (default 4 MiB); a QP with nothing in flight may always send one
+    /// packet. Many QPs into one peer's receive buffer overrun it even when each keeps to
+    /// its own window: providers set it from their receive buffer, the best guess of a
+    /// like peer's.
+    pub send_window_device: u64,
 }
 
 impl EndpointConfig {
@@ -87,6 +93,7 @@ impl EndpointConfig {
             read_window: 4 << 20,
             read_window_qp: 1 << 20,
             send_window: 1024,
+            send_window_device: 4 << 20,
         }
     }
 
@@ -424,7 +431,7 @@ impl<M: Memory> Endpoint<M> {
             // a wider send window.
             if let Some(qp) = self.qps.get_mut(&qpn) {
                 let mtu = qp.mtu();
-                self.dev.cqs.account_reads(&mut qp.req, mtu);
+                self.dev.cqs.account(&mut qp.req, mtu);
                 let acked = qp.req.una.diff(una);
                 if acked > 0 {
                     qp.req.grow_send_window(acked as u32, self.cfg.send_window);

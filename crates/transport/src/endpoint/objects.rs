@@ -185,8 +185,9 @@ impl<M: Memory> Endpoint<M> {
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), Error> {
         let mut qp = self.qps.remove(&qpn).ok_or(Error::NoQp(qpn))?;
         Self::return_to_srq(&mut self.dev.cqs, &mut qp);
-        self.dev.cqs.release_reads(&mut qp.req);
+        self.dev.cqs.release(&mut qp.req);
         self.dev.cqs.read_waiters.retain(|q| *q != qpn);
+        self.dev.cqs.send_waiters.retain(|q| *q != qpn);
         Ok(())
     }
 
@@ -292,7 +293,7 @@ impl<M: Memory> Endpoint<M> {
                 qp.req.timer = None;
                 qp.req.rnr_until = None;
                 qp.req.rd_out.clear();
-                self.dev.cqs.release_reads(&mut qp.req);
+                self.dev.cqs.release(&mut qp.req);
             }
             QpState::Rtr if from == QpState::Init => {
                 qp.resp.epsn = qp.attr.rq_psn;
@@ -329,7 +330,7 @@ impl<M: Memory> Endpoint<M> {
             cqs.events.push_back(Event::QpFatal(qp.qpn));
         }
         Self::return_to_srq(cqs, qp);
-        cqs.release_reads(&mut qp.req);
+        cqs.release(&mut qp.req);
         qp.req.rd_out.clear();
         qp.state = QpState::Err;
         qp.req.timer = None;

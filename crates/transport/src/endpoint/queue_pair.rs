@@ -127,6 +127,8 @@ pub(super) struct Requester {
     pub(super) read_window: u64,
     /// Packets it may have sent and not had acknowledged (RC SEND and WRITE).
     pub(super) send_window: u32,
+    /// Its SEND and WRITE bytes counted in the device's `send_inflight`.
+    pub(super) send_inflight: u64,
     /// Packets acknowledged towards the next step of `send_window`.
     pub(super) send_acked: u32,
 }

@@ -16,11 +16,18 @@ impl<M: Memory> Endpoint<M> {
     /// The next packet to send, if any: control packets first, then each QP's responder
     /// output and requester packets, round-robin.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
-        // QPs that waited for the device's READ window: some of it came back.
+        // QPs that waited for the device's READ or send window: some of it came back.
         if !self.dev.cqs.read_waiters.is_empty()
             && self.dev.cqs.read_inflight < self.cfg.read_window
         {
             for qpn in std::mem::take(&mut self.dev.cqs.read_waiters) {
+                self.mark(qpn);
+            }
+        }
+        if !self.dev.cqs.send_waiters.is_empty()
+            && self.dev.cqs.send_inflight < self.cfg.send_window_device
+        {
+            for qpn in std::mem::take(&mut self.dev.cqs.send_waiters) {
                 self.mark(qpn);
             }
         }
@@ -74,14 +81,21 @@ impl<M: Memory> Endpoint<M> {
         qp.req.cursor = qp.req.sq[i].seq;
         let w = &qp.req.sq[i];
         let retransmit = qp.req.next_psn.diff(qp.req.resend_until) < 0;
-        // An RC SEND or WRITE packet goes out only inside the send window (an ACK reopens
-        // it: the QP is marked when one arrives).
+        // An RC SEND or WRITE packet goes out only inside the QP's send window (an ACK
+        // reopens it: the QP is marked when one arrives) and the device's, unless the QP has
+        // nothing in flight (it waits to be marked when the device's opens).
         let is_read_or_atomic = w.is_read_or_atomic();
-        if qp.qp_type == QpType::Rc
-            && !is_read_or_atomic
-            && qp.req.next_psn.diff(qp.req.una) >= qp.req.send_window as i32
-        {
-            return None;
+        if qp.qp_type == QpType::Rc && !is_read_or_atomic {
+            let out = qp.req.next_psn.diff(qp.req.una);
+            if out >= qp.req.send_window as i32 {
+                return None;
+            }
+            if out > 0 && self.dev.cqs.send_inflight >= self.cfg.send_window_device {
+                if !self.dev.cqs.send_waiters.contains(&qpn) {
+                    self.dev.cqs.send_waiters.push(qpn);
+                }
+                return None;
+            }
         }
         // A new READ or atomic request goes out only while fewer than max_rd_atomic are
         // unanswered (the responder keeps that many for replays); one asked again is a
@@ -205,7 +219,11 @@ impl<M: Memory> Endpoint<M> {
             // smaller than ack_req_every would wait for the retransmit timer to learn it was
             // received.
             let every = self.cfg.ack_req_every.min((qp.req.send_window / 2).max(1));
-            let fills = psn.diff(qp.req.una) + 1 >= qp.req.send_window as i32;
+            // The packet that fills the QP's window or the device's: the QPs that wait
+            // behind it learn of its ACK, not of the retransmit timer.
+            let fills = psn.diff(qp.req.una) + 1 >= qp.req.send_window as i32
+                || (!is_read_or_atomic
+                    && self.dev.cqs.send_inflight + mtu >= self.cfg.send_window_device);
             if is_read_or_atomic
                 || last_of_wqe
                 || retransmit
@@ -258,7 +276,9 @@ impl<M: Memory> Endpoint<M> {
         }
         if is_read && qp.req.next_psn.diff(qp.req.read_end) > 0 {
             qp.req.read_end = qp.req.next_psn;
-            self.dev.cqs.account_reads(&mut qp.req, mtu);
+        }
+        if qp.qp_type == QpType::Rc {
+            self.dev.cqs.account(&mut qp.req, mtu);
         }
         if retransmit {
             self.dev.counters.retransmitted_pkts += 1;
@@ -330,6 +350,8 @@ impl<M: Memory> Endpoint<M> {
             qp.req.shrink_send_window(self.cfg.send_window);
             let una = qp.req.una;
             Self::rewind(&mut self.dev.counters, qp, una);
+            let mtu = qp.mtu();
+            self.dev.cqs.account(&mut qp.req, mtu);
         }
     }
 

@@ -33,7 +33,7 @@ pub(super) struct Srq {
 }
 
 /// What QPs share: completion queues, shared receive queues and the events they raise, and
-/// the device's READ window.
+/// the device's READ and send windows.
 #[derive(Debug, Default)]
 pub(super) struct CqTable {
     pub(super) queues: Vec<VecDeque<WorkCompletion>>,
@@ -43,23 +43,36 @@ pub(super) struct CqTable {
     pub(super) read_inflight: u64,
     /// QPs waiting for the device's READ window to open.
     pub(super) read_waiters: Vec<Qpn>,
+    /// RC SEND and WRITE bytes (packets × MTU) the QPs have sent and not had acknowledged,
+    /// together.
+    pub(super) send_inflight: u64,
+    /// QPs waiting for the device's send window to open.
+    pub(super) send_waiters: Vec<Qpn>,
 }
 
 impl CqTable {
-    /// Counts `req`'s READ responses in flight again, after it asked for more or its oldest
-    /// unacknowledged PSN moved.
-    pub(super) fn account_reads(&mut self, req: &mut Requester, mtu: u64) {
-        let d = req.read_end.diff(req.una);
-        let now = if d > 0 { d as u64 * mtu } else { 0 };
+    /// Counts `req`'s READ responses and SEND/WRITE packets in flight again, after it sent
+    /// or its oldest unacknowledged PSN moved.
+    pub(super) fn account(&mut self, req: &mut Requester, mtu: u64) {
+        let reads = req.read_end.diff(req.una).max(0);
+        let now = reads as u64 * mtu;
         self.read_inflight = self.read_inflight.saturating_sub(req.read_inflight) + now;
         req.read_inflight = now;
+        // The PSNs in flight that are not READ responses: SEND and WRITE packets (and
+        // atomics, one PSN each).
+        let sends = (req.next_psn.diff(req.una) - reads).max(0) as u64 * mtu;
+        self.send_inflight = self.send_inflight.saturating_sub(req.send_inflight) + sends;
+        req.send_inflight = sends;
     }
 
-    /// `req`'s READ responses will not come (an error, a reset): they leave the count.
-    pub(super) fn release_reads(&mut self, req: &mut Requester) {
+    /// `req`'s READ responses and acknowledgements will not come (an error, a reset): they
+    /// leave the counts.
+    pub(super) fn release(&mut self, req: &mut Requester) {
         self.read_inflight = self.read_inflight.saturating_sub(req.read_inflight);
         req.read_inflight = 0;
         req.read_end = req.una;
+        self.send_inflight = self.send_inflight.saturating_sub(req.send_inflight);
+        req.send_inflight = 0;
     }
 
     pub(super) fn srq(&self, id: SrqId) -> Option<&Srq> {
