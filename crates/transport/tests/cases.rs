@@ -897,6 +897,39 @@ fn forged_packets_are_dropped_by_reason_before_their_icrc_is_computed() {
     assert_eq!(d(|c| c.dropped_unknown_qp), 1);
     assert_eq!(d(|c| c.dropped_pkts), 2);
     assert_eq!((d(|c| c.icrc_unverified), d(|c| c.rcvd_pkts), d(|c| c.icrc_errors)), (0, 0, 0));
+    // From a's address to b's QP (a forger who knows the QPN), at PSNs no requester could
+    // send now: far ahead of the expected PSN, far behind it. Dropped before the ICRC, and
+    // unanswered: no NAK, no ACK that would send the real requester back.
+    let with_psn = |p: &[u8], psn: u32| {
+        let mut f = p.to_vec();
+        f[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
+        f
+    };
+    let expected = psn_of(&request) + 2; // the two WRITEs so far
+    let before = net.nodes[1].counters().clone();
+    for psn in [expected + (1 << 15), expected.wrapping_sub(1 << 17), expected + 0x7f_0000] {
+        net.nodes[1].handle_datagram(net.now, &meta(0, 1), &with_psn(&request, psn & 0xff_ffff));
+    }
+    let c = net.nodes[1].counters();
+    let d = |f: fn(&transport::Counters) -> u64| f(c) - f(&before);
+    assert_eq!((d(|c| c.dropped_out_of_window), d(|c| c.icrc_unverified)), (3, 0));
+    assert_eq!((d(|c| c.sent_seq_err), d(|c| c.duplicate_request)), (0, 0));
+    assert!(net.nodes[1].poll_transmit(net.now).is_none(), "a forged request was answered");
+    // Near the expected PSN it may be a real loss: that one gets as far as the ICRC (which
+    // this test cannot check without the IP header) and is NAKed once.
+    net.nodes[1].handle_datagram(net.now, &meta(0, 1), &with_psn(&request, expected + 5));
+    let c = net.nodes[1].counters();
+    assert_eq!(
+        (c.icrc_unverified - before.icrc_unverified, c.sent_seq_err - before.sent_seq_err),
+        (1, 1)
+    );
+    while net.nodes[1].poll_transmit(net.now).is_some() {}
+    // A response for a PSN the requester never sent: dropped before its ICRC.
+    let before = net.nodes[0].counters().clone();
+    net.nodes[0].handle_datagram(net.now, &meta(1, 0), &with_psn(&ack, psn_of(&ack) + 1000));
+    let c = net.nodes[0].counters();
+    assert_eq!(c.dropped_out_of_window - before.dropped_out_of_window, 1);
+    assert_eq!(c.icrc_unverified - before.icrc_unverified, 0);
     // A NAK "remote access error" from the real peer's address at a PSN the requester has
     // had acknowledged: ignored and counted; the connection carries on.
     let mut nak = ack.clone();

@@ -371,6 +371,14 @@ impl<M: Memory> Endpoint<M> {
                 self.dev.counters.dropped_wrong_source += 1;
                 return;
             }
+            // An RC packet whose PSN no peer could send now: dropped before its ICRC and
+            // unanswered, so a forger who knows the QPN but not the PSN costs a lookup, not
+            // a CRC, a NAK or an ACK.
+            if qp.qp_type == QpType::Rc && !plausible_psn(qp, op.operation(), pkt.bth().psn()) {
+                self.dev.counters.dropped_pkts += 1;
+                self.dev.counters.dropped_out_of_window += 1;
+                return;
+            }
         }
         // The ICRC: over the real IP header when the driver has it; an IPv6 header can be
         // rebuilt from what the socket tells (every field it covers is known).
@@ -482,5 +490,34 @@ mod tests {
         assert_eq!(retransmit_timeout(0), None);
         assert_eq!(retransmit_timeout(1), Some(Duration::from_nanos(8192)));
         assert_eq!(retransmit_timeout(14), Some(Duration::from_nanos(4096 << 14)));
+    }
+}
+
+/// How far ahead of the expected PSN an RC request is still taken for a loss (and NAKed
+/// once): more than any requester keeps in flight (podnet's at most its send window and a
+/// READ window, rxe 128 packets). Further ahead it is dropped unanswered — a requester that
+/// did lose that much recovers on its retransmit timer — so a forged request with a random
+/// PSN draws a NAK once in 1,024 tries, not once in 2.
+pub(crate) const MAX_PSN_AHEAD: i32 = 1 << 14;
+
+/// How far behind the expected PSN an RC SEND or WRITE is still taken for a retransmission
+/// (and ACKed). READ and atomic requests further behind are still looked up among the
+/// responder's saved resources (a lost READ of many packets is asked for again from its first
+/// PSN), and answered only if one matches.
+pub(crate) const MAX_PSN_BEHIND: i32 = 1 << 16;
+
+/// Whether an RC packet's PSN is one its peer could send now: a request near the expected
+/// PSN, a response for a PSN this requester sent and has not had acknowledged (what the
+/// completer takes; the same test, before the ICRC).
+fn plausible_psn(qp: &QueuePair, op: Option<Operation>, psn: Psn) -> bool {
+    match op {
+        Some(o) if o.is_response() => {
+            let behind = psn.diff(qp.req.una);
+            behind >= 0 && behind < qp.req.next_psn.diff(qp.req.una).max(0)
+        }
+        Some(Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd) => {
+            psn.diff(qp.resp.epsn) <= MAX_PSN_AHEAD
+        }
+        _ => (-MAX_PSN_BEHIND..=MAX_PSN_AHEAD).contains(&psn.diff(qp.resp.epsn)),
     }
 }
