@@ -465,34 +465,6 @@ impl<M: Memory> Endpoint<M> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn udp_source_ports_match_rxe() {
-        // Observed in testdata/rxe (both ends had the same QPN): 0x11 -> 49441,
-        // 0x12 -> 49476, 0x14 -> 49552; and 0x16 -> 49636, 0x17 -> 49681.
-        for (q, port) in [(0x11, 49441), (0x12, 49476), (0x14, 49552), (0x16, 49636), (0x17, 49681)]
-        {
-            assert_eq!(src_port(Qpn::new(q), Qpn::new(q)), port, "QPN {q:#x}");
-        }
-        // Symmetric, and the folds matter for large QPNs.
-        assert_eq!(
-            src_port(Qpn::new(0x11), Qpn::new(0x2345)),
-            src_port(Qpn::new(0x2345), Qpn::new(0x11))
-        );
-        assert_eq!(src_port(Qpn::new(0), Qpn::new(0)), 0xc000);
-    }
-
-    #[test]
-    fn retransmit_timeout_is_4_096_us_times_2_to_the_code() {
-        assert_eq!(retransmit_timeout(0), None);
-        assert_eq!(retransmit_timeout(1), Some(Duration::from_nanos(8192)));
-        assert_eq!(retransmit_timeout(14), Some(Duration::from_nanos(4096 << 14)));
-    }
-}
-
 /// How far ahead of the expected PSN an RC request is still taken for a loss (and NAKed
 /// once): more than any requester keeps in flight (podnet's at most its send window and a
 /// READ window, rxe 128 packets). Further ahead it is dropped unanswered — a requester that
@@ -519,5 +491,33 @@ fn plausible_psn(qp: &QueuePair, op: Option<Operation>, psn: Psn) -> bool {
             psn.diff(qp.resp.epsn) <= MAX_PSN_AHEAD
         }
         _ => (-MAX_PSN_BEHIND..=MAX_PSN_AHEAD).contains(&psn.diff(qp.resp.epsn)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_source_ports_match_rxe() {
+        // Observed in testdata/rxe (both ends had the same QPN): 0x11 -> 49441,
+        // 0x12 -> 49476, 0x14 -> 49552; and 0x16 -> 49636, 0x17 -> 49681.
+        for (q, port) in [(0x11, 49441), (0x12, 49476), (0x14, 49552), (0x16, 49636), (0x17, 49681)]
+        {
+            assert_eq!(src_port(Qpn::new(q), Qpn::new(q)), port, "QPN {q:#x}");
+        }
+        // Symmetric, and the folds matter for large QPNs.
+        assert_eq!(
+            src_port(Qpn::new(0x11), Qpn::new(0x2345)),
+            src_port(Qpn::new(0x2345), Qpn::new(0x11))
+        );
+        assert_eq!(src_port(Qpn::new(0), Qpn::new(0)), 0xc000);
+    }
+
+    #[test]
+    fn retransmit_timeout_is_4_096_us_times_2_to_the_code() {
+        assert_eq!(retransmit_timeout(0), None);
+        assert_eq!(retransmit_timeout(1), Some(Duration::from_nanos(8192)));
+        assert_eq!(retransmit_timeout(14), Some(Duration::from_nanos(4096 << 14)));
     }
 }
