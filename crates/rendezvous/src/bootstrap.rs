@@ -28,7 +28,7 @@
 //! may take to say hello; `heartbeat` (1 s) is the interval between heartbeats; `dead_after`
 //! (5 s) is the silence after which a peer is declared lost.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -767,12 +767,23 @@ fn reach(world: &World, t: &Timeouts) -> std::io::Result<(TcpStream, BufReader<T
     s.set_read_timeout(Some(t.handshake.max(Duration::from_millis(10))))?;
     s.set_write_timeout(Some(t.handshake.max(Duration::from_millis(10))))?;
     let mut r = BufReader::new(s.try_clone()?);
-    match recv(&mut r, LINE_LIMIT)? {
-        Some(m) => Ok((s, r, m)),
-        None => Err(std::io::Error::new(
+    match recv(&mut r, LINE_LIMIT) {
+        Ok(Some(m)) => Ok((s, r, m)),
+        Ok(None) => Err(std::io::Error::new(
             std::io::ErrorKind::ConnectionAborted,
             "the coordinator closed the connection before its challenge (busy?)",
         )),
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+            Err(std::io::Error::new(
+                e.kind(),
+                format!(
+                    "connected, but no challenge came within {:?} (a podnet older than {VERSION}, \
+                     or not podnet, listens there?)",
+                    t.handshake
+                ),
+            ))
+        }
+        Err(e) => Err(e),
     }
 }
 

@@ -341,3 +341,24 @@ fn a_secret_file_is_read_with_a_cap_and_must_not_be_empty() {
     let e = Secret::from_file(&dir.path().join("none")).unwrap_err().to_string();
     assert!(e.contains("secret file") && e.contains("No such file"), "{e}");
 }
+
+#[test]
+fn a_coordinator_that_never_challenges_is_named_as_such() {
+    // Something that accepts and says nothing (an older podnet, or not podnet at all).
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let keep = std::thread::spawn(move || {
+        let held: Vec<TcpStream> = listener.incoming().take(2).map(Result::unwrap).collect();
+        std::thread::sleep(Duration::from_secs(2));
+        drop(held);
+    });
+    let t = Timeouts {
+        join: Duration::from_millis(900),
+        handshake: Duration::from_millis(300),
+        ..fast()
+    };
+    let e = join(&world(1, 2, addr), "host1", json!(null), &t, None).unwrap_err();
+    assert!(matches!(e, BootstrapError::Unreachable { .. }), "{e}");
+    assert!(e.to_string().contains("connected, but no challenge came within 300ms"), "{e}");
+    keep.join().unwrap();
+}
