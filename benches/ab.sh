@@ -25,6 +25,7 @@ echo "| what | before | after | before, each run | after, each run |"
 echo "|---|---|---|---|---|"
 row "write-bw 64K v6 MB/s" 6 BW_average write-bw -s 65536 -q 1
 row "write-bw 64K v4 MB/s" 4 BW_average write-bw -s 65536 -q 1
+row "write-bw 64K v4 -q 8 MB/s" 4 BW_average write-bw -s 65536 -q 8
 row "write-bw 2B v6 Mpps" 6 MsgRate write-bw -s 2
 row "write-bw 2B v4 Mpps" 4 MsgRate write-bw -s 2
 row "read-bw 64K v6 MB/s" 6 BW_average read-bw -s 65536

@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
         ModifyQp {
             state: Some(QpState::Rtr),
             path_mtu: Some(Mtu::Mtu256),
-            dest: Some(Path { ip: peer, qpn: Qpn::new(0x11) }),
+            dest: Some(Path::new(peer, Qpn::new(0x11))),
             rq_psn: Some(Psn::new(0)),
             max_dest_rd_atomic: Some(4),
             min_rnr_timer: Some(1),

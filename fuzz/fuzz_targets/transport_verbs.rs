@@ -37,7 +37,7 @@ fuzz_target!(|data: &[u8]| {
             ModifyQp {
                 state: Some(QpState::Rtr),
                 path_mtu: Some(Mtu::Mtu256),
-                dest: Some(Path { ip: ips[1 - i], qpn: peer }),
+                dest: Some(Path::new(ips[1 - i], peer)),
                 rq_psn: Some(Psn::new(0xff_fff0)),
                 max_dest_rd_atomic: Some(2),
                 min_rnr_timer: Some(0),

@@ -716,7 +716,7 @@ pub fn run(
     let mut peers = Vec::with_capacity(o.qps);
     for (qp, (mine, theirs)) in res.qps.iter().zip(local.iter().zip(&peer.keys)) {
         let ip = Gid(theirs.gid.unwrap_or([0; 16])).to_ip().unwrap_or(peer_ip);
-        let path = Path { ip, qpn: Qpn::new(theirs.qpn) };
+        let path = Path::new(ip, Qpn::new(theirs.qpn));
         let c = Connect {
             path_mtu: mtu,
             max_rd_atomic: OUT_READS.min(theirs.out_reads.clamp(1, 255) as u8),

@@ -89,7 +89,7 @@ fn pair(max_size: usize) -> (End, End) {
     };
     let (a, b) = (make("127.0.0.1"), make("127.0.0.2"));
     for (x, y, sq, rq) in [(&a, &b, 1, 2), (&b, &a, 2, 1)] {
-        let path = Path { ip: y.ctx.ip(), qpn: y.qp[0].qpn() };
+        let path = Path::new(y.ctx.ip(), y.qp[0].qpn());
         // A 0.5 s ACK timeout: a busy CI machine's stalls must not look like loss.
         let c = Connect {
             path_mtu: Mtu::Mtu4096,

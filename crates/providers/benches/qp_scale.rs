@@ -53,7 +53,7 @@ fn scenario(n: usize) {
             let init =
                 ModifyQp { state: Some(QpState::Init), access: Some(all), ..Default::default() };
             q.modify(&init).unwrap();
-            let path = Path { ip: peer, qpn: pq };
+            let path = Path::new(peer, pq);
             let c = Connect {
                 path_mtu: Mtu::Mtu1024,
                 max_rd_atomic: 16,

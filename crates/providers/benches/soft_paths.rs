@@ -44,7 +44,7 @@ fn run(ips: (&str, &str), v4: Ipv4Receive, size: usize, secs: f64) -> (f64, f64)
     for (q, peer, pq) in [(&qa, ip(ips.1), qb.qpn()), (&qb, ip(ips.0), qa.qpn())] {
         let init = ModifyQp { state: Some(QpState::Init), access: Some(all), ..Default::default() };
         q.modify(&init).unwrap();
-        let path = Path { ip: peer, qpn: pq };
+        let path = Path::new(peer, pq);
         let c = Connect {
             path_mtu: Mtu::Mtu4096,
             max_rd_atomic: 16,

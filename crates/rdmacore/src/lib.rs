@@ -1000,6 +1000,8 @@ impl Provider for RdmaCoreDevice {
         }
         if let (Some(d), false) = (m.dest, ud) {
             a.ah_attr = self.ah_attr(d.ip, tclass);
+            // On RoCEv2 the flow label sets the UDP source port (rdma_get_udp_sport).
+            a.ah_attr.grh.flow_label = d.flow_label & 0xf_ffff;
             a.dest_qp_num = d.qpn.get();
             mask |= k::IBV_QP_AV.0 | k::IBV_QP_DEST_QPN.0;
         }
@@ -1055,10 +1057,9 @@ impl Provider for RdmaCoreDevice {
         }
         // SAFETY: the GID union is 16 plain bytes.
         let dgid = Gid(unsafe { a.ah_attr.grh.dgid.raw });
-        let dest = (q.qp_type != QpType::Ud)
-            .then(|| dgid.to_ip())
-            .flatten()
-            .map(|ip| verbs::Path { ip, qpn: Qpn::new(a.dest_qp_num) });
+        let dest = (q.qp_type != QpType::Ud).then(|| dgid.to_ip()).flatten().map(|ip| {
+            verbs::Path { ip, qpn: Qpn::new(a.dest_qp_num), flow_label: a.ah_attr.grh.flow_label }
+        });
         let mut access = Access(0);
         for bit in
             [Access::LOCAL_WRITE, Access::REMOTE_WRITE, Access::REMOTE_READ, Access::REMOTE_ATOMIC]

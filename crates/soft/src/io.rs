@@ -12,9 +12,14 @@
 //!   ICRC (`wire::icrc::recover_ipv4_id`), which leaves a 16-bit check: every such packet is
 //!   counted in `icrc_unverified`.
 //!
-//! Sends go out of the UDP socket, unconnected, with `IP_PMTUDISC_DO`: Linux then gives every
-//! IPv4 datagram DF and Identification 0, so the ICRC can be computed before `sendmmsg`.
+//! Sends go out of UDP sockets, unconnected, with `IP_PMTUDISC_DO`: Linux then gives every
+//! IPv4 datagram DF and Identification 0, so the ICRC can be computed before `sendmmsg`. Each
+//! connection sends from its own UDP source port, as rxe and RoCE NICs do (the transport
+//! computes it: `wire::udp_source_port`), so a fabric's ECMP spreads a host pair's QPs: a
+//! kernel UDP socket sends from the port it is bound to, so [`SourcePorts`] binds one socket
+//! per port in use (receive stays on the device's port, 4791).
 
+use std::collections::HashMap;
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -49,6 +54,60 @@ pub enum RxPath {
     Udp,
     /// The UDP socket, IPv4 Identification recovered from the ICRC (16-bit check).
     UdpRecovered,
+}
+
+/// The most source-port sockets one device binds; connections past them share.
+pub(crate) const MAX_SOURCE_PORTS: usize = 256;
+
+/// The sockets a device's datagrams leave from, by UDP source port. A connection's port gets
+/// a socket bound to it the first time the connection sends, and keeps it; connections with
+/// the same port share it. When the port cannot be had (another socket holds it, the device
+/// has [`MAX_SOURCE_PORTS`], the process is out of descriptors) the connection sends from a
+/// port already bound, picked by its own port (so a host pair's connections still spread),
+/// or from the device's own port if none is: its datagrams are valid RoCE either way (the
+/// ICRC is sealed over the port they leave from), only the spread is less.
+#[derive(Debug, Default)]
+pub(crate) struct SourcePorts {
+    /// The port each connection's port was given (itself, or a fallback).
+    given: HashMap<u16, u16>,
+    /// The sockets bound, by port.
+    sockets: HashMap<u16, Socket>,
+    /// The ports bound, in order (for the fallback pick).
+    bound: Vec<u16>,
+}
+
+impl SourcePorts {
+    /// The port `t` leaves from: its connection's, or the fallback; sets `t.src_port` to it.
+    pub(crate) fn assign(&mut self, io: &Sockets, t: &mut Transmit) {
+        let want = t.src_port;
+        if let Some(&p) = self.given.get(&want) {
+            t.src_port = p;
+            return;
+        }
+        let got = if want == io.port {
+            io.port
+        } else if self.sockets.len() < MAX_SOURCE_PORTS
+            && let Ok(s) = io.open_sender(want)
+        {
+            self.sockets.insert(want, s);
+            self.bound.push(want);
+            want
+        } else {
+            match self.bound.len() {
+                0 => io.port,
+                n => self.bound[usize::from(want) % n],
+            }
+        };
+        // Remember a fallback too: one connection keeps one port (a path), and a port that
+        // could not be bound is not tried for every packet.
+        self.given.insert(want, got);
+        t.src_port = got;
+    }
+
+    /// The descriptor to send from port `port` (the device's own socket for its port).
+    fn fd(&self, io: &Sockets, port: u16) -> RawFd {
+        self.sockets.get(&port).map_or_else(|| io.tx_fd(), AsRawFd::as_raw_fd)
+    }
 }
 
 /// The sockets of one soft device.
@@ -232,9 +291,35 @@ impl Sockets {
         self.raw.as_ref().unwrap_or(&self.udp).as_raw_fd()
     }
 
-    /// The descriptor datagrams are sent from.
+    /// The descriptor datagrams are sent from when they leave from the device's port.
     pub(crate) fn tx_fd(&self) -> RawFd {
         self.udp.as_raw_fd()
+    }
+
+    /// A socket that sends from `port` on the device's address, set up as the device's own
+    /// socket is for sending (DF and Identification 0 on IPv4; zero UDP checksums on IPv6
+    /// unless offload needs them), that receives nothing (peers send to the device's port).
+    fn open_sender(&self, port: u16) -> io::Result<Socket> {
+        let domain = if self.ip.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+        let s = Socket::new(domain, Type::DGRAM.nonblocking(), Some(Protocol::UDP))?;
+        if self.ip.is_ipv6() {
+            s.set_only_v6(true)?;
+        }
+        // Two devices on one address (soft:IP:PORT) may want the same source port: both
+        // only send from it.
+        s.set_reuse_port(true)?;
+        s.bind(&SocketAddr::new(self.ip, port).into())?;
+        let fd = s.as_raw_fd();
+        attach_filter(fd, &[insn(0x06, 0, 0, 0)])?;
+        if setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 8 << 20).is_err() {
+            setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 8 << 20)?;
+        }
+        if self.ip.is_ipv4() {
+            setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+        } else if !self.offload {
+            setsockopt_int(fd, libc::IPPROTO_UDP, UDP_NO_CHECK6_TX, 1)?;
+        }
+        Ok(s)
     }
 
     /// Receives one batch without blocking and hands each datagram to `f`; returns how many
@@ -335,17 +420,47 @@ impl Sockets {
         f(&meta, &pkt[ihl + 8..ihl + udp_len], None);
     }
 
-    /// How many transmits one [`Sockets::send_batch`] takes.
+    /// How many transmits to collect for one [`Sockets::send_batch`] when they leave from
+    /// `ports` source ports: a `sendmmsg`'s worth per port, so that sorting them by port
+    /// leaves each port a full `sendmmsg` (at most [`GSO_BATCH`]).
+    pub(crate) fn collect_len(&self, ports: usize) -> usize {
+        (self.batch_len() * ports.max(1)).min(GSO_BATCH.max(self.batch_len()))
+    }
+
+    /// How many transmits one `sendmmsg` takes.
     pub(crate) fn batch_len(&self) -> usize {
         if self.offload { GSO_BATCH } else { BATCH }
     }
 
-    /// Sends `batch` (payloads already sealed) with one `sendmmsg`; returns how many went out.
-    /// `WouldBlock` when the socket buffer is full and none went. With segmentation offload,
+    /// Sends `batch` (payloads already sealed, sorted by source port), a `sendmmsg` per run
+    /// of one source port; returns how many went out, from the head (the caller keeps the
+    /// rest). `WouldBlock` when the first socket is full and none went.
+    pub(crate) fn send_batch(&self, batch: &[Transmit], ports: &SourcePorts) -> io::Result<usize> {
+        let mut sent = 0;
+        while sent < batch.len() {
+            let port = batch[sent].src_port;
+            let run = batch[sent..].iter().take_while(|t| t.src_port == port).count();
+            match self.send_run(&batch[sent..sent + run], ports.fd(self, port)) {
+                Ok((n, tried)) => {
+                    sent += n;
+                    if n < tried {
+                        break;
+                    }
+                }
+                // What went out went; the error comes again on the next try.
+                Err(_) if sent > 0 => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(sent)
+    }
+
+    /// Sends the head of `batch` with one `sendmmsg` on `fd`; returns how many went out and
+    /// how many it tried (a `sendmmsg` takes [`BATCH`] messages). With segmentation offload,
     /// runs of datagrams to one destination with one traffic class and one length (the last
     /// may be shorter) go as one message with `UDP_SEGMENT`: the kernel cuts it into the
     /// same datagrams, each with its own UDP header, checksum and (already sealed) ICRC.
-    pub(crate) fn send_batch(&self, batch: &[Transmit]) -> io::Result<usize> {
+    fn send_run(&self, batch: &[Transmit], fd: RawFd) -> io::Result<(usize, usize)> {
         // SAFETY: all-zero is a valid value for these plain C structs.
         let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
         // SAFETY: as above.
@@ -402,18 +517,19 @@ impl Sockets {
         // SAFETY: every header points at buffers that live until the call returns (`iovs`,
         // `addrs`, `cmsgs`, the payloads in `batch`), with their true sizes; the kernel only
         // reads them.
-        let rc = unsafe { libc::sendmmsg(self.tx_fd(), hdrs.as_mut_ptr(), msgs as u32, 0) };
+        let rc = unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), msgs as u32, 0) };
         if rc < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(groups[..rc as usize].iter().map(|g| g.1).sum())
+        let sum = |g: &[(usize, usize)]| g.iter().map(|g| g.1).sum();
+        Ok((sum(&groups[..rc as usize]), sum(&groups[..msgs])))
     }
 
     /// Writes the ICRC of `t` as it will be sent: over the IP and UDP headers Linux builds
-    /// for this socket (IPv4: DF, Identification 0).
+    /// for the socket of its source port (IPv4: DF, Identification 0).
     pub(crate) fn seal(&self, t: &mut Transmit) {
         // A peer of the other family: nothing will reach it; the send fails later.
-        if let Some(h) = PseudoHeader::between(self.ip, t.dst, self.port, self.port) {
+        if let Some(h) = PseudoHeader::between(self.ip, t.dst, t.src_port, self.port) {
             let r = h.seal(&mut t.payload);
             debug_assert!(r.is_ok(), "a transmit too short to seal");
         }

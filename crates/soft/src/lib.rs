@@ -232,6 +232,8 @@ struct State {
     rx: io::RxBuffers,
     /// Sealed datagrams the socket had no room for.
     backlog: VecDeque<Transmit>,
+    /// The sockets datagrams leave from, by UDP source port.
+    ports: io::SourcePorts,
     batch: Vec<Transmit>,
     port_ok: bool,
     driver: DriverCounters,
@@ -369,7 +371,7 @@ impl SoftDevice {
             unsafe { libc::close(wake_fd) };
             return Err(Error::Open { device: name, source });
         }
-        let (rx, batch) = (io::RxBuffers::for_sockets(&io), Vec::with_capacity(io.batch_len()));
+        let (rx, batch) = (io::RxBuffers::for_sockets(&io), Vec::with_capacity(io.collect_len(8)));
         let active_mtu = host::local_addrs(&host::default_root())
             .ok()
             // 127.0.0.2 and the rest of 127/8 answer on lo without being listed.
@@ -405,6 +407,7 @@ impl SoftDevice {
                 channels: Vec::new(),
                 rx,
                 backlog: VecDeque::new(),
+                ports: io::SourcePorts::default(),
                 batch,
                 port_ok: true,
                 driver: DriverCounters::default(),
@@ -552,20 +555,35 @@ impl Shared {
             for t in batch.drain(..) {
                 ep.recycle(t.payload);
             }
-            while st.batch.len() < self.io.batch_len() {
-                if let Some(t) = st.backlog.pop_front() {
-                    st.batch.push(t);
+            // A sendmmsg's worth per source port in the batch (each connection's go together
+            // below), so that many connections cost a sendmmsg each per round, not one per
+            // datagram.
+            let (mut ports, mut seen) = ([0u16; 8], 0);
+            while st.batch.len() < self.io.collect_len(seen) {
+                let t = if let Some(t) = st.backlog.pop_front() {
+                    t
                 } else if let Some(mut t) = st.ep.poll_transmit(now) {
+                    st.ports.assign(&self.io, &mut t);
                     self.io.seal(&mut t);
-                    st.batch.push(t);
+                    t
                 } else {
                     break;
+                };
+                if seen < ports.len() && !ports[..seen].contains(&t.src_port) {
+                    ports[seen] = t.src_port;
+                    seen += 1;
                 }
+                st.batch.push(t);
             }
             if st.batch.is_empty() {
                 return;
             }
-            match self.io.send_batch(&st.batch) {
+            // One sendmmsg per source port: each connection's datagrams together, in their
+            // order (a stable sort; connections' datagrams may pass each other).
+            if st.batch.windows(2).any(|w| w[0].src_port != w[1].src_port) {
+                st.batch.sort_by_key(|t| t.src_port);
+            }
+            match self.io.send_batch(&st.batch, &st.ports) {
                 Ok(n) => {
                     self.port_up(st, true);
                     st.requeue(n);

@@ -50,7 +50,7 @@ fn run(messages: u64, icrc: bool) -> (Duration, u64, u64) {
         let rtr = ModifyQp {
             state: Some(QpState::Rtr),
             path_mtu: Some(Mtu::Mtu4096),
-            dest: Some(Path { ip: ips[1 - i], qpn: info[1 - i].2 }),
+            dest: Some(Path::new(ips[1 - i], info[1 - i].2)),
             rq_psn: Some(Psn::new(0)),
             max_dest_rd_atomic: Some(1),
             min_rnr_timer: Some(1),

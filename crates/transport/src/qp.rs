@@ -136,7 +136,7 @@ mod tests {
         ModifyQp {
             state: Some(QpState::Rtr),
             path_mtu: Some(Mtu::Mtu1024),
-            dest: Some(Path { ip: "10.0.0.2".parse().unwrap(), qpn: Qpn::new(0x11) }),
+            dest: Some(Path::new("10.0.0.2".parse().unwrap(), Qpn::new(0x11))),
             rq_psn: Some(Psn::new(1)),
             max_dest_rd_atomic: Some(1),
             min_rnr_timer: Some(12),

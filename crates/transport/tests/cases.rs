@@ -507,6 +507,50 @@ fn qps_keep_together_within_the_device_send_window() {
 }
 
 #[test]
+fn each_connection_sends_from_its_own_udp_source_port() {
+    // Two connections as Linux gives them ports (from both QPNs), one with a port chosen
+    // through its flow label, as a probe walking ECMP paths would.
+    let mut net = Net::new(2, 7, Faults { delay: Duration::from_micros(5), ..Faults::default() });
+    net.keep_log = true;
+    let chosen = wire::flow_label_for_udp_source_port(0xd00d).unwrap();
+    let pairs: Vec<(Side, Side, u32)> = [0, 0, chosen]
+        .into_iter()
+        .map(|fl| {
+            let a = side(&mut net, 0, QpType::Rc, BUF);
+            let b = side(&mut net, 1, QpType::Rc, BUF);
+            connect(&mut net, &a, &b, Params { flow_label: fl, ..Params::default() });
+            (a, b, fl)
+        })
+        .collect();
+    for (a, b, _) in &pairs {
+        net.nodes[0].post_send(a.qpn, write(1, b, BUF_ADDR, 3 * 4096, a)).unwrap();
+        assert_eq!(
+            next_wc(&mut net, 0, a, Duration::from_secs(1)).unwrap().status,
+            WcStatus::Success
+        );
+    }
+    let mut ports = Vec::new();
+    for (a, b, fl) in &pairs {
+        let want = wire::udp_source_port(*fl, a.qpn, b.qpn);
+        // Both directions (the WRITE's packets to b, the ACKs to a) leave from it.
+        let seen: std::collections::BTreeSet<u16> = net
+            .log
+            .iter()
+            .zip(&net.log_ports)
+            .filter(|((_, _, p), _)| {
+                let q = wire::bth::Packet::new_checked(&p[..]).unwrap().dest_qp();
+                q == a.qpn || q == b.qpn
+            })
+            .map(|(_, port)| *port)
+            .collect();
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), [want], "QPs {:?}/{:?}", a.qpn, b.qpn);
+        ports.push(want);
+    }
+    assert_eq!(ports[2], 0xd00d);
+    assert!(ports[0] != ports[1] && ports.iter().all(|p| *p >= 0xc000), "{ports:x?}");
+}
+
+#[test]
 fn a_duplicate_atomic_returns_the_saved_result_and_runs_once() {
     let (mut net, a, b) = rc_pair(Params { timeout: 4, ..Params::default() });
     net.nodes[1].memory_mut().bytes_mut(b.mr.id)[..8].copy_from_slice(&41u64.to_ne_bytes());

@@ -74,13 +74,32 @@ impl Mtu {
     }
 }
 
-/// Where a connected QP sends: the remote device's address and QP.
+/// Where a connected QP sends: the remote device's address and QP, and the GRH flow label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Path {
     /// The remote address (the GID's IP).
     pub ip: IpAddr,
     /// The remote QP.
     pub qpn: Qpn,
+    /// The GRH flow label (20 bits; `ibv_ah_attr.grh.flow_label`). On RoCEv2 it sets the UDP
+    /// source port ([`wire::udp_source_port`]: soft devices, rxe and mlx5 alike); 0, the
+    /// default, lets the port follow from both QPNs, so a host pair's connections spread over
+    /// a fabric's ECMP paths.
+    pub flow_label: u32,
+}
+
+impl Path {
+    /// To `qpn` at `ip`, no flow label.
+    pub fn new(ip: IpAddr, qpn: Qpn) -> Path {
+        Path { ip, qpn, flow_label: 0 }
+    }
+
+    /// The same path with the flow label that gives the connection UDP source port `port`
+    /// (0xC000–0xFFFF; a probe that walks ECMP paths picks each); `None` for a port below.
+    pub fn with_udp_source_port(self, port: u16) -> Option<Path> {
+        let flow_label = wire::flow_label_for_udp_source_port(port)?;
+        Some(Path { flow_label, ..self })
+    }
 }
 
 /// Queue depths of a QP, and how much a send may carry inline.

@@ -38,6 +38,38 @@ pub use types::{Psn, QKey, Qpn, RKey};
 /// UDP destination port that marks RoCEv2 (IANA).
 pub const ROCEV2_UDP_PORT: u16 = 4791;
 
+/// The lowest UDP source port a RoCEv2 connection gets; ports run to 0xFFFF.
+pub const ROCEV2_SOURCE_PORT_MIN: u16 = 0xC000;
+
+/// The RoCEv2 UDP source port of a connection, as Linux computes it (`rdma_get_udp_sport`, used
+/// by rxe and by mlx5): from the GRH flow label if one is set, else from one computed over both
+/// QPNs (`lqpn × rqpn`, folded: `v ^= v >> 20; v ^= v >> 40`, 20 bits); the 20-bit label is
+/// then folded into 14 bits above 0xC000. Without a flow label both directions of a
+/// connection get the same port, and a fabric's ECMP hash spreads a host pair's connections
+/// over its paths by it. A UD QP (no remote QP) gets 0xC000.
+pub fn udp_source_port(flow_label: u32, lqpn: Qpn, rqpn: Qpn) -> u16 {
+    let fl = if flow_label & 0xf_ffff != 0 {
+        flow_label & 0xf_ffff
+    } else {
+        let mut v = u64::from(lqpn.get()) * u64::from(rqpn.get());
+        v ^= v >> 20;
+        v ^= v >> 40;
+        (v & 0xf_ffff) as u32
+    };
+    let low = (fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14);
+    (low as u16) | ROCEV2_SOURCE_PORT_MIN
+}
+
+/// The flow label that gives a connection the UDP source port `port` under
+/// [`udp_source_port`] (`None` below 0xC000): how a QP is given a chosen port — a probe that
+/// walks a fabric's ECMP paths — on podnet's soft devices, rxe and NICs that derive the port
+/// from the flow label.
+pub fn flow_label_for_udp_source_port(port: u16) -> Option<u32> {
+    // Upper bits 1 (never 0, which means "compute one"), lower bits the port's 14 folded
+    // with them.
+    (port >= ROCEV2_SOURCE_PORT_MIN).then(|| (1 << 14) | (u32::from(port & 0x3fff) ^ 1))
+}
+
 /// Why a buffer could not be read or written as a RoCEv2 header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
@@ -108,4 +140,37 @@ fn put_be24(b: &mut [u8], v: u32) {
 #[inline]
 fn check_range(field: &'static str, value: u64, bits: u32) -> Result<()> {
     if value >> bits == 0 { Ok(()) } else { Err(Error::FieldRange { field, value, bits }) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_source_ports_match_rxe() {
+        let port = |a: u32, b: u32| udp_source_port(0, Qpn::new(a), Qpn::new(b));
+        // Observed in testdata/rxe (both ends had the same QPN): 0x11 -> 49441,
+        // 0x12 -> 49476, 0x14 -> 49552; and 0x16 -> 49636, 0x17 -> 49681.
+        for (q, p) in [(0x11, 49441), (0x12, 49476), (0x14, 49552), (0x16, 49636), (0x17, 49681)] {
+            assert_eq!(port(q, q), p, "QPN {q:#x}");
+        }
+        // Symmetric, and the folds matter for large QPNs.
+        assert_eq!(port(0x11, 0x2345), port(0x2345, 0x11));
+        assert_eq!(port(0, 0), 0xc000);
+    }
+
+    #[test]
+    fn a_flow_label_chooses_the_port() {
+        // Linux's rdma_flow_label_to_udp_sport: the label's low 14 bits folded with its high 6.
+        assert_eq!(
+            udp_source_port(0x5_4321, Qpn::new(0x11), Qpn::new(0x12)),
+            0xc000 | (0x0321 ^ 0x15)
+        );
+        for p in [0xc000u16, 0xc001, 0xd00d, 0xffff] {
+            let fl = flow_label_for_udp_source_port(p).unwrap();
+            assert!(fl != 0 && fl <= 0xf_ffff, "{fl:#x}");
+            assert_eq!(udp_source_port(fl, Qpn::new(7), Qpn::new(9)), p);
+        }
+        assert_eq!(flow_label_for_udp_source_port(4791), None);
+    }
 }

@@ -169,7 +169,7 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
     let local = Dest { lid: 0, qpn: s.qp.qpn().get(), psn: random_psn(), gid };
     let connect = |remote: &Dest, peer: IpAddr| -> anyhow::Result<()> {
         let ip = remote.gid.to_ip().unwrap_or(peer);
-        let path = Path { ip, qpn: verbs::Qpn::new(remote.qpn) };
+        let path = Path::new(ip, verbs::Qpn::new(remote.qpn));
         let c =
             Connect { path_mtu, ..Connect::new(path, Psn::new(local.psn), Psn::new(remote.psn)) };
         s.qp.connect(&c).context("Failed to modify QP to RTR/RTS")

@@ -55,7 +55,7 @@ impl Probe {
     pub(crate) fn start() -> anyhow::Result<Probe> {
         let (a, b) = (side()?, side()?);
         for (x, y) in [(&a, &b), (&b, &a)] {
-            let path = Path { ip: y.ctx.ip(), qpn: y.qp.qpn() };
+            let path = Path::new(y.ctx.ip(), y.qp.qpn());
             x.qp.connect(&verbs::Connect::new(path, Psn::new(1), Psn::new(1)))?;
         }
         Ok(Probe {

@@ -291,6 +291,69 @@ fn with_udp_offload_every_packet_on_lo_is_a_valid_rocev2_frame() {
 }
 
 #[test]
+fn each_qp_sends_from_its_own_udp_source_port_as_rxe_would() {
+    crate::util::require_tool("tcpdump");
+    // write-bw on 4 QPs between IPv4 and between IPv6 soft devices, captured on lo: each
+    // connection's packets, both ways, leave from one UDP source port in 0xC000-0xFFFF, the
+    // one Linux gives its two QPNs, different connections mostly from different ports (an
+    // ECMP fabric spreads them), and every ICRC verifies over the port it left from.
+    let o = in_netns(
+        "ip -6 addr add fd00::1/128 dev lo nodad; ip -6 addr add fd00::2/128 dev lo nodad\n\
+         tcpdump -i lo -U -B 65536 -w cap.pcap udp dst port 4791 2> tcpdump.err & td=$!; sleep 1\n\
+         $PODNET perf write-bw -q 4 -n 200 -d soft:127.0.0.1 --timeout 20 > /dev/null &\n\
+         sleep 0.3; $PODNET perf write-bw -q 4 -n 200 -d soft:127.0.0.2 --timeout 20 127.0.0.1 > /dev/null || exit 3\n\
+         wait $!\n\
+         $PODNET perf write-bw -q 4 -n 200 -d soft:fd00::1 --timeout 20 > /dev/null &\n\
+         sleep 0.3; $PODNET perf write-bw -q 4 -n 200 -d soft:fd00::2 --timeout 20 fd00::1 > /dev/null || exit 3\n\
+         wait $!\n\
+         sleep 1; kill $td; wait $td\n\
+         $PODNET capture decode --json cap.pcap > frames.json 2> /dev/null || exit 4\n\
+         cat frames.json",
+    );
+    let out = stdout(&o);
+    assert!(o.status.success(), "{}{}", out.chars().take(2000).collect::<String>(), stderr(&o));
+    let frames: Vec<Value> = out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert!(frames.len() > 2 * 4 * 200, "{} frames", frames.len());
+    // Per family: (source port) -> the destination QPNs seen from it.
+    for v4 in [true, false] {
+        let mut by_port: std::collections::BTreeMap<u64, std::collections::BTreeSet<u64>> =
+            Default::default();
+        for f in frames.iter().filter(|f| (f["ip_version"] == 4) == v4) {
+            assert_eq!(f["icrc_ok"], true, "{f}");
+            by_port
+                .entry(f["src_port"].as_u64().unwrap())
+                .or_default()
+                .insert(hexnum(&f["dest_qp"]));
+        }
+        // Four connections (and perf's own exchange QPs, if any): each port a connection's.
+        assert!(by_port.len() >= 3, "v4 {v4}: {by_port:?}");
+        for (port, qpns) in &by_port {
+            assert!((0xc000..=0xffff).contains(port), "v4 {v4}: port {port}");
+            // Each QPN's partner (its connection's other end) is here too and the two give
+            // this port (two connections may share one by chance: 16,384 ports).
+            let q: Vec<u32> = qpns.iter().map(|q| *q as u32).collect();
+            let gives = |x: u32, y: u32| {
+                u64::from(wire::udp_source_port(0, wire::Qpn::new(x), wire::Qpn::new(y))) == *port
+            };
+            for x in &q {
+                assert!(
+                    q.iter().any(|y| y != x && gives(*x, *y)),
+                    "v4 {v4}: port {port:#x} carries QPN {x:#x} with no partner in {q:x?}"
+                );
+            }
+        }
+    }
+}
+
+fn hexnum(v: &Value) -> u64 {
+    match v {
+        Value::Number(n) => n.as_u64().unwrap(),
+        Value::String(s) => u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap(),
+        _ => panic!("{v}"),
+    }
+}
+
+#[test]
 fn run_infinitely_prints_a_row_every_period_until_stopped() {
     // -D 1 --run_infinitely: a row a second; stopped after about 3.5 s with SIGTERM.
     let o = in_netns(
@@ -666,7 +729,7 @@ fn ud_sends_from_a_third_process_are_reported_under_data_validation() {
         ..Default::default()
     };
     qp.modify(&init).unwrap();
-    let path = Path { ip: "127.0.0.63".parse().unwrap(), qpn: Qpn::new(1) };
+    let path = Path::new("127.0.0.63".parse().unwrap(), Qpn::new(1));
     qp.connect(&Connect::new(path, Psn::new(0), Psn::new(0))).unwrap();
     let dest = verbs::UdDest {
         ip: "127.0.0.61".parse().unwrap(),

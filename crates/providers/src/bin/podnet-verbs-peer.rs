@@ -131,7 +131,7 @@ impl Peer {
                     min_rnr_timer: min_rnr as u8,
                     max_rd_atomic: 16,
                     max_dest_rd_atomic: 16,
-                    ..Connect::new(Path { ip, qpn }, Psn::new(sq), Psn::new(rq))
+                    ..Connect::new(Path::new(ip, qpn), Psn::new(sq), Psn::new(rq))
                 };
                 s.qp.connect(&c).map_err(e)?;
                 Ok(String::new())

@@ -318,7 +318,7 @@ impl Local {
 
 /// Brings `qp` (in INIT) to RTS towards `peer_qpn` at `peer_ip`.
 pub fn connect_qp(qp: &QueuePair, peer_ip: IpAddr, peer_qpn: Qpn, c: &Conn) {
-    let path = Path { ip: peer_ip, qpn: peer_qpn };
+    let path = Path::new(peer_ip, peer_qpn);
     let attrs = verbs::Connect {
         path_mtu: c.mtu,
         timeout: c.timeout,

@@ -134,7 +134,8 @@ pub struct Transmit {
     pub dst: IpAddr,
     /// UDP destination port (4791).
     pub dst_port: u16,
-    /// UDP source port: `0xC000 | hash(QPN)`, one per QP.
+    /// UDP source port: the connection's, as Linux gives it ([`wire::udp_source_port`] of
+    /// the path's flow label and both QPNs); the driver sends from it.
     pub src_port: u16,
     /// IP traffic class / TOS (DSCP and ECN bits).
     pub tos: u8,
@@ -216,19 +217,6 @@ pub enum Error {
         /// The most the device grants.
         max: u32,
     },
-}
-
-/// The RoCEv2 UDP source port of a QP, as Linux computes it (`rdma_get_udp_sport` with no
-/// flow label set): the flow label `lqpn × rqpn`, folded (`v ^= v >> 20; v ^= v >> 40`, 20 bits),
-/// then folded again into 14 bits above 0xC000. It depends on both QPNs, so both directions of
-/// a connection use the same port; a UD QP (no remote QP) uses 0xC000.
-pub(crate) fn src_port(lqpn: Qpn, rqpn: Qpn) -> u16 {
-    let mut v = u64::from(lqpn.get()) * u64::from(rqpn.get());
-    v ^= v >> 20;
-    v ^= v >> 40;
-    let fl = (v & 0xf_ffff) as u32;
-    let low = (fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14);
-    (low as u16) | 0xc000
 }
 
 fn retransmit_timeout(code: u8) -> Option<Duration> {
@@ -497,22 +485,6 @@ fn plausible_psn(qp: &QueuePair, op: Option<Operation>, psn: Psn) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn udp_source_ports_match_rxe() {
-        // Observed in testdata/rxe (both ends had the same QPN): 0x11 -> 49441,
-        // 0x12 -> 49476, 0x14 -> 49552; and 0x16 -> 49636, 0x17 -> 49681.
-        for (q, port) in [(0x11, 49441), (0x12, 49476), (0x14, 49552), (0x16, 49636), (0x17, 49681)]
-        {
-            assert_eq!(src_port(Qpn::new(q), Qpn::new(q)), port, "QPN {q:#x}");
-        }
-        // Symmetric, and the folds matter for large QPNs.
-        assert_eq!(
-            src_port(Qpn::new(0x11), Qpn::new(0x2345)),
-            src_port(Qpn::new(0x2345), Qpn::new(0x11))
-        );
-        assert_eq!(src_port(Qpn::new(0), Qpn::new(0)), 0xc000);
-    }
 
     #[test]
     fn retransmit_timeout_is_4_096_us_times_2_to_the_code() {

@@ -61,11 +61,11 @@ pub(super) fn packet_with(
 }
 
 pub(super) fn transmit(qp: &QueuePair, dst: IpAddr, buf: Vec<u8>) -> Transmit {
-    let rqpn = qp.attr.dest.map_or(Qpn::new(0), |d| d.qpn);
+    let (rqpn, fl) = qp.attr.dest.map_or((Qpn::new(0), 0), |d| (d.qpn, d.flow_label));
     Transmit {
         dst,
         dst_port: wire::ROCEV2_UDP_PORT,
-        src_port: src_port(qp.qpn, rqpn),
+        src_port: wire::udp_source_port(fl, qp.qpn, rqpn),
         tos: qp.attr.traffic_class,
         payload: buf,
     }

@@ -120,6 +120,8 @@ pub struct Net {
     pub drop_next: Option<(usize, u32, u32)>,
     /// Every packet put on the wire: (from, to, RoCE bytes), for inspection.
     pub log: Vec<(usize, usize, Vec<u8>)>,
+    /// The UDP source port of each packet in `log`.
+    pub log_ports: Vec<u16>,
     pub keep_log: bool,
 }
 
@@ -159,6 +161,7 @@ impl Net {
             dropped: 0,
             drop_next: None,
             log: Vec::new(),
+            log_ports: Vec::new(),
             keep_log: false,
         }
     }
@@ -223,6 +226,7 @@ impl Net {
                 self.sent += 1;
                 if self.keep_log {
                     self.log.push((i, to, payload.clone()));
+                    self.log_ports.push(t.src_port);
                 }
                 if let Some((from, skip, n)) = self.drop_next
                     && from == i
@@ -387,6 +391,8 @@ pub struct Params {
     pub max_rd_atomic: u8,
     pub psn_a: u32,
     pub psn_b: u32,
+    /// The GRH flow label both sides set (0: the UDP source port follows from the QPNs).
+    pub flow_label: u32,
 }
 
 impl Default for Params {
@@ -400,6 +406,7 @@ impl Default for Params {
             max_rd_atomic: 16,
             psn_a: 0x100,
             psn_b: 0xff_fff0,
+            flow_label: 0,
         }
     }
 }
@@ -411,7 +418,7 @@ pub fn connect(net: &mut Net, a: &Side, b: &Side, p: Params) {
         let rtr = ModifyQp {
             state: Some(QpState::Rtr),
             path_mtu: Some(p.mtu),
-            dest: Some(Path { ip: ip(y.node), qpn: y.qpn }),
+            dest: Some(Path { flow_label: p.flow_label, ..Path::new(ip(y.node), y.qpn) }),
             rq_psn: Some(Psn::new(rq)),
             max_dest_rd_atomic: Some(p.max_rd_atomic),
             min_rnr_timer: Some(p.min_rnr_timer),
