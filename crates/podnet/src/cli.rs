@@ -137,10 +137,12 @@ pub(crate) enum Command {
     /// deeper queues. A damaged byte is reported with the peer, QP, message and byte offset,
     /// and fails the run.
     ///
-    /// Ranks learn their place from --rank/--world-size/--coordinator, or from Slurm
-    /// (SLURM_PROCID, SLURM_NTASKS), Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE) or
-    /// torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and meet at rank 0 over TCP (rank
-    /// 0 listens on the coordinator address only). A rank that never joins (--join-timeout) or
+    /// Ranks learn their place from --rank/--world-size/--coordinator, a --hostfile, or from
+    /// Slurm (SLURM_PROCID, SLURM_NTASKS), Open MPI (OMPI_COMM_WORLD_RANK,
+    /// OMPI_COMM_WORLD_SIZE), torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or a
+    /// Kubernetes Indexed Job (JOB_COMPLETION_INDEX with --world-size or PODNET_WORLD_SIZE,
+    /// and --coordinator or PODNET_COORDINATOR), and meet at rank 0 over TCP (rank 0 listens
+    /// on the coordinator address only). A rank that never joins (--join-timeout) or
     /// stops answering (--dead-after) is named by rank and host, and every rank stops with
     /// exit status 1. Rank 0 serves joiners concurrently, each within 10 s and a size cap; it
     /// turns away a rank already claimed, another world size or podnet version, and — with a
@@ -149,7 +151,8 @@ pub(crate) enum Command {
     #[command(after_help = "Examples:\n  \
         podnet burnin --rank 0 --world-size 2 --coordinator 10.0.0.1:29400 -d soft:10.0.0.1 &\n  \
         podnet burnin --rank 1 --world-size 2 --coordinator 10.0.0.1:29400 -d soft:10.0.0.2\n  \
-        srun -N 16 podnet burnin --coordinator node001:29400 -d mlx5_0 --extreme --duration 3600")]
+        srun -N 16 podnet burnin --coordinator node001:29400 -d mlx5_0 --extreme --duration 3600\n  \
+        podnet burnin --hostfile pod.hosts -d mlx5_0      (on every host of pod.hosts)")]
     Burnin(BurninArgs),
 }
 
@@ -164,9 +167,17 @@ pub(crate) struct BurninArgs {
     #[arg(long)]
     pub(crate) world_size: Option<u32>,
 
-    /// Rank 0's bootstrap address, HOST:PORT [default: MASTER_ADDR:MASTER_PORT].
+    /// Rank 0's bootstrap address, HOST:PORT [default: PODNET_COORDINATOR, else
+    /// MASTER_ADDR:MASTER_PORT, else the hostfile's first host at port 29400].
     #[arg(long, value_name = "HOST:PORT")]
     pub(crate) coordinator: Option<String>,
+
+    /// The run's hosts, one a line (a name or an address; what follows it, as MPI's
+    /// `slots=8`, is ignored; `#` comments): the world size is their number, this host's
+    /// line (by host name or by one of its addresses) its rank, the first host the
+    /// coordinator. Every host runs the same command.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) hostfile: Option<PathBuf>,
 
     /// This rank's device: `soft:<IP>` or an RDMA device [default: soft, the first free
     /// loopback address].

@@ -71,6 +71,7 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
         rank: args.rank,
         world_size: args.world_size,
         coordinator: args.coordinator.clone(),
+        hostfile: args.hostfile.clone(),
     };
     let world = world::resolve(&flags, &|k| std::env::var(k).ok())?;
     let env_secret = std::env::var_os(SECRET_ENV);
