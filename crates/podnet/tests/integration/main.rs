@@ -6,6 +6,7 @@ mod build;
 mod burnin;
 mod decode;
 mod devices;
+mod emupod;
 mod extra;
 mod perf;
 mod perf_rxe;

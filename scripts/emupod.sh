@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# An emulated pod on one Linux host: hosts as network namespaces with R rails each, an L3
+# leaf-spine fabric of router namespaces between them, as production RoCE pods are built —
+# each rail's host port on a /31 to its ToR, every ToR to every spine, ECMP over the spines
+# with an L4 hash (a RoCEv2 connection's UDP source port picks its path), a rate limit (tbf)
+# on every fabric link so that links, not the 2 cores, set the figures. Hosts route by rail
+# (a table per rail, chosen by source address; arp_ignore/arp_announce), so a dead rail's
+# traffic does not silently leave by another; routers send no ICMP unreachables, so a smaller
+# MTU on a link is silent loss, as on a fabric of NICs. podnet runs on soft devices bound to
+# the rail addresses (`soft:10.<rail+1>.<host>.1`).
+#
+#   scripts/emupod.sh up NAME [HOSTS [RAILS [HOSTS_PER_TOR [SPINES [RATE]]]]]
+#                                     (defaults 4 2 2 2 200mbit; root)
+#   scripts/emupod.sh down NAME        removes every namespace of the pod
+#   scripts/emupod.sh hostfile NAME [RAIL]
+#                                     the hosts' addresses on RAIL (default 0), one a line
+#   scripts/emupod.sh exec NAME HOST CMD...   runs CMD in host HOST (0-based)
+#   scripts/emupod.sh link NAME LINK rate RATE|loss PCT|mtu BYTES|down|up
+#       LINK: h<host>r<rail> (a host's rail to its ToR) or t<tor>s<spine> (a ToR to a spine;
+#       ToR index = rack × RAILS + rail)
+#   scripts/emupod.sh host NAME HOST freeze|thaw|kill
+#
+# Names: namespaces NAME-h<i>, NAME-t<k>, NAME-s<j>; addresses 10.<rail+1>.<host>.1/31 on
+# hosts (.0 on the ToR), 172.<16+spine>.<tor>.1/31 on ToRs (.0 on the spine).
+set -euo pipefail
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 2 ] || usage
+cmd=$1 name=$2
+shift 2
+[[ $name =~ ^[a-z][a-z0-9]{0,7}$ ]] || { echo "emupod: NAME must be 1-8 of [a-z0-9], starting with a letter" >&2; exit 2; }
+
+# The pod's shape, kept beside it for the other commands.
+state=/run/emupod/$name
+nsof() { echo "$name-$1"; }
+load() {
+  [ -f "$state" ] || { echo "emupod: no pod $name (scripts/emupod.sh up $name)" >&2; exit 2; }
+  # shellcheck disable=SC1090
+  source "$state"
+}
+
+tbf() { # NS DEV RATE
+  ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst 64kb latency 20ms
+}
+
+wire() { # NS_A DEV_A ADDR_A NS_B DEV_B ADDR_B RATE: a veth between two namespaces, up, limited
+  ip link add "$2" netns "$1" type veth peer name "$5" netns "$4"
+  ip -n "$1" addr add "$3" dev "$2"
+  ip -n "$4" addr add "$6" dev "$5"
+  ip -n "$1" link set "$2" up
+  ip -n "$4" link set "$5" up
+  tbf "$1" "$2" "$7"; tbf "$4" "$5" "$7"
+}
+
+host_routes() { # HOST RAIL: the host's table for the rail, chosen by source address
+  local h i=$1 r=$2; h=$(nsof h$1)
+  ip -n "$h" route replace default via "10.$((r + 1)).$i.0" dev "r$r" table $((10 + r))
+  ip -n "$h" route replace "10.$((r + 1)).0.0/16" via "10.$((r + 1)).$i.0" dev "r$r"
+}
+
+tor_routes() { # TOR: everything not under it, over every spine
+  local t hops="" j; t=$(nsof t$1)
+  for ((j = 0; j < SPINES; j++)); do
+    # Only over links that are up (a spine link taken down stays out until it comes up).
+    ip -n "$t" link show "s$j" | grep -q 'state UP' || continue
+    hops+=" nexthop via 172.$((16 + j)).$1.0 dev s$j"
+  done
+  [ -n "$hops" ] || return 0
+  # shellcheck disable=SC2086
+  ip -n "$t" route replace 10.0.0.0/8 $hops
+}
+
+spine_routes() { # SPINE TOR: the hosts under the ToR, through it
+  local s i r k=$2 rack rail; s=$(nsof s$1)
+  rack=$((k / RAILS)) rail=$((k % RAILS))
+  for ((i = rack * PER; i < (rack + 1) * PER && i < HOSTS; i++)); do
+    ip -n "$s" route replace "10.$((rail + 1)).$i.0/31" via "172.$((16 + $1)).$k.1"
+  done
+}
+
+up() {
+  local hosts=${1:-4} rails=${2:-2} per=${3:-2} spines=${4:-2} rate=${5:-200mbit}
+  [ "$hosts" -ge 2 ] && [ "$hosts" -le 250 ] || { echo "emupod: 2-250 hosts" >&2; exit 2; }
+  [ "$rails" -ge 1 ] && [ "$rails" -le 8 ] || { echo "emupod: 1-8 rails" >&2; exit 2; }
+  [ "$per" -ge 1 ] && [ "$spines" -ge 1 ] && [ "$spines" -le 8 ] || { echo "emupod: bad shape" >&2; exit 2; }
+  if ls /run/netns 2>/dev/null | grep -q "^$name-"; then
+    echo "emupod: a pod named $name is up (scripts/emupod.sh down $name)" >&2; exit 2
+  fi
+  local racks=$(( (hosts + per - 1) / per )) tors
+  tors=$((racks * rails))
+  mkdir -p /run/emupod
+  printf 'HOSTS=%d RAILS=%d PER=%d SPINES=%d RATE=%s RACKS=%d TORS=%d\n' \
+    "$hosts" "$rails" "$per" "$spines" "$rate" "$racks" "$tors" > "$state"
+  load
+  # Failed or interrupted half-way: take down what was made.
+  trap 'down_ns; exit 130' INT TERM
+  trap 'echo "emupod: setting up $name failed; taken down" >&2; down_ns; exit 1' ERR
+  local i r k j ns
+  for ((i = 0; i < hosts; i++)); do ip netns add "$(nsof h$i)"; done
+  for ((k = 0; k < tors; k++)); do ip netns add "$(nsof t$k)"; done
+  for ((j = 0; j < spines; j++)); do ip netns add "$(nsof s$j)"; done
+  for ns in $(ls /run/netns | grep "^$name-"); do
+    ip -n "$ns" link set lo up
+    ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.fib_multipath_hash_policy=1 \
+      net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2 net.ipv4.conf.all.rp_filter=0 \
+      net.ipv4.conf.default.rp_filter=0
+    ip netns exec "$ns" sysctl -qw net.ipv4.fib_multipath_hash_seed=1 2>/dev/null || true
+    # No ICMP unreachables (and so no "fragmentation needed"): a fabric of NICs drops silently.
+    ip netns exec "$ns" nft -f - <<'NFT'
+table inet emupod {
+  chain out { type filter hook output priority 0; icmp type destination-unreachable drop; icmpv6 type packet-too-big drop; }
+  chain through { type filter hook forward priority 0; }
+}
+NFT
+  done
+  # Hosts to their rails' ToRs.
+  for ((i = 0; i < hosts; i++)); do
+    local h; h=$(nsof h$i)
+    ip netns exec "$h" sysctl -qw net.ipv4.ip_forward=0
+    for ((r = 0; r < rails; r++)); do
+      k=$(( (i / per) * rails + r ))
+      wire "$h" "r$r" "10.$((r + 1)).$i.1/31" "$(nsof t$k)" "h$i" "10.$((r + 1)).$i.0/31" "$rate"
+      # A table per rail, chosen by source address; the rail's own subnet by default.
+      ip -n "$h" rule add from "10.$((r + 1)).$i.1" table $((10 + r))
+      host_routes "$i" "$r"
+    done
+  done
+  # ToRs to every spine; ECMP up, one route down per host.
+  for ((k = 0; k < tors; k++)); do
+    for ((j = 0; j < spines; j++)); do
+      wire "$(nsof t$k)" "s$j" "172.$((16 + j)).$k.1/31" "$(nsof s$j)" "t$k" "172.$((16 + j)).$k.0/31" "$rate"
+    done
+    tor_routes "$k"
+    for ((j = 0; j < spines; j++)); do spine_routes "$j" "$k"; done
+  done
+  trap - INT TERM ERR
+  echo "emupod $name: $hosts hosts x $rails rails, $tors ToRs ($per hosts each), $spines spines, links $rate"
+}
+
+down_ns() {
+  local ns
+  for ns in $(ls /run/netns 2>/dev/null | grep "^$name-" || true); do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  rm -f "$state"
+}
+
+link() { # LINK OP [ARG]
+  load
+  local l=$1 op=$2 arg=${3:-} a b da db
+  if [[ $l =~ ^h([0-9]+)r([0-9]+)$ ]]; then
+    local i=${BASH_REMATCH[1]} r=${BASH_REMATCH[2]}
+    [ "$i" -lt "$HOSTS" ] && [ "$r" -lt "$RAILS" ] || { echo "emupod: no link $l" >&2; exit 2; }
+    a=$(nsof h$i) da=r$r b=$(nsof t$(( (i / PER) * RAILS + r ))) db=h$i
+  elif [[ $l =~ ^t([0-9]+)s([0-9]+)$ ]]; then
+    local k=${BASH_REMATCH[1]} j=${BASH_REMATCH[2]}
+    [ "$k" -lt "$TORS" ] && [ "$j" -lt "$SPINES" ] || { echo "emupod: no link $l" >&2; exit 2; }
+    a=$(nsof t$k) da=s$j b=$(nsof s$j) db=t$k
+  else
+    echo "emupod: LINK is h<host>r<rail> or t<tor>s<spine>, not $l" >&2; exit 2
+  fi
+  case $op in
+    rate) tbf "$a" "$da" "$arg"; tbf "$b" "$db" "$arg" ;;
+    mtu) ip -n "$a" link set "$da" mtu "$arg"; ip -n "$b" link set "$db" mtu "$arg" ;;
+    down) ip -n "$a" link set "$da" down; ip -n "$b" link set "$db" down ;;
+    up)
+      # Up again, with the routes the kernel removed when it went down (a host link: the
+      # host's rail routes; a spine link: the spine's routes to the ToR's hosts).
+      ip -n "$a" link set "$da" up; ip -n "$b" link set "$db" up
+      if [[ $l =~ ^h([0-9]+)r([0-9]+)$ ]]; then
+        host_routes "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+      else
+        [[ $l =~ ^t([0-9]+)s([0-9]+)$ ]]
+        tor_routes "${BASH_REMATCH[1]}"
+        spine_routes "${BASH_REMATCH[2]}" "${BASH_REMATCH[1]}"
+      fi
+      ;;
+    loss)
+      # RoCE packets either way, dropped at random where they cross the link's router end.
+      [[ $arg =~ ^[0-9]+$ ]] && [ "$arg" -le 100 ] || { echo "emupod: loss PCT, 0-100" >&2; exit 2; }
+      local c=loss_$db
+      if ! ip netns exec "$b" nft list chain inet emupod "$c" >/dev/null 2>&1; then
+        ip netns exec "$b" nft add chain inet emupod "$c"
+        ip netns exec "$b" nft add rule inet emupod through jump "$c"
+      fi
+      ip netns exec "$b" nft flush chain inet emupod "$c"
+      for dir in iifname oifname; do
+        if [ "$arg" -eq 100 ]; then
+          ip netns exec "$b" nft add rule inet emupod "$c" "$dir" "$db" udp dport 4791 counter drop
+        elif [ "$arg" -gt 0 ]; then
+          ip netns exec "$b" nft add rule inet emupod "$c" "$dir" "$db" udp dport 4791 \
+            numgen random mod 100 "<" "$arg" counter drop
+        fi
+      done
+      ;;
+    *) echo "emupod: link OP is rate, loss, mtu, down or up" >&2; exit 2 ;;
+  esac
+}
+
+case $cmd in
+  up) up "$@" ;;
+  down) down_ns ;;
+  hostfile)
+    load
+    for ((i = 0; i < HOSTS; i++)); do echo "10.$((${1:-0} + 1)).$i.1"; done
+    ;;
+  exec)
+    load
+    [ $# -ge 2 ] || usage
+    h=$1; shift
+    exec ip netns exec "$(nsof h$h)" "$@"
+    ;;
+  link) [ $# -ge 2 ] || usage; link "$@" ;;
+  host)
+    load
+    [ $# -eq 2 ] || usage
+    sig=
+    case $2 in freeze) sig=STOP ;; thaw) sig=CONT ;; kill) sig=KILL ;; *) usage ;; esac
+    for p in $(ip netns pids "$(nsof h$1)"); do kill -$sig "$p"; done
+    ;;
+  *) usage ;;
+esac
