@@ -1,8 +1,9 @@
 //! The emulated pod (`scripts/emupod.sh`): 4 hosts × 2 rails under 4 ToRs and 2 spines, podnet
 //! across it, and each knob failing the way a fabric fails — a rail taken down fails that
 //! rail's traffic and not the other's (nothing heals in the kernel), a lossy link drops RoCE,
-//! ECMP over the spines spreads a host pair's QPs by their UDP source ports, and the pod is
-//! gone after `down`.
+//! a smaller MTU drops large frames silently, a frozen host fails its peers' RDMA, a killed one
+//! leaves nothing running, ECMP over the spines spreads a host pair's QPs by their UDP source
+//! ports, and the pod is gone after `down`.
 
 use std::process::{Command, Output};
 
@@ -26,13 +27,17 @@ impl Drop for Pod {
 /// podnet pingpong from host `from` to host `to` on `rail`: the client's exit status and last
 /// line.
 fn pingpong(pod: &str, from: u32, to: u32, rail: u32) -> (i32, String) {
+    pingpong_with(pod, from, to, rail, "-n 20")
+}
+
+fn pingpong_with(pod: &str, from: u32, to: u32, rail: u32, args: &str) -> (i32, String) {
     let p = env!("CARGO_BIN_EXE_podnet");
     let (a, b) = (format!("10.{}.{from}.1", rail + 1), format!("10.{}.{to}.1", rail + 1));
     let o = Command::new("bash")
         .arg("-c")
         .arg(format!(
-            "E={s}; $E exec {pod} {to} {p} pingpong -d soft:{b} -n 20 --timeout 3 >/dev/null 2>&1 & \
-             sleep 0.4; $E exec {pod} {from} {p} pingpong -d soft:{a} -n 20 --timeout 3 {b} 2>&1; \
+            "E={s}; $E exec {pod} {to} {p} pingpong -d soft:{b} {args} --timeout 3 >/dev/null 2>&1 & \
+             sleep 0.4; $E exec {pod} {from} {p} pingpong -d soft:{a} {args} --timeout 3 {b} 2>&1; \
              rc=$?; wait; exit $rc",
             s = script()
         ))
@@ -104,6 +109,34 @@ fn an_emulated_pod_fails_the_way_a_fabric_fails() {
     assert!(last.contains("RetryExcErr"), "{last}");
     assert!(emupod(&["link", &name, "h3r0", "loss", "0"]).status.success());
     assert_eq!(pingpong(&name, 0, 3, 0).0, 0, "no loss again");
+    // A link with a smaller MTU drops larger frames silently (no ICMP, no EMSGSIZE): a
+    // 4096-byte path MTU fails, 1024 passes.
+    assert!(emupod(&["link", &name, "h3r0", "mtu", "1500"]).status.success());
+    let (rc, last) = pingpong_with(&name, 0, 3, 0, "-n 20 -s 4096 -m 4096");
+    assert_eq!(rc, 1, "{last}");
+    assert!(last.contains("RetryExcErr"), "{last}");
+    assert_eq!(pingpong_with(&name, 0, 3, 0, "-n 20 -s 4096 -m 1024").0, 0);
+    assert!(emupod(&["link", &name, "h3r0", "mtu", "9000"]).status.success());
+    // A host frozen mid-run: its peer's RDMA fails within the transport's retries; the host
+    // killed: nothing of it is left running.
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "E={s}; $E exec {name} 3 {p} pingpong -d soft:10.1.3.1 -n 100000000 -s 64 --timeout 5 >/dev/null 2>&1 & \
+             sleep 0.4; $E exec {name} 0 {p} pingpong -d soft:10.1.0.1 -n 100000000 -s 64 --timeout 5 10.1.3.1 2>&1 & c=$!; \
+             sleep 1; $E host {name} 3 freeze; s=$(date +%s%N); wait $c; rc=$?; \
+             echo \"rc=$rc after $(( ($(date +%s%N) - s) / 1000000 )) ms\"; \
+             $E host {name} 3 thaw; $E host {name} 3 kill; sleep 0.3; echo \"left $(ip netns pids {name}-h3 | wc -l)\"",
+            s = script()
+        ))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("RetryExcErr") && out.contains("rc=1 after"), "{out}");
+    let ms: u64 =
+        out.split("rc=1 after ").nth(1).and_then(|x| x.split(' ').next()).unwrap().parse().unwrap();
+    assert!(ms < 6000, "{out}");
+    assert!(out.contains("left 0"), "{out}");
     // Bad input is refused.
     assert_eq!(emupod(&["link", &name, "h9r0", "down"]).status.code(), Some(2));
     assert_eq!(emupod(&["up", &name]).status.code(), Some(2), "a second pod of one name");
