@@ -416,6 +416,9 @@ fn watch(
 #[derive(Default)]
 struct Shared {
     failure: Option<Failure>,
+    /// Rank 0: a lost rank is being announced to the others (its failure is published once
+    /// they have been told, so that a workload that stops on it cannot close the links first).
+    announcing: bool,
     /// Rank 0: which ranks said done, and how.
     done: Vec<(u32, bool)>,
     /// The others: rank 0's verdict.
@@ -731,10 +734,10 @@ fn coordinate(
             if s.done.iter().any(|(r, _)| *r as usize == rank) && s.finish.is_some() {
                 return;
             }
-            if s.failure.is_none() {
-                let f = Failure { rank: rank as u32, host, reason };
-                s.failure = Some(f.clone());
+            if s.failure.is_none() && !s.announcing {
+                s.announcing = true;
                 drop(s);
+                let f = Failure { rank: rank as u32, host, reason };
                 for (k, w) in links.iter().enumerate() {
                     if k != rank
                         && let Some(w) = w
@@ -742,6 +745,7 @@ fn coordinate(
                         let _ = send(w, &Msg::Abort(f.clone()));
                     }
                 }
+                lock(&shared).failure = Some(f);
             }
         });
     }
