@@ -580,7 +580,7 @@ impl Shared {
             }
             // One sendmmsg per source port: each connection's datagrams together, in their
             // order (a stable sort; connections' datagrams may pass each other).
-            if st.batch.windows(2).any(|w| w[0].src_port != w[1].src_port) {
+            if seen > 1 {
                 st.batch.sort_by_key(|t| t.src_port);
             }
             match self.io.send_batch(&st.batch, &st.ports) {

@@ -16,27 +16,21 @@ use crate::time::Instant;
 use super::*;
 
 impl<M: Memory> Endpoint<M> {
-    /// The requester's side: ACKs, NAKs, READ responses and atomic ACKs.
+    /// The requester's side: ACKs, NAKs, READ responses and atomic ACKs. Only responses for a
+    /// PSN this requester sent and has not had acknowledged (`0 <= behind < sent`) get here:
+    /// `handle_datagram` drops the rest before their ICRC (`plausible_psn`).
     pub(super) fn on_response(&mut self, now: Instant, qpn: Qpn, pkt: &roce::Packet<&[u8]>) {
         let Some(qp) = self.qps.get_mut(&qpn) else { return };
         if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
             return;
         }
         let psn = pkt.bth().psn();
-        // A response must be for a PSN this requester sent and has not had acknowledged.
-        let sent = qp.req.next_psn.diff(qp.req.una).max(0);
         let behind = psn.diff(qp.req.una);
         let rto = retransmit_timeout(qp.attr.timeout);
         match pkt.opcode().operation() {
             Some(Operation::Acknowledge) => {
                 let Some(aeth) = pkt.aeth() else { return };
                 let syndrome = aeth.syndrome();
-                // Only a PSN this requester sent and has not seen acknowledged
-                // (0 <= behind < sent) counts; anything else is stale or forged.
-                if behind < 0 || behind >= sent {
-                    self.dev.counters.dropped_out_of_window += 1;
-                    return;
-                }
                 match syndrome {
                     Syndrome::RnrNak(_) => self.dev.counters.rcvd_rnr_err += 1,
                     Syndrome::Nak(NakCode::PsnSequenceError) => self.dev.counters.rcvd_seq_err += 1,
@@ -101,7 +95,7 @@ impl<M: Memory> Endpoint<M> {
                 let Some(w) = qp.req.sq.front() else { return };
                 let atomic =
                     matches!(w.wr.op, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. });
-                if atomic && behind > 0 && behind < sent && qp.req.next_psn.diff(qp.req.una) > 0 {
+                if atomic && behind > 0 {
                     // A later atomic's response: the responder executed ours and its response
                     // was lost (an implied NAK). Ask again now; it returns the saved result.
                     let una = qp.req.una;
@@ -129,10 +123,6 @@ impl<M: Memory> Endpoint<M> {
                 if !matches!(w.wr.op, SendOp::Read { .. }) {
                     return;
                 }
-                if behind < 0 {
-                    self.dev.counters.dropped_out_of_window += 1;
-                    return; // a duplicate
-                }
                 if behind > 0
                     || psn.diff(w.first_psn) < 0
                     || psn.diff(w.first_psn) >= w.npkts as i32
@@ -147,7 +137,7 @@ impl<M: Memory> Endpoint<M> {
                     let asked = qp.req.gap_asked.is_some_and(|(p, at)| {
                         p == una && rto.is_none_or(|d| now.saturating_since(at) < d / 8)
                     });
-                    if !asked && qp.req.next_psn.diff(una) > 0 && behind < sent {
+                    if !asked {
                         qp.req.gap_asked = Some((una, now));
                         qp.req.shrink_read_window(mtu, self.cfg.read_window_qp);
                         Self::rewind(&mut self.dev.counters, qp, una);
