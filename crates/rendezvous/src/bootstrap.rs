@@ -270,6 +270,8 @@ enum Msg {
     Abort(Failure),
     Done { rank: u32, ok: bool },
     Finish { ok: bool },
+    /// A workload's own message (rank 0 to a rank, or a rank to rank 0).
+    Data(Value),
 }
 
 /// Why the ranks could not meet, or a run could not end well.
@@ -423,6 +425,8 @@ struct Shared {
     done: Vec<(u32, bool)>,
     /// The others: rank 0's verdict.
     finish: Option<bool>,
+    /// The workload's messages not yet taken: (from rank, body).
+    inbox: std::collections::VecDeque<(u32, Value)>,
 }
 
 /// A rank's place in a run that has met.
@@ -721,8 +725,10 @@ fn coordinate(
         let _ = r.get_ref().set_read_timeout(Some(dead));
         std::thread::spawn(move || {
             let reason = watch(&mut r, dead, &gap, |m| {
-                if let Msg::Done { ok, .. } = m {
-                    lock(&shared).done.push((rank as u32, ok));
+                match m {
+                    Msg::Done { ok, .. } => lock(&shared).done.push((rank as u32, ok)),
+                    Msg::Data(v) => lock(&shared).inbox.push_back((rank as u32, v)),
+                    _ => {}
                 }
                 true
             })
@@ -883,6 +889,10 @@ fn connect(
                     lock(&shared).finish = Some(ok);
                     false
                 }
+                Msg::Data(v) => {
+                    lock(&shared).inbox.push_back((0, v));
+                    true
+                }
                 _ => true,
             });
             let Some(reason) = lost else { return };
@@ -915,6 +925,53 @@ impl Session {
     /// The bootstrap's timeouts.
     pub fn timeouts(&self) -> Timeouts {
         self.timeouts
+    }
+
+    /// Sends the workload's message `body` to rank `to`: rank 0 to any other rank, the others
+    /// to rank 0 only. A message is one line of at most [`LINE_LIMIT`] bytes.
+    pub fn send(&self, to: u32, body: Value) -> Result<(), BootstrapError> {
+        let link = if self.world.rank == 0 {
+            self.links.get(to as usize).and_then(Clone::clone)
+        } else if to == 0 {
+            self.links.first().and_then(Clone::clone)
+        } else {
+            None
+        };
+        let Some(w) = link else {
+            return Err(BootstrapError::Protocol(format!(
+                "rank {} has no link to rank {to} (only rank 0 speaks to every rank)",
+                self.world.rank
+            )));
+        };
+        let m = Msg::Data(body);
+        let len = serde_json::to_vec(&m).map_or(0, |v| v.len());
+        if len >= LINE_LIMIT {
+            return Err(BootstrapError::Protocol(format!(
+                "a message of {len} bytes is over the {LINE_LIMIT}-byte line limit"
+            )));
+        }
+        send(&w, &m).map_err(|e| BootstrapError::Protocol(format!("sending to rank {to}: {e}")))
+    }
+
+    /// The next message of the workload, (from rank, body), waiting at most `timeout`
+    /// (`Ok(None)`: none came). Messages that came before a rank was lost are taken first;
+    /// then the loss is the error.
+    pub fn recv(&self, timeout: Duration) -> Result<Option<(u32, Value)>, BootstrapError> {
+        let until = Instant::now() + timeout;
+        loop {
+            let mut s = lock(&self.shared);
+            if let Some(m) = s.inbox.pop_front() {
+                return Ok(Some(m));
+            }
+            if let Some(f) = &s.failure {
+                return Err(f.clone().into());
+            }
+            drop(s);
+            if Instant::now() >= until {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     /// A rank lost so far (the workload checks it, and stops).

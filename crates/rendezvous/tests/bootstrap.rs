@@ -64,6 +64,58 @@ fn four_ranks_meet_exchange_and_finish() {
 }
 
 #[test]
+fn rank_0_commands_and_the_others_answer() {
+    // The workload's messages ride the rendezvous links: rank 0 asks every rank, each
+    // answers rank 0; a rank cannot speak to another rank but rank 0, nor send a line over
+    // the limit; a rank lost is the error once its messages are taken.
+    let addr = free_addr();
+    let workers: Vec<_> = (1..3u32)
+        .map(|r| {
+            std::thread::spawn(move || {
+                let s = join(&world(r, 3, addr), &format!("host{r}"), json!(null), &fast(), None)
+                    .unwrap();
+                let (from, body) = s.recv(Duration::from_secs(5)).unwrap().unwrap();
+                assert_eq!(from, 0);
+                let n = body["square"].as_u64().unwrap();
+                s.send(0, json!({ "rank": r, "squared": n * n })).unwrap();
+                let e = s.send(3 - r, json!("sideways")).unwrap_err();
+                assert!(e.to_string().contains("only rank 0 speaks to every rank"), "{e}");
+                let big = "x".repeat(rendezvous::bootstrap::LINE_LIMIT);
+                assert!(s.send(0, json!(big)).unwrap_err().to_string().contains("line limit"));
+                if r == 2 {
+                    // Rank 2 ends without finishing: rank 0 hears it as lost. (A process
+                    // that ends with unread heartbeats resets its connection, and its unsent
+                    // answer with it: it lingers long enough for the answer to leave.)
+                    std::thread::sleep(Duration::from_millis(200));
+                    return;
+                }
+                assert!(matches!(s.recv(Duration::from_secs(5)), Err(BootstrapError::Lost(_))));
+            })
+        })
+        .collect();
+    let s = join(&world(0, 3, addr), "host0", json!(null), &fast(), None).unwrap();
+    for r in 1..3u32 {
+        s.send(r, json!({ "square": r + 6 })).unwrap();
+    }
+    let mut got: Vec<(u32, u64)> = (0..2)
+        .map(|_| {
+            let (from, v) = s.recv(Duration::from_secs(5)).unwrap().unwrap();
+            assert_eq!(u64::from(from), v["rank"].as_u64().unwrap());
+            (from, v["squared"].as_u64().unwrap())
+        })
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, [(1, 49), (2, 64)]);
+    match s.recv(Duration::from_secs(5)) {
+        Err(BootstrapError::Lost(f)) => assert_eq!(f.rank, 2, "{f}"),
+        other => panic!("rank 2's end was not heard: {other:?}"),
+    }
+    for w in workers {
+        w.join().unwrap();
+    }
+}
+
+#[test]
 fn a_rank_that_never_joins_is_named() {
     let addr = free_addr();
     let t = Timeouts { join: Duration::from_millis(800), ..fast() };
