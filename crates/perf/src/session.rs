@@ -234,6 +234,10 @@ pub struct Options {
     /// Messages up to this many bytes go inline (`-I`; SEND and WRITE): the payload is
     /// copied into the work request at the post, and a NIC need not fetch it by DMA.
     pub inline_size: usize,
+    /// The UDP source port of every QP's packets (0xC000–0xFFFF), set as the flow label
+    /// that gives it; both sides must ask for the same one. `None`: the port the QP numbers
+    /// hash to, as rxe and RoCE NICs choose it. A probe that walks ECMP paths sets it.
+    pub udp_source_port: Option<u16>,
 }
 
 /// perftest's default inline size (`-I` not given) for `test` over `connection` on a device
@@ -286,6 +290,7 @@ impl Options {
             traffic_class: None,
             qp_timeout: 14,
             inline_size: 0,
+            udp_source_port: None,
         }
     }
 
@@ -717,6 +722,14 @@ pub fn run(
     for (qp, (mine, theirs)) in res.qps.iter().zip(local.iter().zip(&peer.keys)) {
         let ip = Gid(theirs.gid.unwrap_or([0; 16])).to_ip().unwrap_or(peer_ip);
         let path = Path::new(ip, Qpn::new(theirs.qpn));
+        let path = match o.udp_source_port {
+            Some(port) => path.with_udp_source_port(port).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "UDP source port {port}: RoCEv2 source ports are 49152-65535"
+                ))
+            })?,
+            None => path,
+        };
         let c = Connect {
             path_mtu: mtu,
             max_rd_atomic: OUT_READS.min(theirs.out_reads.clamp(1, 255) as u8),
