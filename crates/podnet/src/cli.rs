@@ -156,9 +156,10 @@ pub(crate) enum Command {
     Burnin(BurninArgs),
 }
 
-/// `podnet burnin` flags.
+/// Where a rank of a multi-host run stands, and how the ranks meet (`burnin`, and `qualify`
+/// with a pod plan).
 #[derive(Debug, Clone, Args)]
-pub(crate) struct BurninArgs {
+pub(crate) struct WorldArgs {
     /// This rank (with --world-size; else from the launcher's environment).
     #[arg(long)]
     pub(crate) rank: Option<u32>,
@@ -179,6 +180,33 @@ pub(crate) struct BurninArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) hostfile: Option<PathBuf>,
 
+    /// The run's shared secret, in a file (every rank the same; or set PODNET_SECRET to the
+    /// secret itself). A joiner proves it with an HMAC-SHA256 over nonces from both sides and
+    /// rank 0 proves it back, so the secret never crosses the wire and no rank follows an
+    /// impostor. Without one, any host that reaches the coordinator address may claim a free
+    /// rank.
+    #[arg(long, value_name = "FILE", env = "PODNET_SECRET_FILE")]
+    pub(crate) secret_file: Option<PathBuf>,
+
+    /// Seconds rank 0 waits for every rank to join (and a rank tries to reach it).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
+    pub(crate) join_timeout: f64,
+
+    /// Seconds between heartbeats.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+    pub(crate) heartbeat: f64,
+
+    /// Seconds of silence after which a rank is lost. Heartbeats have their own threads;
+    /// with 4 ranks of --extreme on 2 cores the longest silence measured was 1.011 s at
+    /// --heartbeat 1, so the default leaves about 4 s of margin. Each run reports its own
+    /// (`longest_silence_ms`, the `burnin/heartbeat` check).
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    pub(crate) dead_after: f64,
+}
+
+/// `podnet burnin` flags.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct BurninArgs {
     /// This rank's device: `soft:<IP>` or an RDMA device [default: soft, the first free
     /// loopback address].
     #[arg(short = 'd', long = "ib-dev", value_name = "DEVICE", default_value = "soft")]
@@ -212,28 +240,8 @@ pub(crate) struct BurninArgs {
     #[arg(long, default_value_t = 18600)]
     pub(crate) port: u16,
 
-    /// The run's shared secret, in a file (every rank the same; or set PODNET_SECRET to the
-    /// secret itself). A joiner proves it with an HMAC-SHA256 over nonces from both sides and
-    /// rank 0 proves it back, so the secret never crosses the wire and no rank follows an
-    /// impostor. Without one, any host that reaches the coordinator address may claim a free
-    /// rank.
-    #[arg(long, value_name = "FILE", env = "PODNET_SECRET_FILE")]
-    pub(crate) secret_file: Option<PathBuf>,
-
-    /// Seconds rank 0 waits for every rank to join (and a rank tries to reach it).
-    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
-    pub(crate) join_timeout: f64,
-
-    /// Seconds between heartbeats.
-    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
-    pub(crate) heartbeat: f64,
-
-    /// Seconds of silence after which a rank is lost. Heartbeats have their own threads;
-    /// with 4 ranks of --extreme on 2 cores the longest silence measured was 1.011 s at
-    /// --heartbeat 1, so the default leaves about 4 s of margin. Each run reports its own
-    /// (`longest_silence_ms`, the `burnin/heartbeat` check).
-    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
-    pub(crate) dead_after: f64,
+    #[command(flatten)]
+    pub(crate) world: WorldArgs,
 
     /// One JSON object (every edge) instead of the table.
     #[arg(long)]
@@ -278,9 +286,23 @@ pub(crate) struct QualifyArgs {
     #[command(flatten)]
     pub(crate) publish: PublishArg,
 
-    /// Print the built-in plan and exit.
+    /// Print the built-in plan and exit; with --hostfile, a pod plan's template for its
+    /// hosts (edit the devices and ToRs).
     #[arg(long)]
     pub(crate) print_plan: bool,
+
+    /// With --print-plan --hostfile: rails per host (devices mlx5_0, mlx5_1, …).
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub(crate) rails: usize,
+
+    /// With --print-plan --hostfile: hosts per rack (a ToR per rack and rail).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub(crate) hosts_per_tor: usize,
+
+    /// A pod plan: where this rank stands and how the ranks meet (every host runs the same
+    /// command; rank 0 runs the plan and writes the reports).
+    #[command(flatten)]
+    pub(crate) world: WorldArgs,
 }
 
 /// `podnet agent` flags.

@@ -143,6 +143,16 @@ pub struct PerfCheck {
     pub max_p99_9_us: Option<f64>,
     /// 99.9th percentile at most this multiple of the calibration's.
     pub max_p99_9_us_vs_calibration: Option<f64>,
+    /// A pod: bandwidth at least this share of the link rate (the port's, or `pod.link_gbps`
+    /// for a soft device).
+    pub min_bw_vs_line_rate: Option<f64>,
+    /// A pod: bandwidth at least this share of the median of the pairs of its kind (same
+    /// test, size, and same-ToR or cross-ToR), so one bad pair cannot move the bar.
+    pub min_bw_vs_pod_median: Option<f64>,
+    /// A pod: median latency at most this multiple of the median of the pairs of its kind.
+    pub max_median_us_vs_pod_median: Option<f64>,
+    /// 99.9th percentile at most this multiple of the same pair's own median.
+    pub max_p99_9_us_vs_median: Option<f64>,
 }
 
 /// The integrity run.
@@ -166,8 +176,11 @@ fn default_integrity_size() -> usize {
 pub struct Plan {
     /// What it qualifies.
     pub name: String,
-    /// The devices (`soft:<IP>` or RDMA device names).
+    /// The devices (`soft:<IP>` or RDMA device names); a pod plan lists them per host.
+    #[serde(default)]
     pub devices: Vec<String>,
+    /// The pod: hosts, their rails and ToRs, across hosts (rank 0 runs the plan).
+    pub pod: Option<crate::pod::Pod>,
     /// Which pairs to measure.
     #[serde(default = "all_pairs")]
     pub pairs: Pairs,
@@ -234,6 +247,55 @@ seconds = 1
 size = 65536
 "#;
 
+/// A pod plan's template for `hosts` (a hostfile's, in its order): `rails` rails per host
+/// (devices `mlx5_0`, `mlx5_1`, …), a ToR per rack of `per_tor` hosts and rail, every pair
+/// of the same rail across hosts, and thresholds against the link rate and the pod's median.
+pub fn pod_template(hosts: &[String], rails: usize, per_tor: usize) -> String {
+    use std::fmt::Write as _;
+    let mut t = format!(
+        r#"name = "pod of {n} hosts"
+
+[pod]
+pairs = "rail-aligned"      # all | same-tor | cross-tor | rail-aligned | sampled
+# peers_per_tor = 2         # sampled: peers under the own ToR, and as many elsewhere
+# link_gbps = 100           # a soft device's nominal rate (RDMA devices: the port's)
+source_ports = 4            # each cross-ToR pair probed over this many UDP source ports
+stall_seconds = 5
+
+[pod.bisection]
+seconds = 2
+min_vs_line_rate = 0.5
+
+[pod.incast]
+senders = 4
+seconds = 2
+
+[[perf]]
+test = "write-bw"
+sizes = [4096, 65536, 1048576]
+iters = 2000
+min_bw_vs_line_rate = 0.5
+min_bw_vs_pod_median = 0.75
+
+[[perf]]
+test = "send-lat"
+sizes = [2]
+iters = 2000
+max_median_us_vs_pod_median = 2.0
+max_p99_9_us_vs_median = 20.0
+"#,
+        n = hosts.len()
+    );
+    let per_tor = per_tor.max(1);
+    for (i, h) in hosts.iter().enumerate() {
+        let rails: Vec<String> = (0..rails.max(1))
+            .map(|r| format!("{{ device = \"mlx5_{r}\", tor = \"rack{}-rail{r}\" }}", i / per_tor))
+            .collect();
+        let _ = write!(t, "\n[[pod.hosts]]\nname = {h:?}\nrails = [{}]\n", rails.join(", "));
+    }
+    t
+}
+
 impl Plan {
     /// Reads a plan file.
     pub fn load(path: &Path) -> Result<Plan, PlanError> {
@@ -245,7 +307,15 @@ impl Plan {
         let file = config::TomlFile::new(path, text);
         let plan: Plan = file.parse()?;
         let invalid = |key: &str, message| file.invalid_at(key, message);
-        if plan.devices.is_empty() {
+        if let Some(pod) = &plan.pod {
+            if !plan.devices.is_empty() {
+                return Err(invalid(
+                    "devices",
+                    "a pod plan lists its devices as its hosts' rails, not in `devices`".into(),
+                ));
+            }
+            pod.validate().map_err(|(key, why)| invalid(key, why))?;
+        } else if plan.devices.is_empty() {
             return Err(invalid("devices", "`devices` lists no device".into()));
         }
         for (i, d) in plan.devices.iter().enumerate() {
@@ -298,13 +368,44 @@ impl Plan {
             let bw_keys = [
                 ("min_bw_mb_per_s", p.min_bw_mb_per_s),
                 ("min_bw_vs_calibration", p.min_bw_vs_calibration),
+                ("min_bw_vs_line_rate", p.min_bw_vs_line_rate),
+                ("min_bw_vs_pod_median", p.min_bw_vs_pod_median),
             ];
             let lat_keys = [
                 ("max_median_us", p.max_median_us),
                 ("max_median_us_vs_calibration", p.max_median_us_vs_calibration),
                 ("max_p99_9_us", p.max_p99_9_us),
                 ("max_p99_9_us_vs_calibration", p.max_p99_9_us_vs_calibration),
+                ("max_median_us_vs_pod_median", p.max_median_us_vs_pod_median),
+                ("max_p99_9_us_vs_median", p.max_p99_9_us_vs_median),
             ];
+            let pod_keys = [
+                ("min_bw_vs_line_rate", p.min_bw_vs_line_rate),
+                ("min_bw_vs_pod_median", p.min_bw_vs_pod_median),
+                ("max_median_us_vs_pod_median", p.max_median_us_vs_pod_median),
+            ];
+            if plan.pod.is_none()
+                && let Some((k, _)) = pod_keys.iter().find(|(_, v)| v.is_some())
+            {
+                return Err(invalid(k, format!("`perf.{k}` needs a pod (a [pod] section)")));
+            }
+            if plan.pod.is_some()
+                && let Some((k, _)) = [
+                    ("min_bw_vs_calibration", p.min_bw_vs_calibration),
+                    ("max_median_us_vs_calibration", p.max_median_us_vs_calibration),
+                    ("max_p99_9_us_vs_calibration", p.max_p99_9_us_vs_calibration),
+                ]
+                .iter()
+                .find(|(_, v)| v.is_some())
+            {
+                return Err(invalid(
+                    k,
+                    format!(
+                        "`perf.{k}`: a pod has no calibration pair; it is its own reference \
+                         (`*_vs_pod_median`, `min_bw_vs_line_rate`)"
+                    ),
+                ));
+            }
             let (mine, other) = if t.is_bw() {
                 (&bw_keys[..], &lat_keys[..])
             } else {

@@ -169,6 +169,173 @@ pub struct Report {
     pub bandwidth: Vec<BwPoint>,
     /// Latency figures.
     pub latency: Vec<LatPoint>,
+    /// A pod run: what the failures point at, most certain first.
+    pub suspects: Vec<crate::pod::Suspect>,
+    /// A pod run: each host and its devices.
+    pub hosts: Vec<HostFacts>,
+    /// A pod run: each round, its pairs, traffic and wall time.
+    pub rounds: Vec<RoundReport>,
+    /// A pod run: the pair matrices.
+    pub matrices: Vec<Matrix>,
+    /// A pod run: the pair set and its coverage.
+    pub pod: Option<PodSummary>,
+}
+
+/// A device of a host, as the reports show it.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct DeviceFacts {
+    /// Its rail.
+    pub rail: usize,
+    /// Its name.
+    pub device: String,
+    /// Its ToR.
+    pub tor: String,
+    /// The provider (kernel driver, `rxe`, `soft`).
+    pub provider: String,
+    /// The NIC model (`hca_type`, or the PCI IDs), or what a soft device runs on.
+    pub model: String,
+    /// The netdev under port 1 and its driver.
+    pub netdev: String,
+    /// Firmware version.
+    pub firmware: String,
+    /// PCIe link: `16.0 GT/s PCIe x16` (current), or none.
+    pub pcie: String,
+    /// Port 1's rate, Gb/s.
+    pub link_gbps: Option<f64>,
+    /// Why it could not be opened on its host.
+    pub error: Option<String>,
+}
+
+/// A host of a pod run.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct HostFacts {
+    /// Its rank.
+    pub rank: u32,
+    /// Its name in the plan.
+    pub name: String,
+    /// Its host name.
+    pub hostname: String,
+    /// Kernel release.
+    pub kernel: String,
+    /// podnet's version.
+    pub version: String,
+    /// Its devices, by rail.
+    pub devices: Vec<DeviceFacts>,
+}
+
+/// A round of a pod run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RoundReport {
+    /// `pairs 3`, `bisection`, `incast rack1-rail0`.
+    pub name: String,
+    /// Its pairs or flows.
+    pub pairs: Vec<String>,
+    /// Packets the measuring devices sent.
+    pub packets: u64,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// A pair matrix: rows send (or ask), columns receive (or answer).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Matrix {
+    /// What it shows.
+    pub title: String,
+    /// The unit.
+    pub unit: String,
+    /// Whether more is better (bandwidth) or less (latency).
+    pub higher_is_better: bool,
+    /// Row and column names.
+    pub devices: Vec<String>,
+    /// `cells[row][column]`; `None` where the pair was not measured.
+    pub cells: Vec<Vec<Option<f64>>>,
+    /// The median of the cells.
+    pub median: Option<f64>,
+}
+
+/// A pod run's pair set and coverage.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PodSummary {
+    /// The set (`rail-aligned`, …).
+    pub pair_set: String,
+    /// Pairs measured.
+    pub pairs: usize,
+    /// Pairs `all` would measure.
+    pub all_pairs: usize,
+    /// `pairs / all_pairs`.
+    pub coverage: f64,
+    /// Devices in a measured pair.
+    pub devices_covered: usize,
+    /// Devices of the pod.
+    pub devices: usize,
+}
+
+/// The facts of device `device` (rail `rail`, under `tor`) read from sysfs (`sys`); a soft
+/// device's from the interface of its address.
+pub fn device_facts(sys: &std::path::Path, rail: usize, device: &str, tor: &str) -> DeviceFacts {
+    let read = |p: std::path::PathBuf| {
+        std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default()
+    };
+    let mut f = DeviceFacts {
+        rail,
+        device: device.to_string(),
+        tor: tor.to_string(),
+        provider: String::new(),
+        model: String::new(),
+        netdev: String::new(),
+        firmware: String::new(),
+        pcie: String::new(),
+        link_gbps: None,
+        error: None,
+    };
+    let netdev_driver = |nd: &str| {
+        std::fs::read_link(sys.join("class/net").join(nd).join("device/driver"))
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| {
+                // A virtual netdev has no device: its kind from uevent (DEVTYPE), else "virtual".
+                let ue = read(sys.join("class/net").join(nd).join("uevent"));
+                ue.lines()
+                    .find_map(|l| l.strip_prefix("DEVTYPE=").map(str::to_string))
+                    .unwrap_or_else(|| "virtual".into())
+            })
+    };
+    if let Some(ip) = crate::podrun::soft_ip(device) {
+        f.provider = "soft".into();
+        f.model = "podnet soft RoCEv2 (userspace, UDP sockets)".into();
+        if let Some(a) =
+            host::local_addrs(sys).ok().and_then(|v| v.into_iter().find(|a| a.ip == ip))
+        {
+            f.netdev = format!("{} ({})", a.netdev, netdev_driver(&a.netdev));
+        }
+        return f;
+    }
+    let Some(info) = host::rdma_device(sys, device) else {
+        f.error = Some(format!("{device} is not an RDMA device of this host"));
+        return f;
+    };
+    let dev = sys.join("class/infiniband").join(device).join("device");
+    f.provider = info.provider.clone();
+    f.firmware = info.fw_ver.clone().unwrap_or_default();
+    let hca = read(sys.join("class/infiniband").join(device).join("hca_type"));
+    f.model = if hca.is_empty() {
+        format!("PCI {}:{}", read(dev.join("vendor")), read(dev.join("device")))
+    } else {
+        hca
+    };
+    let (speed, width) =
+        (read(dev.join("current_link_speed")), read(dev.join("current_link_width")));
+    if !speed.is_empty() {
+        let (ms, mw) = (read(dev.join("max_link_speed")), read(dev.join("max_link_width")));
+        f.pcie = format!("{speed} x{width} (capable of {ms} x{mw})");
+    }
+    if let Some(p) = info.ports.iter().find(|p| p.port == 1) {
+        f.link_gbps = p.speed_gbps;
+        if let Some(nd) = &p.netdev {
+            f.netdev = format!("{nd} ({})", netdev_driver(nd));
+        }
+    }
+    f
 }
 
 impl Report {
@@ -186,7 +353,17 @@ impl Report {
             pairs: Vec::new(),
             bandwidth: Vec::new(),
             latency: Vec::new(),
+            suspects: Vec::new(),
+            hosts: Vec::new(),
+            rounds: Vec::new(),
+            matrices: Vec::new(),
+            pod: None,
         }
+    }
+
+    /// Counts the checks without keeping the counts.
+    pub fn summary(&self) -> Summary {
+        self.clone().summarize()
     }
 
     /// Counts the checks.
@@ -269,11 +446,53 @@ impl Report {
         x
     }
 
-    /// The terminal summary: failures first, then counts.
+    /// The terminal summary: a pod's suspects first; every check (a pod run: those that did
+    /// not pass), then counts.
     pub fn text(&self) -> String {
         let mut t = String::new();
-        let w = self.checks.iter().map(|c| c.name.len()).max().unwrap_or(10).min(90);
-        for c in &self.checks {
+        if self.pod.is_some() {
+            if self.suspects.is_empty() {
+                let _ = writeln!(t, "suspects: none");
+            }
+            for (i, s) in self.suspects.iter().enumerate() {
+                let _ = writeln!(
+                    t,
+                    "suspect {}: {} {} (confidence {:.2})\n           {}",
+                    i + 1,
+                    s.kind,
+                    s.component,
+                    s.confidence,
+                    s.evidence
+                );
+            }
+            if let Some(p) = &self.pod {
+                let _ = writeln!(
+                    t,
+                    "pairs: {} ({} of {} possible, {:.0} %; {} of {} devices)",
+                    p.pair_set,
+                    p.pairs,
+                    p.all_pairs,
+                    100.0 * p.coverage,
+                    p.devices_covered,
+                    p.devices
+                );
+            }
+            for r in &self.rounds {
+                let _ = writeln!(
+                    t,
+                    "round {:<24} {:>3} pairs  {:>9} packets  {:>6.1} s",
+                    r.name,
+                    r.pairs.len(),
+                    r.packets,
+                    r.seconds
+                );
+            }
+            let _ = writeln!(t);
+        }
+        let shown: Vec<&Check> =
+            self.checks.iter().filter(|c| self.pod.is_none() || c.status != Status::Pass).collect();
+        let w = shown.iter().map(|c| c.name.len()).max().unwrap_or(10).min(90);
+        for c in shown {
             let _ = writeln!(t, "{:<7} {:<w$}  {}", c.status.as_str(), c.name, c.figure());
             if c.status != Status::Pass && !c.detail.is_empty() {
                 let _ = writeln!(t, "{:<7} {:<w$}  {}", "", "", c.detail);

@@ -262,14 +262,29 @@ struct Hello {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum Msg {
-    Challenge { nonce: String, version: String, world_size: u32, secret: bool },
+    Challenge {
+        nonce: String,
+        version: String,
+        world_size: u32,
+        secret: bool,
+    },
     Hello(Hello),
-    Refused { reason: String },
-    Roster { members: Vec<Member>, proof: Option<String> },
+    Refused {
+        reason: String,
+    },
+    Roster {
+        members: Vec<Member>,
+        proof: Option<String>,
+    },
     Heartbeat,
     Abort(Failure),
-    Done { rank: u32, ok: bool },
-    Finish { ok: bool },
+    Done {
+        rank: u32,
+        ok: bool,
+    },
+    Finish {
+        ok: bool,
+    },
     /// A workload's own message (rank 0 to a rank, or a rank to rank 0).
     Data(Value),
 }
@@ -981,7 +996,7 @@ impl Session {
 
     /// Ends the run: every rank says whether its part went well; rank 0 waits for all of
     /// them and tells everyone the verdict. Fails if a rank was lost or reported a failure.
-    pub fn finish(self, ok: bool) -> Result<(), BootstrapError> {
+    pub fn finish(&self, ok: bool) -> Result<(), BootstrapError> {
         let n = self.world.size as usize;
         if self.world.rank == 0 {
             loop {

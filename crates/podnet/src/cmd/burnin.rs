@@ -13,18 +13,9 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use providers::{ContextOptions, Progress};
 use qualify::check::{Measurement, Threshold};
 use qualify::report::Report;
-use rendezvous::bootstrap::{BootstrapError, SECRET_ENV, Secret, Timeouts};
-use rendezvous::world::{self, Flags};
+use rendezvous::bootstrap::BootstrapError;
 
 use crate::cli::BurninArgs;
-
-fn secs(name: &str, v: f64) -> anyhow::Result<Duration> {
-    ensure!(
-        v.is_finite() && v > 0.0 && v < 1e7,
-        "{name} must be a positive number of seconds, not {v}"
-    );
-    Ok(Duration::from_secs_f64(v))
-}
 
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -58,27 +49,11 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
                 args.sizes
             )
         })?;
-    let seconds = secs("--duration", args.duration)?.as_secs_f64();
+    let seconds = super::world::secs("--duration", args.duration)?.as_secs_f64();
     ensure!((1..=64).contains(&args.qps), "--qps must be between 1 and 64");
-    let t = Timeouts {
-        join: secs("--join-timeout", args.join_timeout)?,
-        handshake: Timeouts::default().handshake,
-        heartbeat: secs("--heartbeat", args.heartbeat)?,
-        dead_after: secs("--dead-after", args.dead_after)?,
-    };
-    ensure!(t.dead_after > t.heartbeat, "--dead-after must be longer than --heartbeat");
-    let flags = Flags {
-        rank: args.rank,
-        world_size: args.world_size,
-        coordinator: args.coordinator.clone(),
-        hostfile: args.hostfile.clone(),
-    };
-    let world = world::resolve(&flags, &|k| std::env::var(k).ok())?;
-    let env_secret = std::env::var_os(SECRET_ENV);
-    let secret = Secret::from_sources(
-        args.secret_file.as_deref(),
-        env_secret.as_ref().map(|v| v.as_encoded_bytes()),
-    )?;
+    let t = super::world::timeouts(&args.world)?;
+    let world = super::world::resolve(&args.world)?;
+    let secret = super::world::secret(&args.world)?;
     let opts = ContextOptions { progress: Progress::Event, ..Default::default() };
     let ctx = providers::open(&args.ib_dev, &opts)?;
     let host = hostname();

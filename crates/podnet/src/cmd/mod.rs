@@ -8,6 +8,7 @@ mod perf;
 mod pingpong;
 mod probe;
 mod qualify;
+mod world;
 
 use std::process::ExitCode;
 

@@ -52,48 +52,123 @@ fn stamp(unix: u64) -> String {
     format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", secs / 3600, secs % 3600 / 60, secs % 60)
 }
 
+/// The progress bar (on a terminal, unless `--json`): `template` with `{pos}` checks.
+fn bar(args: &QualifyArgs, template: &str) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+    if std::io::stderr().is_terminal() && !args.json {
+        bar.set_draw_target(ProgressDrawTarget::stderr());
+    }
+    bar.set_style(
+        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Writes the reports and prints the summary (or report.json); exit 1 if a check failed.
+fn finish(args: &QualifyArgs, report: &mut qualify::report::Report) -> anyhow::Result<ExitCode> {
+    let summary = report.summarize();
+    let dir = match &args.report_dir {
+        Some(d) => d.clone(),
+        None => PathBuf::from(format!("podnet-qualify-{}", stamp(report.started_unix))),
+    };
+    qualify::write_reports(report, &dir)?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", report.json())?;
+    } else {
+        write!(out, "{}", report.text())?;
+        writeln!(out, "reports: {}/report.html, report.json, junit.xml", dir.display())?;
+    }
+    Ok(if summary.failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
 /// Runs `podnet qualify`.
 pub(crate) fn run(args: &QualifyArgs) -> anyhow::Result<ExitCode> {
     if args.print_plan {
-        std::io::stdout().write_all(DEFAULT_PLAN.as_bytes())?;
+        let text = match &args.world.hostfile {
+            Some(f) => {
+                anyhow::ensure!((1..=64).contains(&args.rails), "--rails: 1 to 64");
+                let hosts = rendezvous::world::read_hostfile(f)?;
+                qualify::plan::pod_template(&hosts, args.rails, args.hosts_per_tor)
+            }
+            None => DEFAULT_PLAN.to_string(),
+        };
+        std::io::stdout().write_all(text.as_bytes())?;
         return Ok(ExitCode::SUCCESS);
     }
     let plan = match &args.plan {
         Some(p) => Plan::load(p)?,
         None => Plan::parse(DEFAULT_PLAN, "the built-in plan")?,
     };
-    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
-    if std::io::stderr().is_terminal() && !args.json {
-        bar.set_draw_target(ProgressDrawTarget::stderr());
+    if plan.pod.is_some() {
+        return pod(args, &plan);
     }
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed}] {pos} checks — {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let bar = bar(args, "{spinner} [{elapsed}] {pos} checks — {msg}");
     let mut progress = Bar { bar, failed: 0, records: Vec::new() };
     let mut report = qualify::run::run(&plan, &args.sysfs_root, &mut progress);
     progress.bar.finish_and_clear();
-    let summary = report.summarize();
     if let Some(dir) = &args.publish.publish {
         for r in &progress.records {
             telemetry::bench::publish(dir, r)?;
         }
     }
-    let dir = match &args.report_dir {
-        Some(d) => d.clone(),
-        None => PathBuf::from(format!("podnet-qualify-{}", stamp(report.started_unix))),
-    };
-    qualify::write_reports(&report, &dir)?;
-    let json = report.json();
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        writeln!(out, "{json}")?;
+    finish(args, &mut report)
+}
+
+/// A pod plan: this rank joins the others; rank 0 runs the plan and writes the reports, the
+/// others serve and measure for it.
+fn pod(args: &QualifyArgs, plan: &Plan) -> anyhow::Result<ExitCode> {
+    let Some(pod) = &plan.pod else { anyhow::bail!("not a pod plan") };
+    let t = super::world::timeouts(&args.world)?;
+    let world = super::world::resolve(&args.world)?;
+    let secret = super::world::secret(&args.world)?;
+    anyhow::ensure!(
+        world.size as usize == pod.hosts.len(),
+        "the run has {} ranks ({:?}) and the plan {} hosts: one rank per host",
+        world.size,
+        world.launcher,
+        pod.hosts.len()
+    );
+    // Which host of the plan this rank plays: its host name's, if the plan names it, else
+    // its rank's (rank 0 decides for everyone once all have joined, the same way).
+    let me = rendezvous::world::hostname();
+    let named = pod.hosts.iter().filter(|h| h.name == me).count() == 1;
+    let place = if named {
+        pod.hosts.iter().position(|h| h.name == me).unwrap_or(world.rank as usize)
     } else {
-        write!(out, "{}", report.text())?;
-        writeln!(out, "reports: {}/report.html, report.json, junit.xml", dir.display())?;
+        world.rank as usize
+    };
+    let host = &pod.hosts[place];
+    let mut facts =
+        qualify::podrun::host_facts(&args.sysfs_root, world.rank, &host.name, &host.rails);
+    for (d, rail) in facts.devices.iter_mut().zip(&host.rails) {
+        let opts = providers::ContextOptions {
+            progress: providers::Progress::Event,
+            ..Default::default()
+        };
+        match providers::open(&rail.device, &opts) {
+            Ok(c) => drop(c),
+            Err(e) => d.error = Some(format!("cannot open {}: {e}", rail.device)),
+        }
     }
-    Ok(if summary.failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    let bar = bar(args, "{spinner} [{elapsed}] rank {prefix} {pos} checks — {msg}");
+    bar.set_prefix(format!("{}/{} ({})", world.rank, world.size, host.name));
+    bar.set_message(format!("meeting at {}", world.coordinator));
+    let info = serde_json::to_value(qualify::podrun::RankInfo { facts })?;
+    let session = rendezvous::bootstrap::join(&world, &me, info, &t, secret.as_ref())?;
+    bar.set_message(if world.rank == 0 { "running the plan" } else { "serving rank 0" });
+    let mut progress = Bar { bar, failed: 0, records: Vec::new() };
+    let outcome = qualify::podrun::run(plan, session, &args.sysfs_root, &mut progress);
+    progress.bar.finish_and_clear();
+    let mut report = match outcome? {
+        qualify::podrun::PodRun::Followed(verdict) => {
+            println!("rank {} ({}): followed rank 0 to the end: {verdict}", world.rank, host.name);
+            return Ok(ExitCode::SUCCESS);
+        }
+        qualify::podrun::PodRun::Report(r) => *r,
+    };
+    finish(args, &mut report)
 }
 
 #[cfg(test)]

@@ -1,0 +1,1215 @@
+//! A plan with a `[pod]` run across hosts: every host runs the same command, the ranks meet
+//! through the rendezvous (podnet-rendezvous, as burn-in's do), and rank 0 runs the plan —
+//! it sends each rank what to serve and what to measure, round by round, over the rendezvous
+//! links, judges the figures against the pod's own medians and the link rate, attributes the
+//! failures, and writes the reports. Every other rank is a worker: it opens its rails'
+//! devices, serves and measures as told, and answers with the figures.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use perf::exchange::Role;
+use perf::session::{self, Options, Outcome, PerfTest, Quiet, Row};
+use providers::{ContextOptions, Progress};
+use rendezvous::bootstrap::{BootstrapError, Session};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use verbs::Context;
+
+use crate::check::{Measurement, Threshold, median};
+use crate::plan::{PerfCheck, Plan};
+use crate::pod::{self, Dev, PairOutcome, Pod, PodProgress};
+use crate::report::{
+    BwPoint, Check, HostFacts, LatPoint, Matrix, PairResult, PodSummary, Report, RoundReport,
+    Status,
+};
+use crate::run::RunProgress;
+
+/// One perf test a worker runs, as rank 0 sends it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestSpec {
+    /// The test (`write-bw`, `send-lat`, …).
+    pub test: String,
+    /// Message sizes.
+    pub sizes: Vec<usize>,
+    /// Messages per size (`None`: perf's default), unless `seconds`.
+    pub iters: Option<u64>,
+    /// Seconds of traffic instead of a count.
+    pub seconds: Option<f64>,
+    /// Seconds without a completion before the test fails.
+    pub stall: f64,
+    /// The UDP source port of the QP (both sides), for a probe of one ECMP path.
+    pub udp_source_port: Option<u16>,
+    /// The RC ACK timeout code.
+    #[serde(default = "default_timeout")]
+    pub qp_timeout: u8,
+}
+
+fn default_timeout() -> u8 {
+    14
+}
+
+impl TestSpec {
+    fn options(&self) -> Options {
+        let t = PerfTest::from_name(&self.test).unwrap_or(PerfTest::WriteBw);
+        let mut o = Options::new(t);
+        if !self.sizes.is_empty() {
+            o.sizes = self.sizes.clone();
+        }
+        if let Some(n) = self.iters {
+            o.iters = n;
+        }
+        o.duration = self.seconds.map(Duration::from_secs_f64);
+        o.stall = Duration::from_secs_f64(self.stall);
+        o.wait = Some(Duration::from_secs_f64(self.stall + 30.0 + self.seconds.unwrap_or(0.0)));
+        o.udp_source_port = self.udp_source_port;
+        o.qp_timeout = self.qp_timeout;
+        o
+    }
+}
+
+/// What rank 0 tells a rank.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum Cmd {
+    /// Listen on `device`'s address and serve `tests`, one connection each, in order.
+    Serve { job: u64, device: String, tests: Vec<TestSpec> },
+    /// Connect to `peer` from `device` and run `tests`, in order.
+    Measure { job: u64, device: String, peer: SocketAddr, tests: Vec<TestSpec> },
+    /// The run is over.
+    Done { verdict: String },
+}
+
+/// A figure as it travels back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Figure {
+    /// Bandwidth, MB/s (2^20).
+    Bw {
+        /// Message size.
+        size: u64,
+        /// Average bandwidth.
+        mb_per_s: f64,
+    },
+    /// Latency, µs.
+    Lat {
+        /// Message size.
+        size: u64,
+        /// Minimum.
+        min: f64,
+        /// Median.
+        median: f64,
+        /// 99th percentile.
+        p99: f64,
+        /// 99.9th percentile.
+        p99_9: f64,
+    },
+}
+
+/// One test's result on the measuring side.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct TestResult {
+    /// Its figures, one per size.
+    pub figures: Vec<Figure>,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+    /// Packets the measuring device sent during the test.
+    pub sent_pkts: u64,
+    /// Of those, sent again by go-back-N.
+    pub retransmitted_pkts: u64,
+    /// The measuring device's counters that moved during the test (`name delta, …`), when
+    /// it sent anything again: what the cause is read from (NAKs, timeouts).
+    #[serde(default)]
+    pub counters: String,
+}
+
+/// What a rank answers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+enum Reply {
+    Listening { job: u64, addr: SocketAddr },
+    NotServing { job: u64, error: String },
+    Measured { job: u64, results: Vec<TestResult> },
+}
+
+/// What a rank tells rank 0 of itself when it joins.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankInfo {
+    /// The host's facts and its devices'.
+    pub facts: HostFacts,
+}
+
+/// The devices a worker opened, by name.
+struct Worker {
+    progress: Progress,
+    devices: Mutex<HashMap<String, Arc<Context>>>,
+}
+
+impl Worker {
+    fn new(progress: PodProgress) -> Worker {
+        let progress = match progress {
+            PodProgress::Busy => Progress::Busy,
+            PodProgress::Event => Progress::Event,
+        };
+        Worker { progress, devices: Mutex::new(HashMap::new()) }
+    }
+
+    fn open(&self, name: &str) -> Result<Arc<Context>, String> {
+        let mut d = self.devices.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = d.get(name) {
+            return Ok(c.clone());
+        }
+        let opts = ContextOptions { progress: self.progress, ..Default::default() };
+        let c = Arc::new(providers::open(name, &opts).map_err(|e| format!("{name}: {e}"))?);
+        d.insert(name.to_string(), c.clone());
+        Ok(c)
+    }
+
+    /// Handles one command on threads of its own; answers through `reply`.
+    fn handle(self: &Arc<Self>, cmd: Cmd, reply: Arc<dyn Fn(Reply) + Send + Sync>) {
+        match cmd {
+            Cmd::Serve { job, device, tests } => {
+                let ctx = match self.open(&device) {
+                    Ok(c) => c,
+                    Err(error) => return reply(Reply::NotServing { job, error }),
+                };
+                let listener = match TcpListener::bind((ctx.ip(), 0)) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let error = format!("cannot listen on {}: {e}", ctx.ip());
+                        return reply(Reply::NotServing { job, error });
+                    }
+                };
+                let addr = match listener.local_addr() {
+                    Ok(a) => a,
+                    Err(e) => return reply(Reply::NotServing { job, error: e.to_string() }),
+                };
+                reply(Reply::Listening { job, addr });
+                let events = self.progress == Progress::Event;
+                std::thread::spawn(move || serve(&ctx, &listener, &tests, events));
+            }
+            Cmd::Measure { job, device, peer, tests } => {
+                let me = self.clone();
+                std::thread::spawn(move || {
+                    let events = me.progress == Progress::Event;
+                    let results = match me.open(&device) {
+                        Ok(ctx) => tests.iter().map(|t| measure(&ctx, peer, t, events)).collect(),
+                        Err(error) => vec![
+                            TestResult { error: Some(error), ..Default::default() };
+                            tests.len()
+                        ],
+                    };
+                    reply(Reply::Measured { job, results });
+                });
+            }
+            Cmd::Done { .. } => {}
+        }
+    }
+}
+
+/// Serves `tests` on `listener`, a connection each; gives up on a client that does not come
+/// (its side failed before connecting).
+fn serve(ctx: &Context, listener: &TcpListener, tests: &[TestSpec], events: bool) {
+    let _ = listener.set_nonblocking(true);
+    for t in tests {
+        let o = Options { gid_index: ctx.gid_index(), ..t.options() };
+        let until = Instant::now() + Duration::from_secs_f64(t.stall + 30.0);
+        let sock = loop {
+            match listener.accept() {
+                Ok((s, peer)) => break Some((s, peer)),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(_) => break None,
+            }
+        };
+        let Some((sock, peer)) = sock else { return };
+        let _ = sock.set_nonblocking(false);
+        let _ = session::run(ctx, &o, Role::Server, &sock, peer.ip(), events, &mut Quiet);
+    }
+}
+
+/// Runs one test against `peer`; with `events`, waiting on completion events (the device
+/// makes progress on events too) rather than polling.
+fn measure(ctx: &Context, peer: SocketAddr, t: &TestSpec, events: bool) -> TestResult {
+    let o = Options { gid_index: ctx.gid_index(), ..t.options() };
+    let before = ctx.counters();
+    let run = TcpStream::connect_timeout(&peer, Duration::from_secs(10))
+        .map_err(|e| format!("cannot connect to {peer}: {e}"))
+        .and_then(|sock| {
+            session::run(ctx, &o, Role::Client, &sock, peer.ip(), events, &mut Quiet)
+                .map_err(|e| e.to_string())
+        });
+    let after = ctx.counters();
+    let (sent_pkts, retransmitted_pkts) = (
+        after.sent_pkts.saturating_sub(before.sent_pkts),
+        after.retransmitted_pkts.saturating_sub(before.retransmitted_pkts),
+    );
+    let counters = if retransmitted_pkts > 0 {
+        let moved: Vec<String> = after
+            .iter()
+            .zip(before.iter())
+            .filter(|((_, a), (_, b))| a > b)
+            .map(|((k, a), (_, b))| format!("{k} {}", a - b))
+            .collect();
+        moved.join(", ")
+    } else {
+        String::new()
+    };
+    match run {
+        Ok(out) => TestResult {
+            figures: figures(&out),
+            error: None,
+            sent_pkts,
+            retransmitted_pkts,
+            counters,
+        },
+        Err(e) => TestResult {
+            error: Some(e),
+            sent_pkts,
+            retransmitted_pkts,
+            counters,
+            ..Default::default()
+        },
+    }
+}
+
+fn figures(out: &Outcome) -> Vec<Figure> {
+    out.rows
+        .iter()
+        .map(|r| match r {
+            Row::Bw(b) => Figure::Bw { size: b.size, mb_per_s: b.bw_avg },
+            Row::Lat(l) => Figure::Lat {
+                size: l.size,
+                min: l.t_min,
+                median: l.t_typical,
+                p99: l.p99,
+                p99_9: l.p99_9,
+            },
+        })
+        .collect()
+}
+
+/// This host's facts, and its rails' devices' (`rails`: the plan's devices for this rank).
+pub fn host_facts(sys: &Path, rank: u32, name: &str, rails: &[pod::Rail]) -> HostFacts {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let devices = rails
+        .iter()
+        .enumerate()
+        .map(|(i, r)| crate::report::device_facts(sys, i, &r.device, &r.tor))
+        .collect();
+    HostFacts {
+        rank,
+        name: name.to_string(),
+        hostname: rendezvous::world::hostname(),
+        kernel,
+        version: rendezvous::bootstrap::VERSION.to_string(),
+        devices,
+    }
+}
+
+/// Which plan host each rank plays: by host name when every rank's host name is a distinct
+/// host of the plan, else rank k plays `hosts[k]`. `None` if the world and the pod differ in
+/// size.
+pub fn assign(pod: &Pod, hostnames: &[String]) -> Option<Vec<usize>> {
+    if hostnames.len() != pod.hosts.len() {
+        return None;
+    }
+    let by_name: Vec<Option<usize>> =
+        hostnames.iter().map(|h| pod.hosts.iter().position(|p| &p.name == h)).collect();
+    let mut seen = std::collections::BTreeSet::new();
+    if by_name.iter().all(|i| i.is_some_and(|i| seen.insert(i))) {
+        return Some(by_name.into_iter().flatten().collect());
+    }
+    Some((0..hostnames.len()).collect())
+}
+
+/// How this rank's part ended.
+#[derive(Debug)]
+pub enum PodRun {
+    /// Rank 0: the run's report.
+    Report(Box<Report>),
+    /// Another rank: it served and measured until rank 0 said the run was over, with its
+    /// verdict (`12 checks passed, 1 failed, 0 skipped`).
+    Followed(String),
+}
+
+/// Runs this rank's part: rank 0 runs the plan, the others work for it.
+pub fn run(
+    plan: &Plan,
+    session: Session,
+    sys: &Path,
+    progress: &mut dyn RunProgress,
+) -> Result<PodRun, BootstrapError> {
+    let pod = plan.pod.as_ref().ok_or_else(|| BootstrapError::Protocol("no pod".into()))?;
+    let session = Arc::new(session);
+    let worker = Arc::new(Worker::new(pod.progress));
+    if session.world().rank != 0 {
+        let s = session.clone();
+        let reply: Arc<dyn Fn(Reply) + Send + Sync> = Arc::new(move |r: Reply| {
+            let _ = s.send(0, serde_json::to_value(&r).unwrap_or(Value::Null));
+        });
+        let verdict = loop {
+            let Some((_, v)) = session.recv(Duration::from_secs(1))? else { continue };
+            match serde_json::from_value::<Cmd>(v) {
+                Ok(Cmd::Done { verdict }) => break verdict,
+                Ok(cmd) => worker.handle(cmd, reply.clone()),
+                Err(e) => return Err(BootstrapError::Protocol(format!("from rank 0: {e}"))),
+            }
+        };
+        session.finish(true)?;
+        return Ok(PodRun::Followed(verdict));
+    }
+    let hostnames: Vec<String> = session.roster.iter().map(|m| m.host.clone()).collect();
+    let Some(places) = assign(pod, &hostnames) else {
+        return Err(BootstrapError::Protocol(format!(
+            "the world has {} ranks and the pod {} hosts",
+            hostnames.len(),
+            pod.hosts.len()
+        )));
+    };
+    let mut facts: Vec<Option<HostFacts>> = vec![None; pod.hosts.len()];
+    for (rank, m) in session.roster.iter().enumerate() {
+        if let Ok(i) = serde_json::from_value::<RankInfo>(m.info.clone()) {
+            facts[places[rank]] = Some(i.facts);
+        }
+    }
+    let (tx, rx) = mpsc::channel::<Reply>();
+    let tx = Mutex::new(tx);
+    let local: Arc<dyn Fn(Reply) + Send + Sync> = Arc::new(move |r| {
+        let _ = tx.lock().unwrap_or_else(PoisonError::into_inner).send(r);
+    });
+    let mut rank_of = vec![0u32; pod.hosts.len()];
+    for (rank, h) in places.iter().enumerate() {
+        rank_of[*h] = rank as u32;
+    }
+    let bus = Bus { session: session.clone(), worker: worker.clone(), local, rx, rank_of };
+    let mut coord = Coordinator { plan, pod, bus: &bus, progress, next_job: 0 };
+    let report = coord.run(facts, sys);
+    let verdict = match &report {
+        Ok(r) => {
+            let s = r.summary();
+            format!("{} checks passed, {} failed, {} skipped", s.passed, s.failed, s.skipped)
+        }
+        Err(e) => format!("the run failed: {e}"),
+    };
+    for rank in 1..session.world().size {
+        let _ = session.send(
+            rank,
+            serde_json::to_value(Cmd::Done { verdict: verdict.clone() }).unwrap_or(Value::Null),
+        );
+    }
+    let report = report?;
+    session.finish(true)?;
+    Ok(PodRun::Report(Box::new(report)))
+}
+
+/// Rank 0's way to the ranks, itself included.
+struct Bus {
+    session: Arc<Session>,
+    worker: Arc<Worker>,
+    local: Arc<dyn Fn(Reply) + Send + Sync>,
+    rx: mpsc::Receiver<Reply>,
+    /// The rank of each plan host.
+    rank_of: Vec<u32>,
+}
+
+impl Bus {
+    fn send(&self, host: usize, cmd: Cmd) -> Result<(), BootstrapError> {
+        let rank = self.rank_of[host];
+        if rank == 0 {
+            self.worker.handle(cmd, self.local.clone());
+            Ok(())
+        } else {
+            self.session.send(rank, serde_json::to_value(cmd).unwrap_or(Value::Null))
+        }
+    }
+
+    fn recv(&self, timeout: Duration) -> Result<Option<Reply>, BootstrapError> {
+        let until = Instant::now() + timeout;
+        loop {
+            if let Ok(r) = self.rx.try_recv() {
+                return Ok(Some(r));
+            }
+            if let Some((_, v)) = self.session.recv(Duration::from_millis(2))? {
+                let r = serde_json::from_value(v)
+                    .map_err(|e| BootstrapError::Protocol(format!("a rank's answer: {e}")))?;
+                return Ok(Some(r));
+            }
+            if Instant::now() >= until {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// One direction of a measurement: `client` measures against `server`.
+#[derive(Debug, Clone)]
+struct Job {
+    client: Dev,
+    server: Dev,
+    tests: Vec<TestSpec>,
+}
+
+struct Coordinator<'a> {
+    plan: &'a Plan,
+    pod: &'a Pod,
+    bus: &'a Bus,
+    progress: &'a mut dyn RunProgress,
+    next_job: u64,
+}
+
+/// A pair-direction's figures, for judging: (client, server, one result per test).
+type Measured = (Dev, Dev, Vec<TestResult>);
+
+/// Each pair-direction's source-port probes: (port, whether it carried).
+type Probes = BTreeMap<(Dev, Dev), Vec<(u16, bool)>>;
+
+impl Coordinator<'_> {
+    /// Runs `jobs` at once: every server listens, then every client measures. The results,
+    /// in the jobs' order.
+    fn phase(&mut self, jobs: &[Job]) -> Result<Vec<Vec<TestResult>>, BootstrapError> {
+        let base = self.next_job;
+        self.next_job += jobs.len() as u64;
+        let mut results: Vec<Option<Vec<TestResult>>> = vec![None; jobs.len()];
+        for (i, j) in jobs.iter().enumerate() {
+            let device = self.pod.rail(j.server).device.clone();
+            self.bus.send(
+                j.server.host,
+                Cmd::Serve { job: base + i as u64, device, tests: j.tests.clone() },
+            )?;
+        }
+        let longest: f64 = jobs
+            .iter()
+            .map(|j| j.tests.iter().map(|t| t.stall + 30.0 + t.seconds.unwrap_or(0.0)).sum::<f64>())
+            .fold(0.0, f64::max);
+        let mut waiting = jobs.len();
+        let mut listening = 0;
+        let until = Instant::now() + Duration::from_secs_f64(60.0 + longest);
+        while waiting > 0 {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let Some(r) = self.bus.recv(left)? else { break };
+            match r {
+                Reply::Listening { job, addr } => {
+                    let i = (job - base) as usize;
+                    let j = &jobs[i];
+                    let device = self.pod.rail(j.client).device.clone();
+                    self.bus.send(
+                        j.client.host,
+                        Cmd::Measure { job, device, peer: addr, tests: j.tests.clone() },
+                    )?;
+                    listening += 1;
+                }
+                Reply::NotServing { job, error } => {
+                    let i = (job - base) as usize;
+                    results[i] = Some(vec![
+                        TestResult {
+                            error: Some(format!("the server side: {error}")),
+                            ..Default::default()
+                        };
+                        jobs[i].tests.len()
+                    ]);
+                    waiting -= 1;
+                }
+                Reply::Measured { job, results: r } => {
+                    results[(job - base) as usize] = Some(r);
+                    waiting -= 1;
+                }
+            }
+        }
+        let _ = listening;
+        Ok(results
+            .into_iter()
+            .zip(jobs)
+            .map(|(r, j)| {
+                r.unwrap_or_else(|| {
+                    vec![
+                        TestResult {
+                            error: Some("no answer from the ranks".into()),
+                            ..Default::default()
+                        };
+                        j.tests.len()
+                    ]
+                })
+            })
+            .collect())
+    }
+
+    fn specs(&self) -> Vec<TestSpec> {
+        self.plan
+            .perf
+            .iter()
+            .map(|pc| TestSpec {
+                test: pc.test.clone(),
+                sizes: pc.sizes.clone(),
+                iters: pc.iters,
+                seconds: None,
+                stall: self.pod.stall_seconds,
+                udp_source_port: None,
+                qp_timeout: self.pod.qp_timeout,
+            })
+            .collect()
+    }
+
+    /// The probes of a cross-ToR pair: a short SEND latency test per source port.
+    fn probes(&self) -> Vec<TestSpec> {
+        let n = self.pod.source_ports;
+        (0..n)
+            .map(|i| TestSpec {
+                test: "send-lat".into(),
+                sizes: vec![2],
+                iters: Some(200),
+                seconds: None,
+                stall: self.pod.stall_seconds.min(2.0),
+                // Spread over 0xC000-0xFFFF.
+                udp_source_port: Some(0xC000 + ((i * 0x4000 / n.max(1)) as u16) + 7),
+                qp_timeout: self.pod.qp_timeout,
+            })
+            .collect()
+    }
+
+    /// A short exchange before the figures count: the first packets to a new neighbour wait
+    /// for ARP at every hop, and the kernel keeps only ~200 KB of them meanwhile (a RoCE NIC
+    /// resolves the address when the QP connects; a soft device's kernel sockets do not).
+    fn warmup(&self) -> TestSpec {
+        TestSpec {
+            test: "send-lat".into(),
+            sizes: vec![2],
+            iters: Some(20),
+            seconds: None,
+            stall: self.pod.stall_seconds,
+            udp_source_port: None,
+            qp_timeout: self.pod.qp_timeout,
+        }
+    }
+
+    /// The rounds of the pair set, both directions; the figures of each direction.
+    fn rounds(
+        &mut self,
+        pairs: &[(Dev, Dev)],
+        what: &str,
+        rounds_out: &mut Vec<RoundReport>,
+    ) -> Result<(Vec<Measured>, Probes), BootstrapError> {
+        let specs = self.specs();
+        let probes = self.probes();
+        let mut measured = Vec::new();
+        let mut ports: BTreeMap<(Dev, Dev), Vec<(u16, bool)>> = BTreeMap::new();
+        let rounds = pod::rounds(self.pod, pairs);
+        let total = rounds.len();
+        for (k, round) in rounds.iter().enumerate() {
+            let started = Instant::now();
+            let mut packets = 0u64;
+            for dir in 0..2 {
+                self.progress.starting(&format!(
+                    "{what} round {} of {total}: {} pairs, {}",
+                    k + 1,
+                    round.len(),
+                    if dir == 0 { "forward" } else { "back" }
+                ));
+                let ends: Vec<(Dev, Dev)> =
+                    round.iter().map(|&(a, b)| if dir == 0 { (a, b) } else { (b, a) }).collect();
+                // One test at a time across the round (a latency figure is not taken beside
+                // another pair's bandwidth test), the warm-up first.
+                let mut results: Vec<Vec<TestResult>> = vec![Vec::new(); ends.len()];
+                for (k, spec) in
+                    std::iter::once(self.warmup()).chain(specs.iter().cloned()).enumerate()
+                {
+                    let jobs: Vec<Job> = ends
+                        .iter()
+                        .map(|&(client, server)| Job { client, server, tests: vec![spec.clone()] })
+                        .collect();
+                    let res = self.phase(&jobs)?;
+                    for (all, r) in results.iter_mut().zip(res) {
+                        packets += r.iter().map(|t| t.sent_pkts).sum::<u64>();
+                        // The warm-up's figures do not count (its failure shows in the tests').
+                        if k > 0 {
+                            all.extend(r);
+                        }
+                    }
+                }
+                // The cross-ToR pairs' source-port probes, one way.
+                if dir == 0 {
+                    let jobs: Vec<Job> = ends
+                        .iter()
+                        .filter(|(c, s)| !self.pod.same_tor(*c, *s))
+                        .map(|&(client, server)| Job { client, server, tests: probes.clone() })
+                        .collect();
+                    if !jobs.is_empty() && !probes.is_empty() {
+                        let res = self.phase(&jobs)?;
+                        for (j, r) in jobs.iter().zip(res) {
+                            packets += r.iter().map(|t| t.sent_pkts).sum::<u64>();
+                            let list = ports.entry((j.client, j.server)).or_default();
+                            for (spec, pr) in probes.iter().zip(r) {
+                                list.push((spec.udp_source_port.unwrap_or(0), pr.error.is_none()));
+                            }
+                        }
+                    }
+                }
+                for ((client, server), r) in ends.into_iter().zip(results) {
+                    measured.push((client, server, r));
+                }
+            }
+            rounds_out.push(RoundReport {
+                name: format!("{what} {}", k + 1),
+                pairs: round
+                    .iter()
+                    .map(|(a, b)| format!("{} <-> {}", self.pod.name(*a), self.pod.name(*b)))
+                    .collect(),
+                packets,
+                seconds: started.elapsed().as_secs_f64(),
+            });
+        }
+        Ok((measured, ports))
+    }
+
+    fn run(
+        &mut self,
+        facts: Vec<Option<HostFacts>>,
+        _sys: &Path,
+    ) -> Result<Report, BootstrapError> {
+        let t0 = Instant::now();
+        let plan = self.plan;
+        let pod = self.pod;
+        let mut report = Report::new(&plan.name);
+        let mut checks: Vec<Measurement> = Vec::new();
+        // Every host joined; every device of every host opened.
+        let mut usable = vec![true; pod.hosts.len()];
+        for (h, f) in facts.iter().enumerate() {
+            let host = &pod.hosts[h];
+            match f {
+                None => {
+                    usable[h] = false;
+                    checks.push(
+                        Measurement::new(format!("pod/{}/joined", host.name))
+                            .want(Threshold::Unset("its rank said nothing of itself".into())),
+                    );
+                }
+                Some(f) => {
+                    for d in &f.devices {
+                        let name = format!("device/{}.r{}/present", host.name, d.rail);
+                        checks.push(match &d.error {
+                            None => Measurement::new(name)
+                                .detail(format!("{} opened ({})", d.device, d.provider)),
+                            Some(e) => {
+                                usable[h] = false;
+                                Measurement::new(name).want(Threshold::Unset(e.clone()))
+                            }
+                        });
+                    }
+                }
+            }
+        }
+        let line_rate = |d: Dev| -> Option<f64> {
+            let f = facts[d.host].as_ref()?.devices.get(d.rail)?;
+            f.link_gbps.or(pod.link_gbps).map(|g| g * 1e9 / 8.0 / 1_048_576.0)
+        };
+        let pairs: Vec<(Dev, Dev)> =
+            pod.pairs().into_iter().filter(|(a, b)| usable[a.host] && usable[b.host]).collect();
+        let mut rounds = Vec::new();
+        let (mut measured, ports) = self.rounds(&pairs, "pairs", &mut rounds)?;
+        // Judge; the pod medians come from every pair-direction of a kind.
+        let judged = judge(plan, pod, &measured, &line_rate);
+        // A figure outside its threshold is measured once more (the pairs that failed, in
+        // rounds of their own): one slow run on a busy host is noise, two in a row the pair.
+        let failed_pairs: Vec<(Dev, Dev)> = pairs
+            .iter()
+            .copied()
+            .filter(|(a, b)| {
+                judged.iter().any(|(c, s, ms)| {
+                    ((*c, *s) == (*a, *b) || (*c, *s) == (*b, *a))
+                        && ms.iter().any(|m| m.status == Status::Fail)
+                })
+            })
+            .collect();
+        let medians = judged_medians(plan, pod, &measured);
+        let mut again_note: BTreeMap<(Dev, Dev), String> = BTreeMap::new();
+        if plan.retries > 0 && !failed_pairs.is_empty() {
+            let (again, _) = self.rounds(&failed_pairs, "again", &mut rounds)?;
+            for (c, s, r) in again {
+                if let Some(m) = measured.iter_mut().find(|m| (m.0, m.1) == (c, s)) {
+                    again_note.insert((c, s), "measured twice (the first run failed)".into());
+                    m.2 = r;
+                }
+            }
+        }
+        // The medians stay the first pass's: a retry measures the pair, not the pod.
+        let judged = judge_with(plan, pod, &measured, &line_rate, &medians);
+        let mut outcomes: Vec<PairOutcome> = Vec::new();
+        for &(a, b) in &pairs {
+            let mine: Vec<&(Dev, Dev, Vec<Check>)> = judged
+                .iter()
+                .filter(|(c, s, _)| (*c, *s) == (a, b) || (*c, *s) == (b, a))
+                .collect();
+            let failed_checks: Vec<String> = mine
+                .iter()
+                .flat_map(|(_, _, cs)| {
+                    cs.iter().filter(|c| c.status == Status::Fail).map(|c| c.name.clone())
+                })
+                .collect();
+            let mut pr = ports.get(&(a, b)).cloned().unwrap_or_default();
+            pr.extend(ports.get(&(b, a)).cloned().unwrap_or_default());
+            let status = if failed_checks.is_empty() && pr.iter().all(|p| p.1) {
+                Status::Pass
+            } else {
+                Status::Fail
+            };
+            report.pairs.push(PairResult { a: pod.name(a), b: pod.name(b), status });
+            outcomes.push(PairOutcome {
+                pair: (a, b),
+                failed: !failed_checks.is_empty(),
+                failed_checks,
+                ports: pr,
+            });
+        }
+        for m in checks {
+            report.checks.push(m.judge(None));
+        }
+        for (c, s, cs) in judged {
+            for mut ch in cs {
+                if let Some(n) = again_note.get(&(c, s)) {
+                    ch.detail = format!("{}; {n}", ch.detail);
+                }
+                self.progress.done(&ch);
+                report.checks.push(ch);
+            }
+        }
+        for ((c, s), list) in &ports {
+            for (port, ok) in list {
+                let name =
+                    format!("path/{}->{}/udp-source-port-{port}", pod.name(*c), pod.name(*s));
+                let ch = Measurement::new(name)
+                    .words(if *ok { "carried" } else { "lost" })
+                    .want(Threshold::Is("carried".into()))
+                    .detail(format!("SEND latency probe from UDP source port {port}"))
+                    .on_fail(format!(
+                        "nothing came back over UDP source port {port} (an ECMP path that drops)"
+                    ))
+                    .judge(None);
+                self.progress.done(&ch);
+                report.checks.push(ch);
+            }
+        }
+        // Figures for the charts and the matrices.
+        for (c, s, results) in &measured {
+            let pair = format!("{}->{}", pod.name(*c), pod.name(*s));
+            for (spec, r) in self.specs().iter().zip(results) {
+                for f in &r.figures {
+                    match f {
+                        Figure::Bw { size, mb_per_s } => report.bandwidth.push(BwPoint {
+                            pair: pair.clone(),
+                            test: spec.test.clone(),
+                            size: *size,
+                            mb_per_s: *mb_per_s,
+                        }),
+                        Figure::Lat { size, min, median, p99, p99_9 } => {
+                            report.latency.push(LatPoint {
+                                pair: pair.clone(),
+                                test: spec.test.clone(),
+                                size: *size,
+                                min: *min,
+                                median: *median,
+                                p99: *p99,
+                                p99_9: *p99_9,
+                            })
+                        }
+                    }
+                }
+            }
+        }
+        report.matrices = matrices(pod, &measured, &self.specs());
+        // Bisection and incast.
+        if let Some(b) = &pod.bisection {
+            let flows: Vec<(Dev, Dev)> = pod::bisection(pod)
+                .into_iter()
+                .filter(|(a, c)| usable[a.host] && usable[c.host])
+                .collect();
+            let spec = TestSpec {
+                test: "write-bw".into(),
+                sizes: vec![b.size],
+                iters: None,
+                seconds: Some(b.seconds),
+                stall: pod.stall_seconds,
+                udp_source_port: None,
+                qp_timeout: self.pod.qp_timeout,
+            };
+            let jobs: Vec<Job> = flows
+                .iter()
+                .map(|&(a, c)| Job { client: a, server: c, tests: vec![spec.clone()] })
+                .collect();
+            self.progress.starting(&format!("bisection: {} flows at once", jobs.len()));
+            let started = Instant::now();
+            let res = self.phase(&jobs)?;
+            let total: f64 =
+                res.iter().flat_map(|r| r.iter().flat_map(|t| t.figures.iter())).map(bw_of).sum();
+            let rate: f64 = flows.iter().filter_map(|(a, _)| line_rate(*a)).sum();
+            let errors: Vec<String> =
+                res.iter().flatten().filter_map(|t| t.error.clone()).collect();
+            let m = Measurement::new("pod/bisection/aggregate")
+                .figure(total, "MB/s")
+                .want(if rate > 0.0 {
+                    Threshold::AtLeast(b.min_vs_line_rate * rate)
+                } else {
+                    Threshold::Unset("no link rate (set pod.link_gbps for soft devices)".into())
+                })
+                .threshold_text(format!(
+                    ">= {:.1} ({} x {} flows' line rate {rate:.1})",
+                    b.min_vs_line_rate * rate,
+                    b.min_vs_line_rate,
+                    flows.len()
+                ))
+                .detail(format!(
+                    "{} flows from the first half of the hosts to the second at once{}",
+                    flows.len(),
+                    if errors.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {} failed: {}", errors.len(), errors[0])
+                    }
+                ))
+                .took(started.elapsed());
+            let ch = m.judge(None);
+            self.progress.done(&ch);
+            report.checks.push(ch);
+            rounds.push(RoundReport {
+                name: "bisection".into(),
+                pairs: flows
+                    .iter()
+                    .map(|(a, c)| format!("{} -> {}", pod.name(*a), pod.name(*c)))
+                    .collect(),
+                packets: res.iter().flatten().map(|t| t.sent_pkts).sum(),
+                seconds: started.elapsed().as_secs_f64(),
+            });
+        }
+        if let Some(inc) = &pod.incast {
+            for (tor, rx, from) in pod::incasts(pod, inc.senders) {
+                if !usable[rx.host] {
+                    continue;
+                }
+                let from: Vec<Dev> = from.into_iter().filter(|d| usable[d.host]).collect();
+                let spec = TestSpec {
+                    test: "write-bw".into(),
+                    sizes: vec![inc.size],
+                    iters: None,
+                    seconds: Some(inc.seconds),
+                    stall: pod.stall_seconds,
+                    udp_source_port: None,
+                    qp_timeout: self.pod.qp_timeout,
+                };
+                let jobs: Vec<Job> = from
+                    .iter()
+                    .map(|&d| Job { client: d, server: rx, tests: vec![spec.clone()] })
+                    .collect();
+                self.progress.starting(&format!(
+                    "incast into {} under {tor}: {} senders",
+                    pod.name(rx),
+                    jobs.len()
+                ));
+                let started = Instant::now();
+                let res = self.phase(&jobs)?;
+                let bws: Vec<f64> = res
+                    .iter()
+                    .map(|r| r.iter().flat_map(|t| t.figures.iter()).map(bw_of).sum())
+                    .collect();
+                let total: f64 = bws.iter().sum();
+                let fair = total / bws.len().max(1) as f64;
+                for ((d, bw), r) in from.iter().zip(&bws).zip(&res) {
+                    let base = format!("pod/incast/{tor}/{}->{}", pod.name(*d), pod.name(rx));
+                    let share = if fair > 0.0 { bw / fair } else { 0.0 };
+                    let err = r.iter().find_map(|t| t.error.clone());
+                    let m = Measurement::new(format!("{base}/share"))
+                        .figure(share, "x fair")
+                        .want(match &err {
+                            Some(e) => Threshold::Unset(e.clone()),
+                            None => Threshold::AtLeast(1.0 - inc.max_unfairness),
+                        })
+                        .threshold_text(format!(
+                            "{:.2}-{:.2} x fair ({fair:.1} MB/s)",
+                            1.0 - inc.max_unfairness,
+                            1.0 + inc.max_unfairness
+                        ))
+                        .detail(format!(
+                            "{bw:.1} MB/s of {total:.1} MB/s into {} from {} senders",
+                            pod.name(rx),
+                            bws.len()
+                        ))
+                        .took(started.elapsed());
+                    let mut ch = m.judge(None);
+                    if share > 1.0 + inc.max_unfairness {
+                        ch.status = Status::Fail;
+                    }
+                    self.progress.done(&ch);
+                    report.checks.push(ch);
+                    let (sent, re) = r
+                        .iter()
+                        .fold((0, 0), |a, t| (a.0 + t.sent_pkts, a.1 + t.retransmitted_pkts));
+                    let ratio = if sent > 0 { re as f64 / sent as f64 } else { 0.0 };
+                    let ch = Measurement::new(format!("{base}/retransmitted"))
+                        .figure(ratio, "per packet sent")
+                        .want(Threshold::AtMost(inc.max_retransmitted))
+                        .detail(format!(
+                            "{re} of {sent} packets sent again (no congestion control reacts to CNPs yet: incast measures loss recovery)"
+                        ))
+                        .judge(None);
+                    self.progress.done(&ch);
+                    report.checks.push(ch);
+                }
+                rounds.push(RoundReport {
+                    name: format!("incast {tor}"),
+                    pairs: from
+                        .iter()
+                        .map(|d| format!("{} -> {}", pod.name(*d), pod.name(rx)))
+                        .collect(),
+                    packets: res.iter().flatten().map(|t| t.sent_pkts).sum(),
+                    seconds: started.elapsed().as_secs_f64(),
+                });
+            }
+        }
+        report.suspects = pod::attribute(pod, &outcomes);
+        report.rounds = rounds;
+        report.hosts = facts.into_iter().flatten().collect();
+        let all = pod.all_pairs();
+        let covered: std::collections::BTreeSet<Dev> =
+            pairs.iter().flat_map(|(a, b)| [*a, *b]).collect();
+        report.pod = Some(PodSummary {
+            pair_set: pod.pairs.as_str().into(),
+            pairs: pairs.len(),
+            all_pairs: all,
+            coverage: if all == 0 { 0.0 } else { pairs.len() as f64 / all as f64 },
+            devices_covered: covered.len(),
+            devices: pod.devices().len(),
+        });
+        report.devices = pod.devices().into_iter().map(|d| pod.name(d)).collect();
+        report.seconds = t0.elapsed().as_secs_f64();
+        Ok(report)
+    }
+}
+
+fn bw_of(f: &Figure) -> f64 {
+    match f {
+        Figure::Bw { mb_per_s, .. } => *mb_per_s,
+        Figure::Lat { .. } => 0.0,
+    }
+}
+
+/// The group a pair-direction's figure is compared within: test, size, figure, and whether
+/// the pair shares a ToR (one hop) or crosses the spines.
+fn group(pod: &Pod, c: Dev, s: Dev, test: &str, size: u64, figure: &str) -> String {
+    let kind = if pod.same_tor(c, s) { "same-tor" } else { "cross-tor" };
+    format!("{test}/{size}/{figure}/{kind}")
+}
+
+fn judged_medians(plan: &Plan, pod: &Pod, measured: &[Measured]) -> BTreeMap<String, f64> {
+    let mut all: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (c, s, results) in measured {
+        for (pc, r) in plan.perf.iter().zip(results) {
+            for f in &r.figures {
+                match f {
+                    Figure::Bw { size, mb_per_s } => {
+                        all.entry(group(pod, *c, *s, &pc.test, *size, "bw"))
+                            .or_default()
+                            .push(*mb_per_s);
+                    }
+                    Figure::Lat { size, median, .. } => {
+                        all.entry(group(pod, *c, *s, &pc.test, *size, "median"))
+                            .or_default()
+                            .push(*median);
+                    }
+                }
+            }
+        }
+    }
+    all.into_iter().filter_map(|(k, mut v)| Some((k, median(&mut v)?))).collect()
+}
+
+type Judged = (Dev, Dev, Vec<Check>);
+
+fn judge(
+    plan: &Plan,
+    pod: &Pod,
+    measured: &[Measured],
+    line: &dyn Fn(Dev) -> Option<f64>,
+) -> Vec<Judged> {
+    let medians = judged_medians(plan, pod, measured);
+    judge_with(plan, pod, measured, line, &medians)
+}
+
+fn judge_with(
+    plan: &Plan,
+    pod: &Pod,
+    measured: &[Measured],
+    line: &dyn Fn(Dev) -> Option<f64>,
+    medians: &BTreeMap<String, f64>,
+) -> Vec<Judged> {
+    measured
+        .iter()
+        .map(|(c, s, results)| {
+            let pair = format!("{}->{}", pod.name(*c), pod.name(*s));
+            let mut out = Vec::new();
+            for (pc, r) in plan.perf.iter().zip(results) {
+                if let Some(e) = &r.error {
+                    out.push(
+                        Measurement::new(format!("perf/{}/{pair}", pc.test))
+                            .want(Threshold::Unset(e.clone()))
+                            .judge(None),
+                    );
+                    continue;
+                }
+                for f in &r.figures {
+                    let mut cs = judge_figure(pod, pc, *c, *s, &pair, f, line, medians);
+                    if r.retransmitted_pkts > 0 {
+                        for ch in &mut cs {
+                            ch.detail = format!(
+                                "{}; {} of {} packets sent again (device counters: {})",
+                                ch.detail, r.retransmitted_pkts, r.sent_pkts, r.counters
+                            );
+                        }
+                    }
+                    out.extend(cs);
+                }
+            }
+            (*c, *s, out)
+        })
+        .collect()
+}
+
+/// The checks of one figure: every threshold of the plan's entry that applies, the
+/// tightest bound deciding, each reported.
+#[allow(clippy::too_many_arguments)]
+fn judge_figure(
+    pod: &Pod,
+    pc: &PerfCheck,
+    c: Dev,
+    s: Dev,
+    pair: &str,
+    f: &Figure,
+    line: &dyn Fn(Dev) -> Option<f64>,
+    medians: &BTreeMap<String, f64>,
+) -> Vec<Check> {
+    let kind = if pod.same_tor(c, s) { "same ToR" } else { "across the spines" };
+    let detail = format!("{} {pair} ({kind})", pc.test);
+    let mut out = Vec::new();
+    // (bound, text) candidates; the tightest one decides.
+    let tightest = |cands: Vec<(f64, String)>, higher: bool| {
+        cands
+            .into_iter()
+            .reduce(|a, b| if (higher && b.0 > a.0) || (!higher && b.0 < a.0) { b } else { a })
+    };
+    match f {
+        Figure::Bw { size, mb_per_s } => {
+            let mut cands = Vec::new();
+            if let Some(a) = pc.min_bw_mb_per_s {
+                cands.push((a, format!(">= {a}")));
+            }
+            if let (Some(x), Some(rate)) =
+                (pc.min_bw_vs_line_rate, line(c).zip(line(s)).map(|(a, b)| a.min(b)))
+            {
+                cands.push((x * rate, format!(">= {:.1} ({x} x line rate {rate:.1})", x * rate)));
+            }
+            if let (Some(x), Some(m)) =
+                (pc.min_bw_vs_pod_median, medians.get(&group(pod, c, s, &pc.test, *size, "bw")))
+            {
+                cands.push((x * m, format!(">= {:.1} ({x} x pod median {m:.1})", x * m)));
+            }
+            let name = format!("perf/{}/{size}B/{pair}/bandwidth", pc.test);
+            let m = Measurement::new(name).figure(*mb_per_s, "MB/s").detail(detail.clone());
+            out.push(match tightest(cands, true) {
+                Some((b, t)) => m.want(Threshold::AtLeast(b)).threshold_text(t).judge(None),
+                None => m.judge(None),
+            });
+        }
+        Figure::Lat { size, median: med, p99_9, .. } => {
+            let mut cands = Vec::new();
+            if let Some(a) = pc.max_median_us {
+                cands.push((a, format!("<= {a}")));
+            }
+            if let (Some(x), Some(m)) = (
+                pc.max_median_us_vs_pod_median,
+                medians.get(&group(pod, c, s, &pc.test, *size, "median")),
+            ) {
+                cands.push((x * m, format!("<= {:.1} ({x} x pod median {m:.1})", x * m)));
+            }
+            let name = format!("perf/{}/{size}B/{pair}/median", pc.test);
+            let m = Measurement::new(name).figure(*med, "us").detail(detail.clone());
+            out.push(match tightest(cands, false) {
+                Some((b, t)) => m.want(Threshold::AtMost(b)).threshold_text(t).judge(None),
+                None => m.judge(None),
+            });
+            let mut cands = Vec::new();
+            if let Some(a) = pc.max_p99_9_us {
+                cands.push((a, format!("<= {a}")));
+            }
+            if let Some(x) = pc.max_p99_9_us_vs_median {
+                cands.push((x * med, format!("<= {:.1} ({x} x its median {med:.1})", x * med)));
+            }
+            let name = format!("perf/{}/{size}B/{pair}/p99.9", pc.test);
+            let m = Measurement::new(name).figure(*p99_9, "us").detail(detail);
+            out.push(match tightest(cands, false) {
+                Some((b, t)) => m.want(Threshold::AtMost(b)).threshold_text(t).judge(None),
+                None => m.judge(None),
+            });
+        }
+    }
+    out
+}
+
+/// A matrix per bandwidth test and size (and per latency test and size, the median):
+/// sender rows, receiver columns.
+fn matrices(pod: &Pod, measured: &[Measured], specs: &[TestSpec]) -> Vec<Matrix> {
+    let devs = pod.devices();
+    let names: Vec<String> = devs.iter().map(|d| pod.name(*d)).collect();
+    let idx = |d: Dev| devs.iter().position(|x| *x == d);
+    let mut out: BTreeMap<(usize, u64, bool), Matrix> = BTreeMap::new();
+    for (c, s, results) in measured {
+        let (Some(i), Some(j)) = (idx(*c), idx(*s)) else { continue };
+        for (k, (spec, r)) in specs.iter().zip(results).enumerate() {
+            for f in &r.figures {
+                let (size, v, bw) = match f {
+                    Figure::Bw { size, mb_per_s } => (*size, *mb_per_s, true),
+                    Figure::Lat { size, median, .. } => (*size, *median, false),
+                };
+                let m = out.entry((k, size, bw)).or_insert_with(|| Matrix {
+                    title: format!(
+                        "{} {} B: {}",
+                        spec.test,
+                        size,
+                        if bw {
+                            "bandwidth, MB/s (row sends)"
+                        } else {
+                            "median latency, µs (row asks)"
+                        }
+                    ),
+                    unit: if bw { "MB/s".into() } else { "us".into() },
+                    higher_is_better: bw,
+                    devices: names.clone(),
+                    cells: vec![vec![None; names.len()]; names.len()],
+                    median: None,
+                });
+                m.cells[i][j] = Some(v);
+            }
+        }
+    }
+    out.into_values()
+        .map(|mut m| {
+            let mut all: Vec<f64> = m.cells.iter().flatten().flatten().copied().collect();
+            m.median = median(&mut all);
+            m
+        })
+        .collect()
+}
+
+/// The address of a soft device name, for the facts.
+pub fn soft_ip(device: &str) -> Option<IpAddr> {
+    match verbs::DeviceName::parse(device).ok()? {
+        verbs::DeviceName::Soft { ip, .. } => Some(ip),
+        _ => None,
+    }
+}
