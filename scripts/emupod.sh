@@ -9,8 +9,11 @@
 # MTU on a link is silent loss, as on a fabric of NICs. podnet runs on soft devices bound to
 # the rail addresses (`soft:10.<rail+1>.<host>.1`).
 #
-#   scripts/emupod.sh up NAME [HOSTS [RAILS [HOSTS_PER_TOR [SPINES [RATE]]]]]
-#                                     (defaults 4 2 2 2 200mbit; root)
+#   scripts/emupod.sh up NAME [HOSTS [RAILS [HOSTS_PER_TOR [SPINES [RATE [SPINE_RATE]]]]]]
+#                                     (defaults 4 2 2 2 200mbit, SPINE_RATE = RATE x
+#                                     HOSTS_PER_TOR: a ToR-spine link carries all of its
+#                                     ToR's hosts, so that two flows hashed onto one spine
+#                                     do not halve a pair's figure; root)
 #   scripts/emupod.sh down NAME        removes every namespace of the pod
 #   scripts/emupod.sh hostfile NAME [RAIL]
 #                                     the hosts' addresses on RAIL (default 0), one a line
@@ -18,7 +21,10 @@
 #   scripts/emupod.sh link NAME LINK rate RATE|loss PCT|mtu BYTES|down|up
 #       LINK: h<host>r<rail> (a host's rail to its ToR) or t<tor>s<spine> (a ToR to a spine;
 #       ToR index = rack × RAILS + rail)
-#   scripts/emupod.sh host NAME HOST freeze|thaw|kill
+#   scripts/emupod.sh host NAME HOST freeze|thaw|kill|cpu PCT
+#       a cgroup per host (v1 cpu and freezer, where mounted; else signals): freeze stops
+#       every process of the host at once, cpu limits the host to PCT % of one core
+#   scripts/emupod.sh plan NAME        the pod's [[pod.hosts]] for a `podnet qualify` plan
 #
 # Names: namespaces NAME-h<i>, NAME-t<k>, NAME-s<j>; addresses 10.<rail+1>.<host>.1/31 on
 # hosts (.0 on the ToR), 172.<16+spine>.<tor>.1/31 on ToRs (.0 on the spine).
@@ -39,16 +45,72 @@ load() {
   source "$state"
 }
 
+# A cgroup per host: CPU limits, freezing and killing all of a host's processes at once.
+cg() { # CONTROLLER HOST: the host's cgroup folder (empty when the controller is not mounted)
+  local d=/sys/fs/cgroup/$1
+  [ -d "$d" ] && [ -w "$d" ] && [ -f "$d/cgroup.procs" ] && echo "$d/emupod-$name-h$2"
+}
+cg_up() { # HOST
+  local c d cpu
+  for c in cpu freezer cpuset; do d=$(cg $c "$1") && [ -n "$d" ] && mkdir -p "$d"; done
+  # Every host on one CPU (EMUPOD_CPU, default the last): a packet is handed on to the
+  # backlog of the CPU that sends or dequeues it, and a flow whose packets two CPUs hand on
+  # (a host's threads that move, or a link's queue drained by the CPUs of two senders)
+  # arrives out of order, which no fabric does — the receiver NAKs the gap and the sender
+  # goes back N. On one CPU every hop keeps the order.
+  d=$(cg cpuset "$1") || true
+  if [ -n "$d" ] && [ -d "$d" ]; then
+    cpu=${EMUPOD_CPU:-$(( $(nproc) - 1 ))}
+    echo "$cpu" > "$d/cpuset.cpus"
+    cat /sys/fs/cgroup/cpuset/cpuset.effective_mems > "$d/cpuset.mems"
+  fi
+  return 0
+}
+cg_down() { # HOST: thaw, kill what is left, remove
+  local f c d
+  f=$(cg freezer "$1") || true
+  [ -n "$f" ] && [ -d "$f" ] && echo THAWED > "$f/freezer.state" 2>/dev/null || true
+  for c in cpu freezer cpuset; do
+    d=$(cg $c "$1") || true
+    [ -n "$d" ] && [ -d "$d" ] || continue
+    for p in $(cat "$d/cgroup.procs" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
+    for _ in 1 2 3 4 5 6 7 8 9 10; do rmdir "$d" 2>/dev/null && break; sleep 0.1; done
+  done
+  return 0
+}
+
 tbf() { # NS DEV RATE
-  ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst 64kb latency 20ms
+  # A deep queue (1 s at the rate): a RoCE fabric is lossless (PFC pauses the sender
+  # rather than drop), and RoCE has no TCP to slow down; a 20 ms queue dropped whole windows.
+  # The bucket holds 10 ms at the rate (at least 64 KB): a smaller one than the rate per
+  # timer tick caps the link below its rate (64 KB held a 200 Mbit/s link to ~130).
+  local bits=0
+  if [[ $3 =~ ^([0-9]+)(kbit|mbit|gbit)$ ]]; then
+    case ${BASH_REMATCH[2]} in kbit) bits=$((BASH_REMATCH[1] * 1000)) ;; mbit) bits=$((BASH_REMATCH[1] * 1000000)) ;;
+      gbit) bits=$((BASH_REMATCH[1] * 1000000000)) ;; esac
+  fi
+  local burst=$((bits / 8 / 100))
+  [ "$burst" -ge 65536 ] || burst=65536
+  ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst "$burst" latency 1000ms
 }
 
 wire() { # NS_A DEV_A ADDR_A NS_B DEV_B ADDR_B RATE: a veth between two namespaces, up, limited
   ip link add "$2" netns "$1" type veth peer name "$5" netns "$4"
   ip -n "$1" addr add "$3" dev "$2"
   ip -n "$4" addr add "$6" dev "$5"
-  ip -n "$1" link set "$2" up
-  ip -n "$4" link set "$5" up
+  # Jumbo frames, as RoCE fabrics run them: the soft devices' path MTU is 4096 (a quarter
+  # of the packets a 1500-byte fabric needs, and on 2 cores the fabric's forwarding is the
+  # cost).
+  ip -n "$1" link set "$2" mtu 4200 up
+  ip -n "$4" link set "$5" mtu 4200 up
+  # Each end knows the other's MAC from the start, as a settled fabric does: the first
+  # packets of a flow do not wait for ARP at a hop (the kernel keeps only ~200 KB of them
+  # meanwhile, and a RoCE burst is larger).
+  local ma mb
+  ma=$(ip -n "$1" -br link show "$2" | awk '{print $3}')
+  mb=$(ip -n "$4" -br link show "$5" | awk '{print $3}')
+  ip -n "$1" neigh replace "${6%/*}" lladdr "$mb" dev "$2" nud permanent
+  ip -n "$4" neigh replace "${3%/*}" lladdr "$ma" dev "$5" nud permanent
   tbf "$1" "$2" "$7"; tbf "$4" "$5" "$7"
 }
 
@@ -79,7 +141,11 @@ spine_routes() { # SPINE TOR: the hosts under the ToR, through it
 }
 
 up() {
-  local hosts=${1:-4} rails=${2:-2} per=${3:-2} spines=${4:-2} rate=${5:-200mbit}
+  local hosts=${1:-4} rails=${2:-2} per=${3:-2} spines=${4:-2} rate=${5:-200mbit} srate=${6:-}
+  if [ -z "$srate" ]; then
+    [[ $rate =~ ^([0-9]+)([a-z]*)$ ]] || { echo "emupod: RATE is a number and a tc unit (200mbit)" >&2; exit 2; }
+    srate=$(( ${BASH_REMATCH[1]} * per ))${BASH_REMATCH[2]}
+  fi
   [ "$hosts" -ge 2 ] && [ "$hosts" -le 250 ] || { echo "emupod: 2-250 hosts" >&2; exit 2; }
   [ "$rails" -ge 1 ] && [ "$rails" -le 8 ] || { echo "emupod: 1-8 rails" >&2; exit 2; }
   [ "$per" -ge 1 ] && [ "$spines" -ge 1 ] && [ "$spines" -le 8 ] || { echo "emupod: bad shape" >&2; exit 2; }
@@ -89,14 +155,14 @@ up() {
   local racks=$(( (hosts + per - 1) / per )) tors
   tors=$((racks * rails))
   mkdir -p /run/emupod
-  printf 'HOSTS=%d RAILS=%d PER=%d SPINES=%d RATE=%s RACKS=%d TORS=%d\n' \
-    "$hosts" "$rails" "$per" "$spines" "$rate" "$racks" "$tors" > "$state"
+  printf 'HOSTS=%d RAILS=%d PER=%d SPINES=%d RATE=%s SRATE=%s RACKS=%d TORS=%d\n' \
+    "$hosts" "$rails" "$per" "$spines" "$rate" "$srate" "$racks" "$tors" > "$state"
   load
   # Failed or interrupted half-way: take down what was made.
   trap 'down_ns; exit 130' INT TERM
   trap 'echo "emupod: setting up $name failed; taken down" >&2; down_ns; exit 1' ERR
   local i r k j ns
-  for ((i = 0; i < hosts; i++)); do ip netns add "$(nsof h$i)"; done
+  for ((i = 0; i < hosts; i++)); do ip netns add "$(nsof h$i)"; cg_up "$i"; done
   for ((k = 0; k < tors; k++)); do ip netns add "$(nsof t$k)"; done
   for ((j = 0; j < spines; j++)); do ip netns add "$(nsof s$j)"; done
   for ns in $(ls /run/netns | grep "^$name-"); do
@@ -128,17 +194,18 @@ NFT
   # ToRs to every spine; ECMP up, one route down per host.
   for ((k = 0; k < tors; k++)); do
     for ((j = 0; j < spines; j++)); do
-      wire "$(nsof t$k)" "s$j" "172.$((16 + j)).$k.1/31" "$(nsof s$j)" "t$k" "172.$((16 + j)).$k.0/31" "$rate"
+      wire "$(nsof t$k)" "s$j" "172.$((16 + j)).$k.1/31" "$(nsof s$j)" "t$k" "172.$((16 + j)).$k.0/31" "$srate"
     done
     tor_routes "$k"
     for ((j = 0; j < spines; j++)); do spine_routes "$j" "$k"; done
   done
   trap - INT TERM ERR
-  echo "emupod $name: $hosts hosts x $rails rails, $tors ToRs ($per hosts each), $spines spines, links $rate"
+  echo "emupod $name: $hosts hosts x $rails rails, $tors ToRs ($per hosts each), $spines spines, links $rate (ToR-spine $srate)"
 }
 
 down_ns() {
-  local ns
+  local ns i
+  for ((i = 0; i < ${HOSTS:-0}; i++)); do cg_down "$i"; done
   for ns in $(ls /run/netns 2>/dev/null | grep "^$name-" || true); do
     for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
     ip netns del "$ns" 2>/dev/null || true
@@ -200,7 +267,18 @@ link() { # LINK OP [ARG]
 
 case $cmd in
   up) up "$@" ;;
-  down) down_ns ;;
+  down) [ -f "$state" ] && source "$state"; down_ns ;;
+  plan)
+    load
+    for ((i = 0; i < HOSTS; i++)); do
+      printf '\n[[pod.hosts]]\nname = "h%d"\nrails = [' "$i"
+      for ((r = 0; r < RAILS; r++)); do
+        [ "$r" -gt 0 ] && printf ', '
+        printf '{ device = "soft:10.%d.%d.1", tor = "t%d" }' $((r + 1)) "$i" $(( (i / PER) * RAILS + r ))
+      done
+      printf ']\n'
+    done
+    ;;
   hostfile)
     load
     for ((i = 0; i < HOSTS; i++)); do echo "10.$((${1:-0} + 1)).$i.1"; done
@@ -209,15 +287,45 @@ case $cmd in
     load
     [ $# -ge 2 ] || usage
     h=$1; shift
+    [[ $h =~ ^[0-9]+$ ]] && [ "$h" -lt "$HOSTS" ] || { echo "emupod: no host $h" >&2; exit 2; }
+    # Into the host's cgroups first: what runs there is the host's.
+    for c in cpu freezer cpuset; do
+      d=$(cg $c "$h") || true
+      [ -n "$d" ] && [ -d "$d" ] && echo $$ > "$d/cgroup.procs"
+    done
     exec ip netns exec "$(nsof h$h)" "$@"
     ;;
   link) [ $# -ge 2 ] || usage; link "$@" ;;
   host)
     load
-    [ $# -eq 2 ] || usage
-    sig=
-    case $2 in freeze) sig=STOP ;; thaw) sig=CONT ;; kill) sig=KILL ;; *) usage ;; esac
-    for p in $(ip netns pids "$(nsof h$1)"); do kill -$sig "$p"; done
+    [ $# -ge 2 ] || usage
+    [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -lt "$HOSTS" ] || { echo "emupod: no host $1" >&2; exit 2; }
+    f=$(cg freezer "$1") || true
+    c=$(cg cpu "$1") || true
+    case $2 in
+      freeze|thaw)
+        if [ -n "$f" ] && [ -d "$f" ]; then
+          [ "$2" = freeze ] && echo FROZEN > "$f/freezer.state" || echo THAWED > "$f/freezer.state"
+        else
+          sig=STOP; [ "$2" = thaw ] && sig=CONT
+          for p in $(ip netns pids "$(nsof h$1)"); do kill -$sig "$p"; done
+        fi
+        ;;
+      kill)
+        # Thawed first: a frozen process dies only once it runs.
+        [ -n "$f" ] && [ -d "$f" ] && echo THAWED > "$f/freezer.state"
+        for p in $(ip netns pids "$(nsof h$1)") $( [ -n "$f" ] && cat "$f/cgroup.procs" 2>/dev/null ); do
+          kill -KILL "$p" 2>/dev/null || true
+        done
+        ;;
+      cpu)
+        [[ ${3:-} =~ ^[0-9]+$ ]] && [ "$3" -ge 1 ] || { echo "emupod: cpu PCT (of one core, 1 or more)" >&2; exit 2; }
+        [ -n "$c" ] && [ -d "$c" ] || { echo "emupod: no cpu cgroup controller here" >&2; exit 2; }
+        echo 100000 > "$c/cpu.cfs_period_us"
+        echo $(( $3 * 1000 )) > "$c/cpu.cfs_quota_us"
+        ;;
+      *) usage ;;
+    esac
     ;;
   *) usage ;;
 esac
