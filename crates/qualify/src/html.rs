@@ -17,7 +17,21 @@ fn color(s: Status) -> &'static str {
     }
 }
 
-/// Bandwidth vs message size: a line per pair and test.
+/// `4 KiB`, `1 MiB`: a power of two as people say it.
+fn size_label(log2: f64) -> String {
+    let b = 2f64.powf(log2.round());
+    if b >= 1_048_576.0 {
+        format!("{} MiB", b / 1_048_576.0)
+    } else if b >= 1024.0 {
+        format!("{} KiB", b / 1024.0)
+    } else {
+        format!("{b} B")
+    }
+}
+
+/// Bandwidth vs message size on a log2 axis (4 KiB … 1 MiB at least): a line per pair and
+/// test, or, past 8 of them (a pod), per test the median of the pairs and the lowest pair.
+/// The legend sits to the right of the plot, over no data.
 fn bandwidth_svg(r: &Report) -> Option<String> {
     if r.bandwidth.is_empty() {
         return None;
@@ -29,70 +43,91 @@ fn bandwidth_svg(r: &Report) -> Option<String> {
             .or_default()
             .push(((p.size as f64).log2(), p.mb_per_s));
     }
-    let xmin = series.values().flatten().map(|p| p.0).fold(f64::INFINITY, f64::min);
-    let xmax = series.values().flatten().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+    if series.len() > 8 {
+        let mut by: BTreeMap<(String, u64), Vec<f64>> = BTreeMap::new();
+        for p in &r.bandwidth {
+            by.entry((p.test.clone(), p.size)).or_default().push(p.mb_per_s);
+        }
+        series.clear();
+        for ((test, size), mut v) in by {
+            let x = (size as f64).log2();
+            let lowest = v.iter().copied().fold(f64::INFINITY, f64::min);
+            if let Some(m) = crate::check::median(&mut v) {
+                series
+                    .entry(format!("{test}: median of {} pairs", v.len()))
+                    .or_default()
+                    .push((x, m));
+            }
+            series.entry(format!("{test}: lowest pair")).or_default().push((x, lowest));
+        }
+    }
+    let xmin = series.values().flatten().map(|p| p.0).fold(12.0, f64::min);
+    let xmax = series.values().flatten().map(|p| p.0).fold(20.0, f64::max);
     let ymax = series.values().flatten().map(|p| p.1).fold(0.0, f64::max) * 1.15 + 1.0;
-    let (xmin, xmax) =
-        if xmax > xmin { (xmin - 0.5, xmax + 0.5) } else { (xmin - 1.0, xmax + 1.0) };
+    let (xmin, xmax) = (xmin - 0.5, xmax + 0.5);
     let mut s = String::new();
     {
-        let root = SVGBackend::with_string(&mut s, (760, 380)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut s, (960, 380)).into_drawing_area();
         root.fill(&WHITE).ok()?;
-        let mut chart = ChartBuilder::on(&root)
+        let (plot, legend) = root.split_horizontally(700);
+        let mut chart = ChartBuilder::on(&plot)
             .margin(12)
-            .x_label_area_size(36)
+            .x_label_area_size(40)
             .y_label_area_size(64)
             .build_cartesian_2d(xmin..xmax, 0f64..ymax)
             .ok()?;
-        chart.configure_mesh().x_desc("message size, log2(bytes)").y_desc("MB/s").draw().ok()?;
+        chart
+            .configure_mesh()
+            .x_desc("message size")
+            .y_desc("MB/s")
+            .x_labels(((xmax - xmin).round() as usize).max(2))
+            .x_label_formatter(&|x| size_label(*x))
+            .draw()
+            .ok()?;
         for (i, (name, mut pts)) in series.into_iter().enumerate() {
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             let c = Palette99::pick(i);
-            chart
-                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                .ok()?
-                .label(name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], Palette99::pick(i).stroke_width(2))
-                });
+            chart.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2))).ok()?;
             chart
                 .draw_series(
                     pts.into_iter().map(|p| Circle::new(p, 3, Palette99::pick(i).filled())),
                 )
                 .ok()?;
+            let y = 24 + 20 * i as i32;
+            legend
+                .draw(&PathElement::new(vec![(8, y), (28, y)], Palette99::pick(i).stroke_width(2)))
+                .ok()?;
+            legend.draw(&Text::new(name, (34, y - 7), ("sans-serif", 13).into_font())).ok()?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .ok()?;
         root.present().ok()?;
     }
     Some(s)
 }
 
-/// Latency percentiles: for each pair, min, median, p99 and p99.9 (µs).
+/// Latency percentiles on a log axis: for each pair, min, median, p99 and p99.9 (µs); the
+/// legend to the right of the plot.
 fn latency_svg(r: &Report) -> Option<String> {
     if r.latency.is_empty() {
         return None;
     }
     let n = r.latency.len();
-    let ymax = r.latency.iter().map(|l| l.p99_9).fold(0.0, f64::max) * 1.15 + 1.0;
+    let ymax = r.latency.iter().map(|l| l.p99_9).fold(1.0, f64::max) * 2.0;
+    let ymin = r.latency.iter().map(|l| l.min).filter(|v| *v > 0.0).fold(ymax, f64::min) / 2.0;
     let mut s = String::new();
     {
-        let root = SVGBackend::with_string(&mut s, (760, 380)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut s, (960, 380)).into_drawing_area();
         root.fill(&WHITE).ok()?;
-        let mut chart = ChartBuilder::on(&root)
+        let (plot, legend) = root.split_horizontally(700);
+        let mut chart = ChartBuilder::on(&plot)
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(64)
-            .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), 0f64..ymax)
+            .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), (ymin.max(0.01)..ymax).log_scale())
             .ok()?;
         chart
             .configure_mesh()
             .x_desc("pair (see the table below)")
-            .y_desc("latency, us")
+            .y_desc("latency, us (log)")
             .x_labels(n.min(12))
             .x_label_formatter(&|x| format!("{}", x.round() as i64 + 1))
             .draw()
@@ -105,24 +140,126 @@ fn latency_svg(r: &Report) -> Option<String> {
             ("p99.9", |l| l.p99_9),
         ];
         for (k, (name, f)) in figures.into_iter().enumerate() {
-            let pts: Vec<(f64, f64)> =
-                r.latency.iter().enumerate().map(|(i, l)| (i as f64, f(l))).collect();
+            let pts: Vec<(f64, f64)> = r
+                .latency
+                .iter()
+                .enumerate()
+                .map(|(i, l)| (i as f64, f(l).max(ymin.max(0.01))))
+                .collect();
             chart
                 .draw_series(
                     pts.into_iter().map(|p| Circle::new(p, 4, Palette99::pick(k).filled())),
                 )
-                .ok()?
-                .label(name)
-                .legend(move |(x, y)| Circle::new((x + 8, y), 4, Palette99::pick(k).filled()));
+                .ok()?;
+            let y = 24 + 20 * k as i32;
+            legend.draw(&Circle::new((18, y), 4, Palette99::pick(k).filled())).ok()?;
+            legend.draw(&Text::new(name, (30, y - 7), ("sans-serif", 13).into_font())).ok()?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .ok()?;
         root.present().ok()?;
     }
+    Some(s)
+}
+
+/// A pod matrix: each cell the figure, coloured by its ratio to the matrix's median (blue at
+/// the median and better, through yellow, to red at half of it or worse; latency the other
+/// way round), with the scale to the right of the grid.
+fn pod_matrix_svg(m: &crate::report::Matrix) -> Option<String> {
+    let d = &m.devices;
+    let med = m.median?;
+    let (cell, left, top) = (52, 110, 110);
+    let (w, h) = (left + cell * d.len() + 220, top + cell * d.len() + 20);
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"11\">\n"
+    );
+    // 1.0 (at or better than the median) -> 0.0 (half of it or worse).
+    let score = |v: f64| {
+        let ratio = if m.higher_is_better { v / med } else { med / v.max(1e-9) };
+        ((ratio - 0.5) / 0.5).clamp(0.0, 1.0)
+    };
+    let shade = |t: f64| {
+        // red (0) -> yellow (0.5) -> blue (1)
+        let (r, g, b) = if t < 0.5 {
+            let u = t / 0.5;
+            (198.0 + (251.0 - 198.0) * u, 40.0 + (192.0 - 40.0) * u, 40.0 + (45.0 - 40.0) * u)
+        } else {
+            let u = (t - 0.5) / 0.5;
+            (251.0 + (66.0 - 251.0) * u, 192.0 + (133.0 - 192.0) * u, 45.0 + (244.0 - 45.0) * u)
+        };
+        format!("rgb({},{},{})", r as u8, g as u8, b as u8)
+    };
+    for (i, name) in d.iter().enumerate() {
+        let y = top + i * cell + cell / 2 + 4;
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{y}\" text-anchor=\"end\">{}</text>",
+            left - 6,
+            esc(name)
+        );
+        let x = left + i * cell + cell / 2;
+        let _ = writeln!(
+            s,
+            "<text transform=\"translate({x},{}) rotate(-45)\">{}</text>",
+            top - 6,
+            esc(name)
+        );
+    }
+    for (i, row) in m.cells.iter().enumerate() {
+        for (j, v) in row.iter().enumerate() {
+            let (x, y) = (left + j * cell, top + i * cell);
+            match v {
+                Some(v) => {
+                    let _ = writeln!(
+                        s,
+                        "<rect x=\"{x}\" y=\"{y}\" width=\"{cell}\" height=\"{cell}\" fill=\"{}\" stroke=\"#fff\"><title>{} -&gt; {}: {v:.2} {} ({:.2} x median)</title></rect>\n<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                        shade(score(*v)),
+                        esc(&d[i]),
+                        esc(&d[j]),
+                        esc(&m.unit),
+                        v / med,
+                        x + cell / 2,
+                        y + cell / 2 + 4,
+                        if *v >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") }
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        s,
+                        "<rect x=\"{x}\" y=\"{y}\" width=\"{cell}\" height=\"{cell}\" fill=\"#f4f4f4\" stroke=\"#fff\"/>"
+                    );
+                }
+            }
+        }
+    }
+    // The scale, right of the grid.
+    let sx = left + cell * d.len() + 24;
+    let _ = writeln!(
+        s,
+        "<text x=\"{sx}\" y=\"{}\">ratio to the median ({:.1} {})</text>",
+        top - 8,
+        med,
+        esc(&m.unit)
+    );
+    for k in 0..=10 {
+        let t = 1.0 - k as f64 / 10.0;
+        let ratio = 0.5 + 0.5 * t;
+        let y = top + k * 16;
+        let _ = writeln!(
+            s,
+            "<rect x=\"{sx}\" y=\"{y}\" width=\"22\" height=\"16\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}{}</text>",
+            shade(t),
+            sx + 28,
+            y + 12,
+            if m.higher_is_better { format!("{ratio:.2}") } else { format!("{:.2}", 1.0 / ratio) },
+            if k == 0 {
+                if m.higher_is_better { " or more" } else { " or less" }
+            } else if k == 10 {
+                if m.higher_is_better { " or less" } else { " or more" }
+            } else {
+                ""
+            }
+        );
+    }
+    s.push_str("</svg>\n");
     Some(s)
 }
 
@@ -215,6 +352,31 @@ pub fn render(r: &Report) -> String {
         k = s.skipped,
         secs = r.seconds
     );
+    if r.pod.is_some() {
+        if r.suspects.is_empty() {
+            h.push_str("<h2>Suspects</h2>\n<p>none: no component stands out</p>\n");
+        } else {
+            h.push_str("<h2>Suspects</h2>\n<table id=\"suspects\"><tr><th>#</th><th>kind</th><th>component</th><th>confidence</th><th>evidence</th></tr>\n");
+            for (i, x) in r.suspects.iter().enumerate() {
+                let _ = writeln!(
+                    h,
+                    "<tr class=\"fail\"><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
+                    i + 1,
+                    esc(&x.kind),
+                    esc(&x.component),
+                    x.confidence,
+                    esc(&x.evidence)
+                );
+            }
+            h.push_str("</table>\n");
+        }
+    }
+    for m in &r.matrices {
+        if let Some(svg) = pod_matrix_svg(m) {
+            let _ =
+                write!(h, "<figure><figcaption>{}</figcaption>\n{svg}</figure>\n", esc(&m.title));
+        }
+    }
     let failed: Vec<_> = r.checks.iter().filter(|c| c.status == Status::Fail).collect();
     if !failed.is_empty() {
         h.push_str("<h2>Failed checks</h2>\n<table id=\"failed\"><tr><th>check</th><th>measured</th><th>threshold</th><th>detail</th></tr>\n");
@@ -228,6 +390,51 @@ pub fn render(r: &Report) -> String {
                 esc(c.threshold.as_deref().unwrap_or("")),
                 esc(&c.detail)
             );
+        }
+        h.push_str("</table>\n");
+    }
+    if let Some(p) = &r.pod {
+        let _ = writeln!(
+            h,
+            "<h2>Pod</h2>\n<p>pairs: {} ({} of {} possible, {:.0} %; {} of {} devices); rounds:</p>\n<table><tr><th>round</th><th>pairs</th><th>packets</th><th>seconds</th></tr>",
+            esc(&p.pair_set),
+            p.pairs,
+            p.all_pairs,
+            100.0 * p.coverage,
+            p.devices_covered,
+            p.devices
+        );
+        for x in &r.rounds {
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td></tr>",
+                esc(&x.name),
+                x.pairs.len(),
+                x.packets,
+                x.seconds
+            );
+        }
+        h.push_str("</table>\n<h2>Hosts</h2>\n<table id=\"hosts\"><tr><th>rank</th><th>host</th><th>host name</th><th>kernel</th><th>podnet</th><th>rail</th><th>device</th><th>ToR</th><th>NIC</th><th>driver / netdev</th><th>firmware</th><th>PCIe</th></tr>\n");
+        for x in &r.hosts {
+            for d in &x.devices {
+                let _ = writeln!(
+                    h,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} {}</td><td>{}</td><td>{}</td></tr>",
+                    x.rank,
+                    esc(&x.name),
+                    esc(&x.hostname),
+                    esc(&x.kernel),
+                    esc(&x.version),
+                    d.rail,
+                    esc(&d.device),
+                    esc(&d.tor),
+                    esc(&d.model),
+                    esc(&d.provider),
+                    esc(&d.netdev),
+                    esc(&d.firmware),
+                    esc(&d.pcie)
+                );
+            }
         }
         h.push_str("</table>\n");
     }

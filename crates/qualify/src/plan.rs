@@ -131,6 +131,9 @@ pub struct PerfCheck {
     pub sizes: Vec<usize>,
     /// Messages per size.
     pub iters: Option<u64>,
+    /// Seconds per size instead of a count (perf's `-D`): a measurement that cannot run
+    /// away on a lossy path.
+    pub seconds: Option<f64>,
     /// Bandwidth at least this (MB/s, perftest's 2^20).
     pub min_bw_mb_per_s: Option<f64>,
     /// Bandwidth at least this share of the calibration's.
@@ -436,6 +439,17 @@ impl Plan {
             if p.iters == Some(0) {
                 return Err(invalid("iters", "`perf.iters` must be at least 1".into()));
             }
+            if let Some(d) = p.seconds {
+                if !(d.is_finite() && d > 0.0 && d <= 3600.0) {
+                    return Err(invalid("seconds", format!("`perf.seconds` = {d}: 0 to 3600")));
+                }
+                if p.iters.is_some() {
+                    return Err(invalid(
+                        "seconds",
+                        "`perf.seconds` or `perf.iters`, not both".into(),
+                    ));
+                }
+            }
         }
         if plan.retries > 1 {
             return Err(invalid("retries", format!("`retries` = {}: 0 or 1", plan.retries)));
@@ -490,6 +504,45 @@ mod tests {
         let p = Plan::parse(one, "one").unwrap();
         assert_eq!(p.perf[0].on, Scope::Pairs, "pairs unless the plan says otherwise");
         assert!(p.perf[0].on.on_pairs() && !p.perf[0].on.on_devices());
+    }
+
+    #[test]
+    fn a_pod_plan_from_a_hostfile_parses_and_its_errors_are_named() {
+        let hosts: Vec<String> = (1..=4).map(|i| format!("node{i:02}")).collect();
+        let text = pod_template(&hosts, 2, 2);
+        let p = Plan::parse(&text, "pod.toml").unwrap();
+        let pod = p.pod.as_ref().unwrap();
+        assert_eq!((pod.hosts.len(), pod.hosts[3].rails[1].tor.as_str()), (4, "rack1-rail1"));
+        assert_eq!(pod.pairs().len(), 12, "rail-aligned: 6 host pairs x 2 rails");
+        let bad =
+            |extra: &str| Plan::parse(&format!("{text}{extra}"), "p.toml").unwrap_err().to_string();
+        assert!(
+            bad("devices = [\"mlx5_0\"]\n").contains("unknown")
+                || bad("devices = [\"mlx5_0\"]\n").contains("devices")
+        );
+        let two = "name = \"x\"\ndevices = [\"soft:127.0.0.1\", \"soft:127.0.0.2\"]\n";
+        let e = Plan::parse(
+            &format!("{two}[[perf]]\ntest = \"write-bw\"\nmin_bw_vs_pod_median = 0.8\n"),
+            "p.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("needs a pod"), "{e}");
+        let e = Plan::parse(
+            &format!("{two}[[perf]]\ntest = \"write-bw\"\niters = 5\nseconds = 1\n"),
+            "p.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("not both"), "{e}");
+        let one_host = "name = \"x\"\n[pod]\n[[pod.hosts]]\nname = \"a\"\nrails = [{ device = \"mlx5_0\", tor = \"t\" }]\n";
+        let e = Plan::parse(one_host, "p.toml").unwrap_err().to_string();
+        assert!(e.contains("at least 2 hosts"), "{e}");
+        let e =
+            Plan::parse(&text.replace("pairs = \"rail-aligned\"", "pairs = \"ring\""), "p.toml")
+                .unwrap_err()
+                .to_string();
+        assert!(e.starts_with("p.toml:") && e.contains("ring"), "{e}");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! progress = "event"         # the soft devices' progress: busy (default) or event
 //! stall_seconds = 5          # no completion for this long: the measurement fails
 //! qp_timeout = 14            # the RC ACK timeout code (4.096 us x 2^n)
+//! # tx_depth = 8             # operations in flight per QP of the bandwidth tests
 //!
 //! [[pod.hosts]]
 //! name = "node01"
@@ -196,6 +197,10 @@ pub struct Pod {
     /// and every queued packet would be sent again: give them a longer one.
     #[serde(default = "default_qp_timeout")]
     pub qp_timeout: u8,
+    /// Operations in flight per QP of the bandwidth tests (perf's `-t`; default perftest's
+    /// 128). On links far slower than a NIC's, 128 × 64 KiB queue for longer than the ACK
+    /// timeout: a smaller depth keeps the link as busy.
+    pub tx_depth: Option<usize>,
     /// The bisection round.
     pub bisection: Option<Bisection>,
     /// The incast rounds.
@@ -257,6 +262,9 @@ impl Pod {
         }
         if self.source_ports > 64 {
             return Err(("source_ports", "`pod.source_ports`: at most 64".into()));
+        }
+        if self.tx_depth.is_some_and(|d| !(1..=4096).contains(&d)) {
+            return Err(("tx_depth", "`pod.tx_depth`: 1 to 4096".into()));
         }
         if !(1..=31).contains(&self.qp_timeout) {
             return Err(("qp_timeout", "`pod.qp_timeout`: 1 to 31".into()));
@@ -508,10 +516,39 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
     let by_path =
         |o: &PairOutcome| o.ports.iter().any(|(_, ok)| *ok) && o.ports.iter().any(|(_, ok)| !*ok);
     let failed = |o: &PairOutcome| o.failed || o.ports.iter().any(|(_, ok)| !*ok);
+    // Spine paths: per ToR pair, the pairs whose source ports split.
+    let mut spine: BTreeMap<(String, String), Vec<&PairOutcome>> = BTreeMap::new();
+    for o in outcomes.iter().filter(|o| by_path(o)) {
+        let (ta, tb) = (pod.rail(o.pair.0).tor.clone(), pod.rail(o.pair.1).tor.clone());
+        spine.entry(if ta <= tb { (ta, tb) } else { (tb, ta) }).or_default().push(o);
+    }
+    // One ToR in every split ToR pair (two or more): its spine links.
+    let tor_counts: BTreeMap<&String, usize> =
+        spine.keys().flat_map(|(a, b)| [a, b]).fold(BTreeMap::new(), |mut m, t| {
+            *m.entry(t).or_insert(0) += 1;
+            m
+        });
+    let common = tor_counts
+        .iter()
+        .find(|(_, n)| **n == spine.len() && spine.len() >= 2)
+        .map(|(t, _)| (*t).clone());
+    let tors_of = |o: &PairOutcome| {
+        let (ta, tb) = (&pod.rail(o.pair.0).tor, &pod.rail(o.pair.1).tor);
+        if ta <= tb { (ta.clone(), tb.clone()) } else { (tb.clone(), ta.clone()) }
+    };
+    // A failed cross-ToR pair between ToRs whose paths split (or touching the one ToR in all
+    // of them): its default source port hashed onto the dead path, though its probes did not.
+    let on_split_path = |o: &PairOutcome| {
+        let (ta, tb) = tors_of(o);
+        ta != tb
+            && failed(o)
+            && (spine.contains_key(&(ta.clone(), tb.clone()))
+                || common.as_ref().is_some_and(|c| *c == ta || *c == tb))
+    };
     let mut tally: BTreeMap<Dev, (usize, usize)> = BTreeMap::new();
     for o in outcomes {
         // A pair that fails on some ECMP paths only says nothing of its devices.
-        if by_path(o) {
+        if by_path(o) || on_split_path(o) {
             continue;
         }
         for d in [o.pair.0, o.pair.1] {
@@ -618,27 +655,12 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
         });
         covered.insert(d);
     }
-    // Spine paths: per ToR pair, the pairs whose source ports split.
-    let mut spine: BTreeMap<(String, String), Vec<&PairOutcome>> = BTreeMap::new();
-    for o in outcomes.iter().filter(|o| by_path(o)) {
-        let (ta, tb) = (pod.rail(o.pair.0).tor.clone(), pod.rail(o.pair.1).tor.clone());
-        spine.entry(if ta <= tb { (ta, tb) } else { (tb, ta) }).or_default().push(o);
-    }
-    // One ToR in every split ToR pair (two or more): its spine links.
-    let tor_counts: BTreeMap<&String, usize> =
-        spine.keys().flat_map(|(a, b)| [a, b]).fold(BTreeMap::new(), |mut m, t| {
-            *m.entry(t).or_insert(0) += 1;
-            m
-        });
-    let common = tor_counts
-        .iter()
-        .find(|(_, n)| **n == spine.len() && spine.len() >= 2)
-        .map(|(t, _)| (*t).clone());
     let spine_suspect = |component: String, os: &[&PairOutcome]| {
         let bad: usize = os.iter().map(|o| o.ports.iter().filter(|p| !p.1).count()).sum();
         let all: usize = os.iter().map(|o| o.ports.len()).sum();
         let ports: Vec<String> = os
             .iter()
+            .filter(|o| by_path(o))
             .take(4)
             .map(|o| {
                 let dead: Vec<String> =
@@ -646,32 +668,47 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
                 format!("{}: ports {} did not carry", pname(o.pair), dead.join(", "))
             })
             .collect();
+        let split = os.iter().filter(|o| by_path(o)).count();
         Suspect {
             kind: "spine-path".into(),
             component,
-            confidence: if all == 0 { 0.0 } else { 1.0 - bad as f64 / all as f64 },
+            // How many of the pairs it explains show the split themselves.
+            confidence: if os.is_empty() { 0.0 } else { split as f64 / os.len() as f64 },
             evidence: format!(
-                "{bad} of {all} source-port probes over {} pair(s) carried nothing while the others carried: \
-                 a ToR-spine link or a spine, for the ECMP hashes that use it ({})",
-                os.len(),
+                "{bad} of {all} source-port probes over {split} pair(s) carried nothing while the \
+                 others carried, and {} more pair(s) failed on their own source port: a ToR-spine \
+                 link or a spine, for the ECMP hashes that use it ({})",
+                os.len() - split,
                 ports.join("; ")
             ),
             pairs: os.iter().map(|o| pname(o.pair)).collect(),
             checks: os.iter().flat_map(|o| o.failed_checks.iter().cloned()).take(6).collect(),
         }
     };
-    if let Some(t) = common {
-        let os: Vec<&PairOutcome> = spine.values().flatten().copied().collect();
+    let all_covered: Vec<Dev> = covered.iter().copied().collect();
+    // The failed pairs a spine suspect explains beyond those whose probes split.
+    let also = |keep: &dyn Fn(&PairOutcome) -> bool| -> Vec<&PairOutcome> {
+        outcomes
+            .iter()
+            .filter(|o| {
+                !by_path(o) && on_split_path(o) && !explained_by(o, &all_covered) && keep(o)
+            })
+            .collect()
+    };
+    if let Some(t) = &common {
+        let mut os: Vec<&PairOutcome> = spine.values().flatten().copied().collect();
+        os.extend(also(&|_| true));
         out.push(spine_suspect(format!("the spine links of {t}"), &os));
     } else {
-        for ((a, b), os) in &spine {
-            out.push(spine_suspect(format!("{a} <-> {b}"), os));
+        for (k, os) in &spine {
+            let mut os = os.clone();
+            os.extend(also(&|o| tors_of(o) == *k));
+            out.push(spine_suspect(format!("{} <-> {}", k.0, k.1), &os));
         }
     }
     // What is left: failed pairs no suspect explains.
-    let all_covered: Vec<Dev> = covered.iter().copied().collect();
     for o in outcomes {
-        if failed(o) && !by_path(o) && !explained_by(o, &all_covered) {
+        if failed(o) && !by_path(o) && !on_split_path(o) && !explained_by(o, &all_covered) {
             out.push(Suspect {
                 kind: "link".into(),
                 component: pname(o.pair),
@@ -701,6 +738,7 @@ mod tests {
             progress: PodProgress::Event,
             stall_seconds: 5.0,
             qp_timeout: 14,
+            tx_depth: None,
             bisection: None,
             incast: None,
             hosts: (0..hosts)
@@ -840,6 +878,11 @@ mod tests {
                 if !p.same_tor(a, b) && (p.rail(a).tor == "t3" || p.rail(b).tor == "t3") {
                     o.ports = vec![(49152, true), (49153, false), (49154, true), (49155, false)];
                     o.failed = a.host == 0; // the default port hashed onto the dead path
+                    if a.host == 1 {
+                        // Every probe hashed onto a live spine, the default port did not.
+                        o.ports = vec![(49152, true), (49154, true)];
+                        o.failed = true;
+                    }
                 }
                 o
             })
@@ -851,5 +894,7 @@ mod tests {
             ("spine-path", "the spine links of t3")
         );
         assert!(s[0].evidence.contains("ports 49153, 49155 did not carry"), "{}", s[0].evidence);
+        assert!(s[0].pairs.iter().any(|p| p.starts_with("h1.")), "the unsplit failures too");
+        assert!(s[0].evidence.contains("more pair(s) failed on their own source port"));
     }
 }

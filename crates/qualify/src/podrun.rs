@@ -47,6 +47,9 @@ pub struct TestSpec {
     /// The RC ACK timeout code.
     #[serde(default = "default_timeout")]
     pub qp_timeout: u8,
+    /// Operations in flight per QP (bandwidth tests; `None`: perf's default).
+    #[serde(default)]
+    pub tx_depth: Option<usize>,
 }
 
 fn default_timeout() -> u8 {
@@ -68,6 +71,9 @@ impl TestSpec {
         o.wait = Some(Duration::from_secs_f64(self.stall + 30.0 + self.seconds.unwrap_or(0.0)));
         o.udp_source_port = self.udp_source_port;
         o.qp_timeout = self.qp_timeout;
+        if let Some(d) = self.tx_depth.filter(|_| t.is_bw()) {
+            o.tx_depth = d;
+        }
         o
     }
 }
@@ -238,7 +244,9 @@ fn serve(ctx: &Context, listener: &TcpListener, tests: &[TestSpec], events: bool
 fn measure(ctx: &Context, peer: SocketAddr, t: &TestSpec, events: bool) -> TestResult {
     let o = Options { gid_index: ctx.gid_index(), ..t.options() };
     let before = ctx.counters();
-    let run = TcpStream::connect_timeout(&peer, Duration::from_secs(10))
+    // The side channel crosses the rail's own fabric: a dead path loses its SYNs too.
+    let connect = Duration::from_secs_f64(t.stall.clamp(1.0, 10.0));
+    let run = TcpStream::connect_timeout(&peer, connect)
         .map_err(|e| format!("cannot connect to {peer}: {e}"))
         .and_then(|sock| {
             session::run(ctx, &o, Role::Client, &sock, peer.ip(), events, &mut Quiet)
@@ -552,10 +560,11 @@ impl Coordinator<'_> {
                 test: pc.test.clone(),
                 sizes: pc.sizes.clone(),
                 iters: pc.iters,
-                seconds: None,
+                seconds: pc.seconds,
                 stall: self.pod.stall_seconds,
                 udp_source_port: None,
                 qp_timeout: self.pod.qp_timeout,
+                tx_depth: self.pod.tx_depth,
             })
             .collect()
     }
@@ -567,12 +576,14 @@ impl Coordinator<'_> {
             .map(|i| TestSpec {
                 test: "send-lat".into(),
                 sizes: vec![2],
-                iters: Some(200),
+                iters: Some(50),
                 seconds: None,
-                stall: self.pod.stall_seconds.min(2.0),
+                // A path that carries answers within a retransmission or two.
+                stall: self.pod.stall_seconds.min(1.0),
                 // Spread over 0xC000-0xFFFF.
                 udp_source_port: Some(0xC000 + ((i * 0x4000 / n.max(1)) as u16) + 7),
                 qp_timeout: self.pod.qp_timeout,
+                tx_depth: self.pod.tx_depth,
             })
             .collect()
     }
@@ -589,6 +600,7 @@ impl Coordinator<'_> {
             stall: self.pod.stall_seconds,
             udp_source_port: None,
             qp_timeout: self.pod.qp_timeout,
+            tx_depth: self.pod.tx_depth,
         }
     }
 
@@ -619,20 +631,42 @@ impl Coordinator<'_> {
                     round.iter().map(|&(a, b)| if dir == 0 { (a, b) } else { (b, a) }).collect();
                 // One test at a time across the round (a latency figure is not taken beside
                 // another pair's bandwidth test), the warm-up first.
+                // A pair-direction whose warm-up failed (a dead path) is not measured further:
+                // each of its tests would wait out the stall timeout to fail the same way.
                 let mut results: Vec<Vec<TestResult>> = vec![Vec::new(); ends.len()];
+                let mut dead: Vec<Option<String>> = vec![None; ends.len()];
                 for (k, spec) in
                     std::iter::once(self.warmup()).chain(specs.iter().cloned()).enumerate()
                 {
-                    let jobs: Vec<Job> = ends
+                    let live: Vec<usize> = (0..ends.len()).filter(|i| dead[*i].is_none()).collect();
+                    let jobs: Vec<Job> = live
                         .iter()
-                        .map(|&(client, server)| Job { client, server, tests: vec![spec.clone()] })
+                        .map(|&i| Job {
+                            client: ends[i].0,
+                            server: ends[i].1,
+                            tests: vec![spec.clone()],
+                        })
                         .collect();
                     let res = self.phase(&jobs)?;
-                    for (all, r) in results.iter_mut().zip(res) {
+                    for (&i, r) in live.iter().zip(res) {
                         packets += r.iter().map(|t| t.sent_pkts).sum::<u64>();
-                        // The warm-up's figures do not count (its failure shows in the tests').
-                        if k > 0 {
-                            all.extend(r);
+                        if k == 0 {
+                            // The warm-up's figures do not count.
+                            dead[i] = r.iter().find_map(|t| t.error.clone());
+                        } else {
+                            results[i].extend(r);
+                        }
+                    }
+                    if k > 0 {
+                        for (i, why) in dead.iter().enumerate() {
+                            if let Some(why) = why {
+                                results[i].push(TestResult {
+                                    error: Some(format!(
+                                        "not measured: the warm-up exchange failed: {why}"
+                                    )),
+                                    ..Default::default()
+                                });
+                            }
                         }
                     }
                 }
@@ -720,14 +754,20 @@ impl Coordinator<'_> {
         let judged = judge(plan, pod, &measured, &line_rate);
         // A figure outside its threshold is measured once more (the pairs that failed, in
         // rounds of their own): one slow run on a busy host is noise, two in a row the pair.
+        // A test that could not finish (no completion within the stall time) is no noise.
         let failed_pairs: Vec<(Dev, Dev)> = pairs
             .iter()
             .copied()
             .filter(|(a, b)| {
-                judged.iter().any(|(c, s, ms)| {
-                    ((*c, *s) == (*a, *b) || (*c, *s) == (*b, *a))
-                        && ms.iter().any(|m| m.status == Status::Fail)
-                })
+                let mine = |c: Dev, s: Dev| (c, s) == (*a, *b) || (c, s) == (*b, *a);
+                let missed = judged.iter().any(|(c, s, ms)| {
+                    mine(*c, *s)
+                        && ms.iter().any(|m| m.status == Status::Fail && m.measured.is_some())
+                });
+                let broke = measured
+                    .iter()
+                    .any(|(c, s, r)| mine(*c, *s) && r.iter().any(|t| t.error.is_some()));
+                missed && !broke
             })
             .collect();
         let medians = judged_medians(plan, pod, &measured);
@@ -840,6 +880,7 @@ impl Coordinator<'_> {
                 stall: pod.stall_seconds,
                 udp_source_port: None,
                 qp_timeout: self.pod.qp_timeout,
+                tx_depth: self.pod.tx_depth,
             };
             let jobs: Vec<Job> = flows
                 .iter()
@@ -903,6 +944,7 @@ impl Coordinator<'_> {
                     stall: pod.stall_seconds,
                     udp_source_port: None,
                     qp_timeout: self.pod.qp_timeout,
+                    tx_depth: self.pod.tx_depth,
                 };
                 let jobs: Vec<Job> = from
                     .iter()

@@ -251,6 +251,7 @@ fn options(pc: &PerfCheck) -> Options {
     if let Some(n) = pc.iters {
         o.iters = n;
     }
+    o.duration = pc.seconds.map(Duration::from_secs_f64);
     o.stall = Duration::from_secs(10);
     o.wait = Some(Duration::from_secs(60));
     o

@@ -7,16 +7,16 @@
 
 use std::process::{Command, Output};
 
-fn script() -> String {
+pub(crate) fn script() -> String {
     format!("{}/../../scripts/emupod.sh", env!("CARGO_MANIFEST_DIR"))
 }
 
-fn emupod(args: &[&str]) -> Output {
+pub(crate) fn emupod(args: &[&str]) -> Output {
     Command::new("bash").arg(script()).args(args).output().expect("bash runs")
 }
 
 /// Takes the pod down however the test ends.
-struct Pod(String);
+pub(crate) struct Pod(pub(crate) String);
 
 impl Drop for Pod {
     fn drop(&mut self) {

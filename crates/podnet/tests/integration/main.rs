@@ -11,6 +11,7 @@ mod extra;
 mod perf;
 mod perf_rxe;
 mod pingpong;
+mod pod_qualify;
 mod qualify;
 #[cfg(feature = "rdma-core")]
 mod rdma_core_rxe;
