@@ -200,6 +200,7 @@ NFT
     for ((j = 0; j < spines; j++)); do spine_routes "$j" "$k"; done
   done
   trap - INT TERM ERR
+  [ -n "$(cg cpuset 0)" ] || echo "emupod: no cpuset cgroup controller here: the hosts are not on one CPU, and a flow may be reordered between CPUs (the receiver then goes back N)" >&2
   echo "emupod $name: $hosts hosts x $rails rails, $tors ToRs ($per hosts each), $spines spines, links $rate (ToR-spine $srate)"
 }
 

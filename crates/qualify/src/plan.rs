@@ -273,19 +273,21 @@ min_vs_line_rate = 0.5
 senders = 4
 seconds = 2
 
+# The thresholds: chosen on the emulated pod of a 2-core VM (BENCHMARKS.md): no false
+# failure in 10 clean runs, a link at half its peers' rate fails. Tighten them on hardware.
 [[perf]]
 test = "write-bw"
 sizes = [4096, 65536, 1048576]
-iters = 2000
+seconds = 1
 min_bw_vs_line_rate = 0.5
 min_bw_vs_pod_median = 0.75
 
 [[perf]]
 test = "send-lat"
 sizes = [2]
-iters = 2000
-max_median_us_vs_pod_median = 2.0
-max_p99_9_us_vs_median = 20.0
+seconds = 1
+max_median_us_vs_pod_median = 5.0
+max_p99_9_us_vs_median = 400
 "#,
         n = hosts.len()
     );
