@@ -320,6 +320,33 @@ impl Plan {
                 ));
             }
             pod.validate().map_err(|(key, why)| invalid(key, why))?;
+            // What a pod run does not do yet is an error, not a silence.
+            let unsupported = [
+                (
+                    "integrity",
+                    plan.integrity.is_some(),
+                    "the integrity run (podnet burnin checks every byte across hosts)",
+                ),
+                ("host", plan.host != HostChecks::default(), "host checks"),
+                (
+                    "device",
+                    plan.device != DeviceChecks::default(),
+                    "device checks beyond opening each device",
+                ),
+                (
+                    "pairs",
+                    plan.pairs != all_pairs(),
+                    "a top-level `pairs` (the pod's is `pod.pairs`)",
+                ),
+                (
+                    "on",
+                    plan.perf.iter().any(|p| p.on != Scope::Pairs),
+                    "`perf.on` other than \"pairs\"",
+                ),
+            ];
+            if let Some((key, _, what)) = unsupported.iter().find(|u| u.1) {
+                return Err(invalid(key, format!("a pod plan does not run {what} yet")));
+            }
         } else if plan.devices.is_empty() {
             return Err(invalid("devices", "`devices` lists no device".into()));
         }
@@ -540,6 +567,10 @@ mod tests {
         let one_host = "name = \"x\"\n[pod]\n[[pod.hosts]]\nname = \"a\"\nrails = [{ device = \"mlx5_0\", tor = \"t\" }]\n";
         let e = Plan::parse(one_host, "p.toml").unwrap_err().to_string();
         assert!(e.contains("at least 2 hosts"), "{e}");
+        for extra in ["[integrity]\nseconds = 1\n", "[host]\nnic_numa_node = true\n"] {
+            let e = bad(extra);
+            assert!(e.contains("a pod plan does not run"), "{e}");
+        }
         let e =
             Plan::parse(&text.replace("pairs = \"rail-aligned\"", "pairs = \"ring\""), "p.toml")
                 .unwrap_err()
