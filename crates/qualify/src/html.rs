@@ -160,9 +160,10 @@ fn latency_svg(r: &Report) -> Option<String> {
     Some(s)
 }
 
-/// A pod matrix: each cell the figure, coloured by its ratio to the matrix's median (blue at
-/// the median and better, through yellow, to red at half of it or worse; latency the other
-/// way round), with the scale to the right of the grid.
+/// A pod matrix: each cell the figure, coloured by its ratio to the median of the pairs of
+/// its kind — same ToR or across the spines — (blue at the median and better, through
+/// yellow, to red at half of it or worse; latency the other way round), with the scale to
+/// the right of the grid.
 fn pod_matrix_svg(m: &crate::report::Matrix) -> Option<String> {
     let d = &m.devices;
     let med = m.median?;
@@ -171,11 +172,8 @@ fn pod_matrix_svg(m: &crate::report::Matrix) -> Option<String> {
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"11\">\n"
     );
-    // 1.0 (at or better than the median) -> 0.0 (half of it or worse).
-    let score = |v: f64| {
-        let ratio = if m.higher_is_better { v / med } else { med / v.max(1e-9) };
-        ((ratio - 0.5) / 0.5).clamp(0.0, 1.0)
-    };
+    // 1.0 (at or better than the median of its kind) -> 0.0 (half of it or worse).
+    let score = |ratio: f64| ((ratio - 0.5) / 0.5).clamp(0.0, 1.0);
     let shade = |t: f64| {
         // red (0) -> yellow (0.5) -> blue (1)
         let (r, g, b) = if t < 0.5 {
@@ -208,14 +206,15 @@ fn pod_matrix_svg(m: &crate::report::Matrix) -> Option<String> {
             let (x, y) = (left + j * cell, top + i * cell);
             match v {
                 Some(v) => {
+                    let ratio =
+                        m.ratios.get(i).and_then(|r| r.get(j)).copied().flatten().unwrap_or(1.0);
                     let _ = writeln!(
                         s,
-                        "<rect x=\"{x}\" y=\"{y}\" width=\"{cell}\" height=\"{cell}\" fill=\"{}\" stroke=\"#fff\"><title>{} -&gt; {}: {v:.2} {} ({:.2} x median)</title></rect>\n<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-                        shade(score(*v)),
+                        "<rect x=\"{x}\" y=\"{y}\" width=\"{cell}\" height=\"{cell}\" fill=\"{}\" stroke=\"#fff\"><title>{} -&gt; {}: {v:.2} {} ({ratio:.2} x the median of its kind)</title></rect>\n<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                        shade(score(ratio)),
                         esc(&d[i]),
                         esc(&d[j]),
                         esc(&m.unit),
-                        v / med,
                         x + cell / 2,
                         y + cell / 2 + 4,
                         if *v >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") }
@@ -234,7 +233,8 @@ fn pod_matrix_svg(m: &crate::report::Matrix) -> Option<String> {
     let sx = left + cell * d.len() + 24;
     let _ = writeln!(
         s,
-        "<text x=\"{sx}\" y=\"{}\">ratio to the median ({:.1} {})</text>",
+        "<text x=\"{sx}\" y=\"{}\">ratio to the median of its kind</text><text x=\"{sx}\" y=\"{}\">(same ToR, or across spines; all: {:.1} {})</text>",
+        top - 22,
         top - 8,
         med,
         esc(&m.unit)

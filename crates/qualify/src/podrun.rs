@@ -399,7 +399,42 @@ pub fn run(
     }
     let bus = Bus { session: session.clone(), worker: worker.clone(), local, rx, rank_of };
     let mut coord = Coordinator { plan, pod, bus: &bus, progress, next_job: 0 };
+    let facts_kept = facts.clone();
     let report = coord.run(facts, sys);
+    // A host lost mid-run (frozen, killed, cut off) stops the run; the report still says
+    // which, as the suspect, rather than leaving nothing behind.
+    if let Err(BootstrapError::Lost(f)) = &report {
+        let host = places.get(f.rank as usize).map(|h| &pod.hosts[*h]);
+        let name = host.map_or_else(|| format!("rank {}", f.rank), |h| h.name.clone());
+        let mut r = Report::new(&plan.name);
+        r.checks.push(
+            Measurement::new(format!("pod/{name}/reachable"))
+                .want(Threshold::Unset(format!("{f}: the run stopped there")))
+                .judge(None),
+        );
+        r.suspects.push(pod::Suspect {
+            kind: "host".into(),
+            component: name.clone(),
+            confidence: 1.0,
+            evidence: format!(
+                "{f}: the host stopped answering the rendezvous mid-run (frozen, killed or cut \
+                 off on its control path); the figures measured before it are not in this report"
+            ),
+            pairs: Vec::new(),
+            checks: vec![format!("pod/{name}/reachable")],
+        });
+        r.hosts = facts_kept.into_iter().flatten().collect();
+        r.devices = pod.devices().into_iter().map(|d| pod.name(d)).collect();
+        r.pod = Some(PodSummary {
+            pair_set: pod.pairs.as_str().into(),
+            pairs: 0,
+            all_pairs: pod.all_pairs(),
+            coverage: 0.0,
+            devices_covered: 0,
+            devices: pod.devices().len(),
+        });
+        return Ok(PodRun::Report(Box::new(r)));
+    }
     let verdict = match &report {
         Ok(r) => {
             let s = r.summary();
@@ -1234,6 +1269,7 @@ fn matrices(pod: &Pod, measured: &[Measured], specs: &[TestSpec]) -> Vec<Matrix>
                     devices: names.clone(),
                     cells: vec![vec![None; names.len()]; names.len()],
                     median: None,
+                    ratios: Vec::new(),
                 });
                 m.cells[i][j] = Some(v);
             }
@@ -1243,6 +1279,28 @@ fn matrices(pod: &Pod, measured: &[Measured], specs: &[TestSpec]) -> Vec<Matrix>
         .map(|mut m| {
             let mut all: Vec<f64> = m.cells.iter().flatten().flatten().copied().collect();
             m.median = median(&mut all);
+            // The reference of a cell: the median of its kind (one hop, or across spines).
+            let kind = |i: usize, j: usize| pod.same_tor(devs[i], devs[j]);
+            let of_kind = |same: bool| {
+                let mut v: Vec<f64> = (0..devs.len())
+                    .flat_map(|i| (0..devs.len()).map(move |j| (i, j)))
+                    .filter(|(i, j)| kind(*i, *j) == same)
+                    .filter_map(|(i, j)| m.cells[i][j])
+                    .collect();
+                median(&mut v)
+            };
+            let (near, far) = (of_kind(true), of_kind(false));
+            m.ratios = (0..devs.len())
+                .map(|i| {
+                    (0..devs.len())
+                        .map(|j| {
+                            let v = m.cells[i][j]?;
+                            let r = if kind(i, j) { near } else { far }?;
+                            Some(if m.higher_is_better { v / r } else { r / v.max(1e-9) })
+                        })
+                        .collect()
+                })
+                .collect();
             m
         })
         .collect()

@@ -251,6 +251,9 @@ pub struct Matrix {
     pub cells: Vec<Vec<Option<f64>>>,
     /// The median of the cells.
     pub median: Option<f64>,
+    /// Each cell's ratio to the median of the cells of its kind (same ToR, or across the
+    /// spines): what the colour shows.
+    pub ratios: Vec<Vec<Option<f64>>>,
 }
 
 /// A pod run's pair set and coverage.

@@ -29,6 +29,17 @@ enum Launcher {
 /// Runs the plan on every host of `pod` under `launcher`; (rank 0's exit status, its
 /// report.json, every rank's output).
 fn qualify(pod: &str, dir: &Path, launcher: Launcher) -> (i32, Value, Vec<String>) {
+    qualify_freezing(pod, dir, launcher, None)
+}
+
+/// As [`qualify`], freezing host `freeze` (its cgroup) 6 s into the run, and killing it once
+/// rank 0 is done; then the others need not follow to the end.
+fn qualify_freezing(
+    pod: &str,
+    dir: &Path,
+    launcher: Launcher,
+    freeze: Option<usize>,
+) -> (i32, Value, Vec<String>) {
     let p = env!("CARGO_BIN_EXE_podnet");
     let plan = dir.join("pod.toml");
     let hosts = dir.join("hosts");
@@ -63,16 +74,28 @@ fn qualify(pod: &str, dir: &Path, launcher: Launcher) -> (i32, Value, Vec<String
             (i, c.spawn().expect("bash runs"))
         })
         .collect();
+    if let Some(h) = freeze {
+        std::thread::sleep(std::time::Duration::from_secs(6));
+        assert!(emupod(&["host", pod, &h.to_string(), "freeze"]).status.success());
+    }
     let mut outputs = vec![String::new(); HOSTS];
     let mut rc0 = -1;
+    // Rank 0 (spawned last) first: a frozen host's process ends only once it is killed.
+    let mut children = children;
+    children.reverse();
     for (i, ch) in children {
+        if i > 0
+            && let Some(h) = freeze
+        {
+            let _ = emupod(&["host", pod, &h.to_string(), "kill"]);
+        }
         let o = ch.wait_with_output().unwrap();
         outputs[i] =
             String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
         let rc = o.status.code().unwrap_or(-1);
         if i == 0 {
             rc0 = rc;
-        } else {
+        } else if freeze.is_none() {
             assert_eq!(rc, 0, "rank {i} under {launcher:?}: {}", outputs[i]);
             assert!(outputs[i].contains("followed rank 0 to the end"), "{}", outputs[i]);
         }
@@ -218,6 +241,15 @@ fn qualify_across_an_emulated_pod_names_the_bad_link() {
             .collect::<Vec<_>>()
     );
     screenshot(&dir.path().join("Hostfile/report.html"));
+
+    // A host frozen mid-run: the run stops within the heartbeat timeout, and the report names
+    // the host.
+    let t = std::time::Instant::now();
+    let (rc, r, out) = qualify_freezing(&pod.0, dir.path(), Launcher::Torchrun, Some(3));
+    assert_eq!(rc, 1, "{}", out[0]);
+    assert_eq!(suspects(&r), [("host".to_string(), "h3".to_string())], "{}", out[0]);
+    assert!(out[0].contains("sent no heartbeat"), "{}", out[0]);
+    assert!(t.elapsed() < std::time::Duration::from_secs(40), "{:?}", t.elapsed());
 }
 
 /// report.html of the faulty run in headless Chromium: its screenshot kept as
