@@ -322,20 +322,15 @@ pub fn host_facts(sys: &Path, rank: u32, name: &str, rails: &[pod::Rail]) -> Hos
     }
 }
 
-/// Which plan host each rank plays: by host name when every rank's host name is a distinct
-/// host of the plan, else rank k plays `hosts[k]`. `None` if the world and the pod differ in
-/// size.
-pub fn assign(pod: &Pod, hostnames: &[String]) -> Option<Vec<usize>> {
-    if hostnames.len() != pod.hosts.len() {
-        return None;
+/// Which plan host rank `rank` on host `hostname` plays: the host of that name when the plan
+/// names exactly one so, else `hosts[rank]`. Each rank decides for itself and says so in its
+/// facts (`HostFacts::name`); rank 0 checks that the ranks play every host once.
+pub fn place(pod: &Pod, rank: u32, hostname: &str) -> usize {
+    let mut named = pod.hosts.iter().enumerate().filter(|(_, h)| h.name == hostname);
+    match (named.next(), named.next()) {
+        (Some((i, _)), None) => i,
+        _ => rank as usize,
     }
-    let by_name: Vec<Option<usize>> =
-        hostnames.iter().map(|h| pod.hosts.iter().position(|p| &p.name == h)).collect();
-    let mut seen = std::collections::BTreeSet::new();
-    if by_name.iter().all(|i| i.is_some_and(|i| seen.insert(i))) {
-        return Some(by_name.into_iter().flatten().collect());
-    }
-    Some((0..hostnames.len()).collect())
 }
 
 /// How this rank's part ended.
@@ -374,20 +369,38 @@ pub fn run(
         session.finish(true)?;
         return Ok(PodRun::Followed(verdict));
     }
-    let hostnames: Vec<String> = session.roster.iter().map(|m| m.host.clone()).collect();
-    let Some(places) = assign(pod, &hostnames) else {
+    if session.roster.len() != pod.hosts.len() {
         return Err(BootstrapError::Protocol(format!(
             "the world has {} ranks and the pod {} hosts",
-            hostnames.len(),
+            session.roster.len(),
             pod.hosts.len()
         )));
-    };
+    }
+    // Each rank says which host it plays (`podrun::place`); every host once.
+    let mut places = vec![0usize; session.roster.len()];
     let mut facts: Vec<Option<HostFacts>> = vec![None; pod.hosts.len()];
     for (rank, m) in session.roster.iter().enumerate() {
-        if let Ok(i) = serde_json::from_value::<RankInfo>(m.info.clone()) {
-            facts[places[rank]] = Some(i.facts);
+        let info = serde_json::from_value::<RankInfo>(m.info.clone()).map_err(|e| {
+            BootstrapError::Protocol(format!("rank {rank} ({}) said no facts: {e}", m.host))
+        })?;
+        let Some(h) = pod.hosts.iter().position(|h| h.name == info.facts.name) else {
+            return Err(BootstrapError::Protocol(format!(
+                "rank {rank} ({}) plays {:?}, which is no host of the plan",
+                m.host, info.facts.name
+            )));
+        };
+        if facts[h].is_some() {
+            return Err(BootstrapError::Protocol(format!(
+                "two ranks play host {:?} (the second: rank {rank}, {}): give each host of the \
+                 plan a distinct host name, or none of the ranks' names",
+                info.facts.name, m.host
+            )));
         }
+        places[rank] = h;
+        facts[h] = Some(info.facts);
     }
+    // As many ranks as hosts, none twice: every host is played.
+    let facts: Vec<HostFacts> = facts.into_iter().flatten().collect();
     let (tx, rx) = mpsc::channel::<Reply>();
     let tx = Mutex::new(tx);
     let local: Arc<dyn Fn(Reply) + Send + Sync> = Arc::new(move |r| {
@@ -399,8 +412,7 @@ pub fn run(
     }
     let bus = Bus { session: session.clone(), worker: worker.clone(), local, rx, rank_of };
     let mut coord = Coordinator { plan, pod, bus: &bus, progress, next_job: 0 };
-    let facts_kept = facts.clone();
-    let report = coord.run(facts, sys);
+    let report = coord.run(&facts, sys);
     // A host lost mid-run (frozen, killed, cut off) stops the run; the report still says
     // which, as the suspect, rather than leaving nothing behind.
     if let Err(BootstrapError::Lost(f)) = &report {
@@ -423,7 +435,7 @@ pub fn run(
             pairs: Vec::new(),
             checks: vec![format!("pod/{name}/reachable")],
         });
-        r.hosts = facts_kept.into_iter().flatten().collect();
+        r.hosts = facts;
         r.devices = pod.devices().into_iter().map(|d| pod.name(d)).collect();
         r.pod = Some(PodSummary {
             pair_set: pod.pairs.as_str().into(),
@@ -533,7 +545,6 @@ impl Coordinator<'_> {
             .map(|j| j.tests.iter().map(|t| t.stall + 30.0 + t.seconds.unwrap_or(0.0)).sum::<f64>())
             .fold(0.0, f64::max);
         let mut waiting = jobs.len();
-        let mut listening = 0;
         let until = Instant::now() + Duration::from_secs_f64(60.0 + longest);
         while waiting > 0 {
             let left = until.saturating_duration_since(Instant::now());
@@ -550,7 +561,6 @@ impl Coordinator<'_> {
                         j.client.host,
                         Cmd::Measure { job, device, peer: addr, tests: j.tests.clone() },
                     )?;
-                    listening += 1;
                 }
                 Reply::NotServing { job, error } => {
                     let i = (job - base) as usize;
@@ -569,7 +579,6 @@ impl Coordinator<'_> {
                 }
             }
         }
-        let _ = listening;
         Ok(results
             .into_iter()
             .zip(jobs)
@@ -587,20 +596,31 @@ impl Coordinator<'_> {
             .collect())
     }
 
+    /// A test with the pod's stall time, ACK timeout and depth.
+    fn spec(
+        &self,
+        test: &str,
+        sizes: Vec<usize>,
+        iters: Option<u64>,
+        seconds: Option<f64>,
+    ) -> TestSpec {
+        TestSpec {
+            test: test.into(),
+            sizes,
+            iters,
+            seconds,
+            stall: self.pod.stall_seconds,
+            udp_source_port: None,
+            qp_timeout: self.pod.qp_timeout,
+            tx_depth: self.pod.tx_depth,
+        }
+    }
+
     fn specs(&self) -> Vec<TestSpec> {
         self.plan
             .perf
             .iter()
-            .map(|pc| TestSpec {
-                test: pc.test.clone(),
-                sizes: pc.sizes.clone(),
-                iters: pc.iters,
-                seconds: pc.seconds,
-                stall: self.pod.stall_seconds,
-                udp_source_port: None,
-                qp_timeout: self.pod.qp_timeout,
-                tx_depth: self.pod.tx_depth,
-            })
+            .map(|pc| self.spec(&pc.test, pc.sizes.clone(), pc.iters, pc.seconds))
             .collect()
     }
 
@@ -609,16 +629,11 @@ impl Coordinator<'_> {
         let n = self.pod.source_ports;
         (0..n)
             .map(|i| TestSpec {
-                test: "send-lat".into(),
-                sizes: vec![2],
-                iters: Some(50),
-                seconds: None,
                 // A path that carries answers within a retransmission or two.
                 stall: self.pod.stall_seconds.min(1.0),
                 // Spread over 0xC000-0xFFFF.
                 udp_source_port: Some(0xC000 + ((i * 0x4000 / n.max(1)) as u16) + 7),
-                qp_timeout: self.pod.qp_timeout,
-                tx_depth: self.pod.tx_depth,
+                ..self.spec("send-lat", vec![2], Some(50), None)
             })
             .collect()
     }
@@ -627,16 +642,7 @@ impl Coordinator<'_> {
     /// for ARP at every hop, and the kernel keeps only ~200 KB of them meanwhile (a RoCE NIC
     /// resolves the address when the QP connects; a soft device's kernel sockets do not).
     fn warmup(&self) -> TestSpec {
-        TestSpec {
-            test: "send-lat".into(),
-            sizes: vec![2],
-            iters: Some(20),
-            seconds: None,
-            stall: self.pod.stall_seconds,
-            udp_source_port: None,
-            qp_timeout: self.pod.qp_timeout,
-            tx_depth: self.pod.tx_depth,
-        }
+        self.spec("send-lat", vec![2], Some(20), None)
     }
 
     /// The rounds of the pair set, both directions; the figures of each direction.
@@ -740,45 +746,30 @@ impl Coordinator<'_> {
         Ok((measured, ports))
     }
 
-    fn run(
-        &mut self,
-        facts: Vec<Option<HostFacts>>,
-        _sys: &Path,
-    ) -> Result<Report, BootstrapError> {
+    fn run(&mut self, facts: &[HostFacts], _sys: &Path) -> Result<Report, BootstrapError> {
         let t0 = Instant::now();
         let plan = self.plan;
         let pod = self.pod;
         let mut report = Report::new(&plan.name);
         let mut checks: Vec<Measurement> = Vec::new();
-        // Every host joined; every device of every host opened.
+        // Every device of every host opened.
         let mut usable = vec![true; pod.hosts.len()];
         for (h, f) in facts.iter().enumerate() {
             let host = &pod.hosts[h];
-            match f {
-                None => {
-                    usable[h] = false;
-                    checks.push(
-                        Measurement::new(format!("pod/{}/joined", host.name))
-                            .want(Threshold::Unset("its rank said nothing of itself".into())),
-                    );
-                }
-                Some(f) => {
-                    for d in &f.devices {
-                        let name = format!("device/{}.r{}/present", host.name, d.rail);
-                        checks.push(match &d.error {
-                            None => Measurement::new(name)
-                                .detail(format!("{} opened ({})", d.device, d.provider)),
-                            Some(e) => {
-                                usable[h] = false;
-                                Measurement::new(name).want(Threshold::Unset(e.clone()))
-                            }
-                        });
+            for d in &f.devices {
+                let name = format!("device/{}.r{}/present", host.name, d.rail);
+                checks.push(match &d.error {
+                    None => Measurement::new(name)
+                        .detail(format!("{} opened ({})", d.device, d.provider)),
+                    Some(e) => {
+                        usable[h] = false;
+                        Measurement::new(name).want(Threshold::Unset(e.clone()))
                     }
-                }
+                });
             }
         }
         let line_rate = |d: Dev| -> Option<f64> {
-            let f = facts[d.host].as_ref()?.devices.get(d.rail)?;
+            let f = facts[d.host].devices.get(d.rail)?;
             f.link_gbps.or(pod.link_gbps).map(|g| g * 1e9 / 8.0 / 1_048_576.0)
         };
         let pairs: Vec<(Dev, Dev)> =
@@ -786,7 +777,10 @@ impl Coordinator<'_> {
         let mut rounds = Vec::new();
         let (mut measured, ports) = self.rounds(&pairs, "pairs", &mut rounds)?;
         // Judge; the pod medians come from every pair-direction of a kind.
-        let judged = judge(plan, pod, &measured, &line_rate);
+        // The pod's medians, from the first pass; they stay its medians after a retry (which
+        // measures the pair, not the pod).
+        let medians = judged_medians(plan, pod, &measured);
+        let judged = judge_with(plan, pod, &measured, &line_rate, &medians);
         // A figure outside its threshold is measured once more (the pairs that failed, in
         // rounds of their own): one slow run on a busy host is noise, two in a row the pair.
         // A test that could not finish (no completion within the stall time) is no noise.
@@ -805,7 +799,6 @@ impl Coordinator<'_> {
                 missed && !broke
             })
             .collect();
-        let medians = judged_medians(plan, pod, &measured);
         let mut again_note: BTreeMap<(Dev, Dev), String> = BTreeMap::new();
         if plan.retries > 0 && !failed_pairs.is_empty() {
             let (again, _) = self.rounds(&failed_pairs, "again", &mut rounds)?;
@@ -816,7 +809,6 @@ impl Coordinator<'_> {
                 }
             }
         }
-        // The medians stay the first pass's: a retry measures the pair, not the pod.
         let judged = judge_with(plan, pod, &measured, &line_rate, &medians);
         let mut outcomes: Vec<PairOutcome> = Vec::new();
         for &(a, b) in &pairs {
@@ -874,9 +866,10 @@ impl Coordinator<'_> {
             }
         }
         // Figures for the charts and the matrices.
+        let specs = self.specs();
         for (c, s, results) in &measured {
             let pair = format!("{}->{}", pod.name(*c), pod.name(*s));
-            for (spec, r) in self.specs().iter().zip(results) {
+            for (spec, r) in specs.iter().zip(results) {
                 for f in &r.figures {
                     match f {
                         Figure::Bw { size, mb_per_s } => report.bandwidth.push(BwPoint {
@@ -900,23 +893,14 @@ impl Coordinator<'_> {
                 }
             }
         }
-        report.matrices = matrices(pod, &measured, &self.specs());
+        report.matrices = matrices(pod, &measured, &specs);
         // Bisection and incast.
         if let Some(b) = &pod.bisection {
             let flows: Vec<(Dev, Dev)> = pod::bisection(pod)
                 .into_iter()
                 .filter(|(a, c)| usable[a.host] && usable[c.host])
                 .collect();
-            let spec = TestSpec {
-                test: "write-bw".into(),
-                sizes: vec![b.size],
-                iters: None,
-                seconds: Some(b.seconds),
-                stall: pod.stall_seconds,
-                udp_source_port: None,
-                qp_timeout: self.pod.qp_timeout,
-                tx_depth: self.pod.tx_depth,
-            };
+            let spec = self.spec("write-bw", vec![b.size], None, Some(b.seconds));
             let jobs: Vec<Job> = flows
                 .iter()
                 .map(|&(a, c)| Job { client: a, server: c, tests: vec![spec.clone()] })
@@ -971,16 +955,7 @@ impl Coordinator<'_> {
                     continue;
                 }
                 let from: Vec<Dev> = from.into_iter().filter(|d| usable[d.host]).collect();
-                let spec = TestSpec {
-                    test: "write-bw".into(),
-                    sizes: vec![inc.size],
-                    iters: None,
-                    seconds: Some(inc.seconds),
-                    stall: pod.stall_seconds,
-                    udp_source_port: None,
-                    qp_timeout: self.pod.qp_timeout,
-                    tx_depth: self.pod.tx_depth,
-                };
+                let spec = self.spec("write-bw", vec![inc.size], None, Some(inc.seconds));
                 let jobs: Vec<Job> = from
                     .iter()
                     .map(|&d| Job { client: d, server: rx, tests: vec![spec.clone()] })
@@ -1052,7 +1027,7 @@ impl Coordinator<'_> {
         }
         report.suspects = pod::attribute(pod, &outcomes);
         report.rounds = rounds;
-        report.hosts = facts.into_iter().flatten().collect();
+        report.hosts = facts.to_vec();
         let all = pod.all_pairs();
         let covered: std::collections::BTreeSet<Dev> =
             pairs.iter().flat_map(|(a, b)| [*a, *b]).collect();
@@ -1108,16 +1083,6 @@ fn judged_medians(plan: &Plan, pod: &Pod, measured: &[Measured]) -> BTreeMap<Str
 }
 
 type Judged = (Dev, Dev, Vec<Check>);
-
-fn judge(
-    plan: &Plan,
-    pod: &Pod,
-    measured: &[Measured],
-    line: &dyn Fn(Dev) -> Option<f64>,
-) -> Vec<Judged> {
-    let medians = judged_medians(plan, pod, measured);
-    judge_with(plan, pod, measured, line, &medians)
-}
 
 fn judge_with(
     plan: &Plan,
@@ -1175,10 +1140,18 @@ fn judge_figure(
     let detail = format!("{} {pair} ({kind})", pc.test);
     let mut out = Vec::new();
     // (bound, text) candidates; the tightest one decides.
-    let tightest = |cands: Vec<(f64, String)>, higher: bool| {
-        cands
+    // Held to the tightest of the candidate bounds (bound, how it reads), if any.
+    let held = |m: Measurement, cands: Vec<(f64, String)>, higher: bool| {
+        let tightest = cands
             .into_iter()
-            .reduce(|a, b| if (higher && b.0 > a.0) || (!higher && b.0 < a.0) { b } else { a })
+            .reduce(|a, b| if (higher && b.0 > a.0) || (!higher && b.0 < a.0) { b } else { a });
+        match tightest {
+            Some((b, t)) => m
+                .want(if higher { Threshold::AtLeast(b) } else { Threshold::AtMost(b) })
+                .threshold_text(t)
+                .judge(None),
+            None => m.judge(None),
+        }
     };
     match f {
         Figure::Bw { size, mb_per_s } => {
@@ -1198,10 +1171,7 @@ fn judge_figure(
             }
             let name = format!("perf/{}/{size}B/{pair}/bandwidth", pc.test);
             let m = Measurement::new(name).figure(*mb_per_s, "MB/s").detail(detail.clone());
-            out.push(match tightest(cands, true) {
-                Some((b, t)) => m.want(Threshold::AtLeast(b)).threshold_text(t).judge(None),
-                None => m.judge(None),
-            });
+            out.push(held(m, cands, true));
         }
         Figure::Lat { size, median: med, p99_9, .. } => {
             let mut cands = Vec::new();
@@ -1216,10 +1186,7 @@ fn judge_figure(
             }
             let name = format!("perf/{}/{size}B/{pair}/median", pc.test);
             let m = Measurement::new(name).figure(*med, "us").detail(detail.clone());
-            out.push(match tightest(cands, false) {
-                Some((b, t)) => m.want(Threshold::AtMost(b)).threshold_text(t).judge(None),
-                None => m.judge(None),
-            });
+            out.push(held(m, cands, false));
             let mut cands = Vec::new();
             if let Some(a) = pc.max_p99_9_us {
                 cands.push((a, format!("<= {a}")));
@@ -1229,10 +1196,7 @@ fn judge_figure(
             }
             let name = format!("perf/{}/{size}B/{pair}/p99.9", pc.test);
             let m = Measurement::new(name).figure(*p99_9, "us").detail(detail);
-            out.push(match tightest(cands, false) {
-                Some((b, t)) => m.want(Threshold::AtMost(b)).threshold_text(t).judge(None),
-                None => m.judge(None),
-            });
+            out.push(held(m, cands, false));
         }
     }
     out

@@ -130,15 +130,10 @@ fn pod(args: &QualifyArgs, plan: &Plan) -> anyhow::Result<ExitCode> {
         world.launcher,
         pod.hosts.len()
     );
-    // Which host of the plan this rank plays: its host name's, if the plan names it, else
-    // its rank's (rank 0 decides for everyone once all have joined, the same way).
+    // Which host of the plan this rank plays: its host name's, if the plan names it once,
+    // else its rank's; rank 0 checks that every host is played once.
     let me = rendezvous::world::hostname();
-    let named = pod.hosts.iter().filter(|h| h.name == me).count() == 1;
-    let place = if named {
-        pod.hosts.iter().position(|h| h.name == me).unwrap_or(world.rank as usize)
-    } else {
-        world.rank as usize
-    };
+    let place = qualify::podrun::place(pod, world.rank, &me);
     let host = &pod.hosts[place];
     let mut facts =
         qualify::podrun::host_facts(&args.sysfs_root, world.rank, &host.name, &host.rails);
