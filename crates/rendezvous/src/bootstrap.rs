@@ -363,10 +363,19 @@ fn turned_away_text(t: &[String]) -> String {
     if t.is_empty() { String::new() } else { format!("; turned away: {}", t.join("; ")) }
 }
 
-fn send(w: &Mutex<TcpStream>, m: &Msg) -> std::io::Result<()> {
+/// `m` as one line, newline included.
+fn line_of(m: &Msg) -> std::io::Result<String> {
     let mut line = serde_json::to_string(m).map_err(std::io::Error::other)?;
     line.push('\n');
+    Ok(line)
+}
+
+fn write_line(w: &Mutex<TcpStream>, line: &str) -> std::io::Result<()> {
     w.lock().unwrap_or_else(PoisonError::into_inner).write_all(line.as_bytes())
+}
+
+fn send(w: &Mutex<TcpStream>, m: &Msg) -> std::io::Result<()> {
+    write_line(w, &line_of(m)?)
 }
 
 /// Reads one message of at most `limit` bytes (`None`: the peer closed). A longer line is an
@@ -958,14 +967,17 @@ impl Session {
                 self.world.rank
             )));
         };
-        let m = Msg::Data(body);
-        let len = serde_json::to_vec(&m).map_or(0, |v| v.len());
+        let sending =
+            |e: std::io::Error| BootstrapError::Protocol(format!("sending to rank {to}: {e}"));
+        let line = line_of(&Msg::Data(body)).map_err(sending)?;
+        // The reader takes at most LINE_LIMIT bytes before the newline.
+        let len = line.len() - 1;
         if len >= LINE_LIMIT {
             return Err(BootstrapError::Protocol(format!(
                 "a message of {len} bytes is over the {LINE_LIMIT}-byte line limit"
             )));
         }
-        send(&w, &m).map_err(|e| BootstrapError::Protocol(format!("sending to rank {to}: {e}")))
+        write_line(&w, &line).map_err(sending)
     }
 
     /// The next message of the workload, (from rank, body), waiting at most `timeout`
