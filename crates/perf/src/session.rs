@@ -742,9 +742,8 @@ pub fn run(
         peers.push(Peer {
             buffer: RemoteBuffer { addr: theirs.vaddr, rkey: verbs::RKey(theirs.rkey) },
             ud: (o.connection == QpType::Ud).then_some(UdDest {
-                ip,
-                qpn: Qpn::new(theirs.qpn),
-                qkey: QKey(QKEY),
+                flow_label: path.flow_label,
+                ..UdDest::new(ip, Qpn::new(theirs.qpn), QKey(QKEY))
             }),
         });
     }

@@ -215,8 +215,7 @@ fn an_unreachable_network_is_a_port_error_then_active_again() {
     let c = Conn::default();
     a.connect(ip("127.0.0.1"), a.qp.qpn(), &c);
     // No route to 10.0.0.0/8 in this namespace.
-    let dest =
-        verbs::UdDest { ip: ip("10.1.2.3"), qpn: verbs::Qpn::new(0x11), qkey: verbs::QKey(1) };
+    let dest = verbs::UdDest::new(ip("10.1.2.3"), verbs::Qpn::new(0x11), verbs::QKey(1));
     let w = SendWr {
         sgl: vec![a.mr.sge(0, 8).unwrap()].into(),
         ud: Some(dest),

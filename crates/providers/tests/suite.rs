@@ -377,7 +377,7 @@ fn ud_delivers_with_a_grh_and_drops_a_wrong_q_key() {
     let p = pattern_bytes(5, 512);
     a.mr.write(0, &p).unwrap();
     b.recv(1, 0, 40 + 1024);
-    let dest = |qkey| UdDest { ip: b.ip(), qpn: b.qp.qpn(), qkey: QKey(qkey) };
+    let dest = |qkey| UdDest::new(b.ip(), b.qp.qpn(), QKey(qkey));
     let ud = |wr_id, qkey, op| SendWr {
         sgl: vec![a.mr.sge(0, 512).unwrap()].into(),
         ud: Some(dest(qkey)),

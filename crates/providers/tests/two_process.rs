@@ -181,7 +181,7 @@ fn unreliable(qp_type: QpType, family: Family, loss: u32, messages: usize) {
             w.sgl.push(a.mr.sge(i * SLOT, size(i)).unwrap());
         }
         if ud {
-            w.ud = Some(UdDest { ip: ip_b, qpn: b.qpn, qkey: verbs::QKey(common::QKEY) });
+            w.ud = Some(UdDest::new(ip_b, b.qpn, verbs::QKey(common::QKEY)));
         }
         a.qp.post_send(w).unwrap();
         let wc = a.next_wc(Duration::from_secs(10)).expect("a send completion");

@@ -32,7 +32,7 @@ use sideway::ibverbs::protection_domain::ProtectionDomain as SwPd;
 use smallvec::SmallVec;
 use verbs::{
     Access, Counters, CqId, ModifyQp, MrId, MrInfo, PdId, QKey, QpAttr, QpState, QpType, Qpn,
-    RecvWr, SendOp, SendWr, SrqId, WcOpcode, WcStatus, WorkCompletion,
+    RecvWr, SendOp, SendWr, SrqId, UdDest, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use verbs::{
@@ -143,7 +143,8 @@ struct QpEntry {
     /// The traffic class of packets (and of UD address handles).
     traffic_class: u8,
     /// UD: address handles by destination.
-    ahs: Mutex<HashMap<IpAddr, Raw<sys::ibv_ah>>>,
+    /// Address handles by (destination, flow label).
+    ahs: Mutex<HashMap<(IpAddr, u32), Raw<sys::ibv_ah>>>,
 }
 
 /// The maps posting and polling look into: a fast hash (the keys are ours or the device's,
@@ -402,11 +403,11 @@ impl RdmaCoreDevice {
             .map_or(self.gid.index as u8, |g| g.index as u8)
     }
 
-    fn ah_attr(&self, ip: IpAddr, traffic_class: u8) -> sys::ibv_ah_attr {
+    fn ah_attr(&self, ip: IpAddr, flow_label: u32, traffic_class: u8) -> sys::ibv_ah_attr {
         sys::ibv_ah_attr {
             grh: sys::ibv_global_route {
                 dgid: sys::ibv_gid { raw: Gid::from_ip(ip).0 },
-                flow_label: 0,
+                flow_label: flow_label & 0xf_ffff,
                 sgid_index: self.sgid_for(ip),
                 hop_limit: 64,
                 traffic_class,
@@ -420,23 +421,30 @@ impl RdmaCoreDevice {
         }
     }
 
-    /// The address handle for UD sends from `qp` to `ip`, made on first use.
-    fn ah(&self, t: &Tables, qp: &QpEntry, ip: IpAddr) -> Result<Raw<sys::ibv_ah>> {
+    /// The address handle for UD sends from `qp` to `ip` with `flow_label` (its UDP source
+    /// port on RoCEv2), made on first use.
+    fn ah(
+        &self,
+        t: &Tables,
+        qp: &QpEntry,
+        ip: IpAddr,
+        flow_label: u32,
+    ) -> Result<Raw<sys::ibv_ah>> {
         let mut ahs = qp.ahs.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(ah) = ahs.get(&ip) {
+        if let Some(ah) = ahs.get(&(ip, flow_label)) {
             return Ok(*ah);
         }
         let pd = t
             .pds
             .get(&qp.pd.0)
             .ok_or(Error::no_such(format_args!("protection domain {:?}", qp.pd)))?;
-        let mut attr = self.ah_attr(ip, qp.traffic_class);
+        let mut attr = self.ah_attr(ip, flow_label, qp.traffic_class);
         // SAFETY: the PD is alive (held by the table under our read lock) and `attr` is a
         // fully initialized address vector.
         let ah = unsafe { sys::ibv_create_ah(pd.pd().as_ptr(), &mut attr) };
         let ah = Raw::new(ah)
             .ok_or_else(|| self.call_err("ibv_create_ah", io::Error::last_os_error()))?;
-        ahs.insert(ip, ah);
+        ahs.insert((ip, flow_label), ah);
         Ok(ah)
     }
 
@@ -999,9 +1007,8 @@ impl Provider for RdmaCoreDevice {
             mask |= k::IBV_QP_PATH_MTU.0;
         }
         if let (Some(d), false) = (m.dest, ud) {
-            a.ah_attr = self.ah_attr(d.ip, tclass);
             // On RoCEv2 the flow label sets the UDP source port (rdma_get_udp_sport).
-            a.ah_attr.grh.flow_label = d.flow_label & 0xf_ffff;
+            a.ah_attr = self.ah_attr(d.ip, d.flow_label, tclass);
             a.dest_qp_num = d.qpn.get();
             mask |= k::IBV_QP_AV.0 | k::IBV_QP_DEST_QPN.0;
         }
@@ -1097,7 +1104,9 @@ impl Provider for RdmaCoreDevice {
         let q = t.qps.get(&qpn.get()).ok_or(Error::no_such(format_args!("QP {}", qpn)))?;
         let ud = q.qp_type == QpType::Ud;
         // SAFETY: the QP is alive (read lock).
-        unsafe { self.post_send_raw(q.qp.ptr(), qpn, wrs, ud, &|ip| self.ah(&t, q, ip)) }
+        unsafe {
+            self.post_send_raw(q.qp.ptr(), qpn, wrs, ud, &|d| self.ah(&t, q, d.ip, d.flow_label))
+        }
     }
 
     fn post_recv(&self, qpn: Qpn, wrs: &[RecvWr]) -> Result<()> {
@@ -1356,7 +1365,7 @@ impl RdmaCoreDevice {
         qpn: Qpn,
         wrs: &[SendWr],
         ud: bool,
-        ah: &dyn Fn(IpAddr) -> Result<Raw<sys::ibv_ah>>,
+        ah: &dyn Fn(&UdDest) -> Result<Raw<sys::ibv_ah>>,
     ) -> Result<()> {
         // SAFETY: the QP is alive (the caller's promise).
         unsafe { check_send_state(qp, qpn)? };
@@ -1585,7 +1594,7 @@ unsafe fn direct_post_recv(
 
 /// The address-handle lookup of a QP that is not UD: a send that names a destination is
 /// refused.
-fn no_ah(_: IpAddr) -> Result<Raw<sys::ibv_ah>> {
+fn no_ah(_: &UdDest) -> Result<Raw<sys::ibv_ah>> {
     Err(Error::refused(ErrorKind::InvalidArgument, "invalid work request: not a UD QP"))
 }
 
@@ -1595,7 +1604,7 @@ fn no_ah(_: IpAddr) -> Result<Raw<sys::ibv_ah>> {
 fn raw_send_wr(
     wr: &SendWr,
     ud: bool,
-    ah: &dyn Fn(IpAddr) -> Result<Raw<sys::ibv_ah>>,
+    ah: &dyn Fn(&UdDest) -> Result<Raw<sys::ibv_ah>>,
 ) -> Result<sys::ibv_send_wr> {
     // SAFETY: all-zero is a valid ibv_send_wr (integers, null pointers, unions of them).
     let mut r: sys::ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
@@ -1644,7 +1653,7 @@ fn raw_send_wr(
             ErrorKind::InvalidArgument,
             concat!("invalid work request: ", "a UD send needs a destination"),
         ))?;
-        let ah = ah(d.ip)?;
+        let ah = ah(&d)?;
         r.wr = sys::wr_t {
             ud: sys::ud_t { ah: ah.ptr(), remote_qpn: d.qpn.get(), remote_qkey: d.qkey.0 },
         };

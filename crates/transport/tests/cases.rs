@@ -648,7 +648,7 @@ fn ud_drops_a_wrong_q_key_and_fills_the_grh_area() {
     net.nodes[1].post_recv(b.qpn, RecvWr::new(5).sge(BUF_ADDR, 4096, b.mr.lkey)).unwrap();
     let send = |i, qkey| {
         let mut wr = SendWr::new(i, SendOp::SendWithImm(0xabcd)).sge(BUF_ADDR, 100, a.mr.lkey);
-        wr.ud = Some(UdDest { ip: ip(1), qpn: b.qpn, qkey: QKey(qkey) });
+        wr.ud = Some(UdDest::new(ip(1), b.qpn, QKey(qkey)));
         wr
     };
     net.nodes[0].post_send(a.qpn, send(1, 0x2222_2222)).unwrap();
@@ -663,6 +663,33 @@ fn ud_drops_a_wrong_q_key_and_fills_the_grh_area() {
     let g = &net.nodes[1].memory().bytes(b.mr.id)[..40];
     assert_eq!(&g[20..21], &[0x45]);
     assert_eq!(&g[32..36], &[10, 0, 0, 1], "source address in the IPv4 header");
+}
+
+#[test]
+fn a_ud_datagram_leaves_from_the_source_port_its_address_handle_names() {
+    let mut net = Net::new(2, 3, Faults::default());
+    let a = side(&mut net, 0, QpType::Ud, BUF);
+    let b = side(&mut net, 1, QpType::Ud, BUF);
+    ud_ready(&mut net, &a);
+    ud_ready(&mut net, &b);
+    let send = |i, port: Option<u16>| {
+        let mut wr = SendWr::new(i, SendOp::Send).sge(BUF_ADDR, 32, a.mr.lkey);
+        let d = UdDest::new(ip(1), b.qpn, QKey(0x1111_1111));
+        wr.ud = Some(port.map_or(d, |p| d.from_udp_source_port(p).unwrap()));
+        wr
+    };
+    // Without a flow label: the QP's own port; with one, each datagram its own (a probe
+    // walking ECMP paths), to 4791 always.
+    let mut ports = Vec::new();
+    for (i, p) in [None, Some(0xc123), Some(0xffff), Some(0xc000), None].into_iter().enumerate() {
+        net.nodes[0].post_send(a.qpn, send(i as u64, p)).unwrap();
+        let t = net.nodes[0].poll_transmit(Instant::ZERO).unwrap();
+        assert_eq!(t.dst_port, 4791);
+        ports.push(t.src_port);
+    }
+    let own = wire::udp_source_port(0, a.qpn, wire::Qpn::new(0));
+    assert_eq!(ports, [own, 0xc123, 0xffff, 0xc000, own]);
+    assert!(UdDest::new(ip(1), b.qpn, QKey(1)).from_udp_source_port(0xbfff).is_none());
 }
 
 #[test]
@@ -726,7 +753,7 @@ fn illegal_posts_are_refused_with_a_clear_error() {
     ));
     ud_ready(&mut net, &ud);
     let mut big = SendWr::new(1, SendOp::Send).sge(BUF_ADDR, 4097, ud.mr.lkey);
-    big.ud = Some(UdDest { ip: ip(1), qpn: ud.qpn, qkey: QKey(1) });
+    big.ud = Some(UdDest::new(ip(1), ud.qpn, QKey(1)));
     assert!(matches!(net.nodes[0].post_send(ud.qpn, big), Err(Error::TooLong { .. })));
     let no_dest = SendWr::new(1, SendOp::Send);
     assert!(matches!(net.nodes[0].post_send(ud.qpn, no_dest), Err(Error::InvalidWr(_))));

@@ -282,7 +282,7 @@ fn run_unreliable(qp_type: QpType, op: Op, loss: f64, seed: u64) {
                 wr = wr.sge(slot(i), len as u32, a.mr.lkey);
             }
             if qp_type == QpType::Ud {
-                wr.ud = Some(UdDest { ip: sim::ip(1), qpn: b.qpn, qkey: QKey(0x1111_1111) });
+                wr.ud = Some(UdDest::new(sim::ip(1), b.qpn, QKey(0x1111_1111)));
             }
             net.nodes[0].post_send(a.qpn, wr).unwrap_or_else(|e| panic!("{ctx}: {e}"));
             posted += 1;

@@ -87,6 +87,25 @@ pub struct UdDest {
     pub qpn: Qpn,
     /// The remote Q_Key; one with the high bit set means "use the QP's own Q_Key".
     pub qkey: QKey,
+    /// The address handle's GRH flow label (20 bits; `ibv_ah_attr.grh.flow_label`). On
+    /// RoCEv2 it sets the UDP source port (0: the device's own choice for the QP), so a probe
+    /// can walk a fabric's ECMP paths datagram by datagram; receive stays on 4791.
+    pub flow_label: u32,
+}
+
+impl UdDest {
+    /// To `qpn` at `ip` with Q_Key `qkey`, from the port the device picks.
+    pub const fn new(ip: std::net::IpAddr, qpn: Qpn, qkey: QKey) -> UdDest {
+        UdDest { ip, qpn, qkey, flow_label: 0 }
+    }
+
+    /// The same destination sent from UDP source port `port` (`None` below 0xC000, the
+    /// RoCEv2 source-port range): the flow label that gives it
+    /// ([`wire::flow_label_for_udp_source_port`]).
+    pub fn from_udp_source_port(self, port: u16) -> Option<UdDest> {
+        let flow_label = wire::flow_label_for_udp_source_port(port)?;
+        Some(UdDest { flow_label, ..self })
+    }
 }
 
 /// A scatter/gather list: two elements inline (most work requests have one), more on the

@@ -731,11 +731,7 @@ fn ud_sends_from_a_third_process_are_reported_under_data_validation() {
     qp.modify(&init).unwrap();
     let path = Path::new("127.0.0.63".parse().unwrap(), Qpn::new(1));
     qp.connect(&Connect::new(path, Psn::new(0), Psn::new(0))).unwrap();
-    let dest = verbs::UdDest {
-        ip: "127.0.0.61".parse().unwrap(),
-        qpn: Qpn::new(qpn),
-        qkey: QKey(0x1111_1111),
-    };
+    let dest = verbs::UdDest::new("127.0.0.61".parse().unwrap(), Qpn::new(qpn), QKey(0x1111_1111));
     let t0 = Instant::now();
     let mut sent = 0u64;
     while t0.elapsed() < Duration::from_secs(1) {

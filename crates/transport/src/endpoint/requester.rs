@@ -270,6 +270,14 @@ impl<M: Memory> Endpoint<M> {
                 }
             }
         };
+        // A UD datagram leaves from the port its address handle's flow label gives (a probe
+        // walking ECMP paths), or the QP's own.
+        let mut t = t;
+        if let (QpType::Ud, Some(ud)) = (qp.qp_type, w.wr.ud)
+            && ud.flow_label & 0xf_ffff != 0
+        {
+            t.src_port = wire::udp_source_port(ud.flow_label, qp.qpn, Qpn::new(0));
+        }
         qp.req.next_psn = psn.add(consumed);
         if is_read_or_atomic && resend_end.is_none() {
             qp.req.rd_out.push_back(qp.req.next_psn);
