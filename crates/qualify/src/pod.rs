@@ -513,8 +513,12 @@ pub const DEVICE_SHARE: f64 = 0.75;
 pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
     let pname = |(a, b): (Dev, Dev)| format!("{} <-> {}", pod.name(a), pod.name(b));
     // A pair whose probes both carried and did not is a path (hash) failure, not a device's.
-    let by_path =
-        |o: &PairOutcome| o.ports.iter().any(|(_, ok)| *ok) && o.ports.iter().any(|(_, ok)| !*ok);
+    // Under one ToR no spine is crossed: such a pair fails as its devices do.
+    let by_path = |o: &PairOutcome| {
+        !pod.same_tor(o.pair.0, o.pair.1)
+            && o.ports.iter().any(|(_, ok)| *ok)
+            && o.ports.iter().any(|(_, ok)| !*ok)
+    };
     let failed = |o: &PairOutcome| o.failed || o.ports.iter().any(|(_, ok)| !*ok);
     // Spine paths: per ToR pair, the pairs whose source ports split.
     let mut spine: BTreeMap<(String, String), Vec<&PairOutcome>> = BTreeMap::new();

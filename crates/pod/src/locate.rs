@@ -1,0 +1,425 @@
+//! Fault localization from the pod's path matrix (every host's [`Report`]) and membership:
+//! a host that left (declared down by SWIM), a host whose own loop is starved (its CPU —
+//! not the network: R-Pingmesh's known false positive, kept out of the network verdicts),
+//! then from the paths among the others: a rail (NIC, port or cable), a host (all its
+//! rails), a ToR (every device under it), a spine path (some ECMP paths between ToRs fail,
+//! others carry), a spine (ECMP paths fail between every pair of ToRs), or frames above
+//! some size lost on the paths (an MTU). The path logic is qualify's
+//! ([`qualify::pod::attribute`]), fed with probes instead of measurements.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use qualify::pod::{Dev, PairOutcome, Pod, Suspect};
+use serde::Serialize;
+
+use crate::member::Health;
+use crate::probe::{PathState, Report};
+
+/// A host whose loop ran later than this (ms) in its last window is starved.
+pub const STARVED_LAG_MS: u32 = 50;
+
+/// A fault the pod's probes and membership point at.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// `host-down`, `host-cpu`, `host`, `rail`, `tor`, `spine-path`, `spine`, `mtu`, `link`
+    /// or `pod`.
+    pub kind: String,
+    /// Which: a host name, a rail (`h2.r0 (soft:10.1.2.1, ToR rack1-rail0)`), a ToR, a ToR
+    /// pair.
+    pub component: String,
+    /// `error` (traffic is failing) or `warning` (degraded; or not the network).
+    pub severity: String,
+    /// 0–1: the share of the component's paths that show it.
+    pub confidence: f64,
+    /// What was seen, in words.
+    pub evidence: String,
+    /// The paths it explains (`h1.r0 <-> h2.r0`), the first few.
+    pub paths: Vec<String>,
+}
+
+impl Finding {
+    fn from_suspect(s: Suspect, large: bool) -> Finding {
+        let kind = if large && s.kind != "pod" { "mtu".to_string() } else { s.kind };
+        let evidence = if large {
+            format!(
+                "near-MTU probes lost while small ones pass: {} — frames above some size \
+                 vanish on this path (an MTU set lower on a link, a port that drops large frames)",
+                s.evidence
+            )
+        } else {
+            s.evidence
+        };
+        Finding {
+            severity: "error".into(),
+            kind,
+            component: s.component,
+            confidence: s.confidence,
+            evidence,
+            paths: s.pairs.into_iter().take(8).collect(),
+        }
+    }
+}
+
+/// The faults the pod's reports and this host's membership view point at, most severe
+/// first. `me` is this host (always alive to itself).
+pub fn locate(
+    pod: &Pod,
+    me: usize,
+    health: &BTreeMap<u16, Health>,
+    reports: &BTreeMap<u16, Report>,
+) -> Vec<Finding> {
+    let name = |h: usize| pod.hosts.get(h).map_or_else(|| format!("host {h}"), |x| x.name.clone());
+    let mut out = Vec::new();
+    // Dropouts.
+    let down: BTreeSet<usize> = health
+        .iter()
+        .filter(|(h, s)| **s == Health::Down && usize::from(**h) != me)
+        .map(|(h, _)| usize::from(*h))
+        .collect();
+    for &h in &down {
+        let failing = reports
+            .values()
+            .filter(|r| !down.contains(&usize::from(r.host)))
+            .flat_map(|r| &r.paths)
+            .filter(|p| usize::from(p.host) == h && p.state == PathState::Dead)
+            .count();
+        out.push(Finding {
+            kind: "host-down".into(),
+            component: name(h),
+            severity: "error".into(),
+            confidence: 1.0,
+            evidence: format!(
+                "declared down by the pod's membership (SWIM: no answer to direct or indirect \
+                 probes, no refutation); {failing} RDMA path(s) to it dead when last reported"
+            ),
+            paths: vec![],
+        });
+    }
+    // Starved hosts: their own loop ran late; what their paths show is not the network's.
+    let starved: BTreeSet<usize> = reports
+        .values()
+        .filter(|r| !down.contains(&usize::from(r.host)))
+        .filter(|r| r.local_health > 0 || r.worst_lag_ms >= STARVED_LAG_MS)
+        .map(|r| usize::from(r.host))
+        .collect();
+    for &h in &starved {
+        let r = &reports[&(h as u16)];
+        let bad = r.paths.iter().filter(|p| p.state != PathState::Ok).count();
+        out.push(Finding {
+            kind: "host-cpu".into(),
+            component: name(h),
+            severity: "warning".into(),
+            confidence: 1.0,
+            evidence: format!(
+                "its monitoring loop ran up to {} ms late (local health {}): the host is \
+                 starved of CPU; its {bad} failing path(s), and its peers' paths to it, are not \
+                 counted against the network",
+                r.worst_lag_ms, r.local_health
+            ),
+            paths: vec![],
+        });
+    }
+    let excluded: BTreeSet<usize> = down.union(&starved).copied().collect();
+    // Pairs (unordered) from both directions' reports.
+    #[derive(Default)]
+    struct Pair {
+        failed: bool,
+        checks: Vec<String>,
+        ports: BTreeMap<u16, bool>,
+        large_failed: bool,
+        large_ports: BTreeMap<u16, bool>,
+    }
+    let mut pairs: BTreeMap<(Dev, Dev), Pair> = BTreeMap::new();
+    for r in reports.values() {
+        let src = usize::from(r.host);
+        if excluded.contains(&src) || src >= pod.hosts.len() {
+            continue;
+        }
+        for p in &r.paths {
+            let dst = usize::from(p.host);
+            if excluded.contains(&dst) || dst >= pod.hosts.len() {
+                continue;
+            }
+            let a = Dev { host: src, rail: usize::from(p.rail) };
+            let b = Dev { host: dst, rail: usize::from(p.dst_rail) };
+            if a.rail >= pod.hosts[src].rails.len() || b.rail >= pod.hosts[dst].rails.len() {
+                continue;
+            }
+            let key = if a <= b { (a, b) } else { (b, a) };
+            let e = pairs.entry(key).or_default();
+            let bad = matches!(p.state, PathState::Dead | PathState::Lossy);
+            if bad {
+                e.failed = true;
+                e.checks.push(format!(
+                    "{} -> {}: {} of {} probes lost",
+                    pod.name(a),
+                    pod.name(b),
+                    p.small.1,
+                    p.small.0
+                ));
+            }
+            for &port in &p.lost_ports {
+                e.ports.entry(port).or_insert(false);
+            }
+            for &port in &p.ok_ports {
+                e.ports.insert(port, true);
+            }
+            if p.state == PathState::LargeLost {
+                e.large_failed = true;
+            }
+            for &port in &p.lost_large_ports {
+                e.large_ports.entry(port).or_insert(false);
+            }
+            for &port in &p.ok_large_ports {
+                e.large_ports.insert(port, true);
+            }
+        }
+    }
+    let small: Vec<PairOutcome> = pairs
+        .iter()
+        .map(|(k, p)| PairOutcome {
+            pair: *k,
+            failed: p.failed,
+            failed_checks: p.checks.clone(),
+            ports: if p.failed { p.ports.iter().map(|(a, b)| (*a, *b)).collect() } else { vec![] },
+        })
+        .collect();
+    let net = attribute_with_spines(pod, &small);
+    let explained: BTreeSet<(Dev, Dev)> =
+        small.iter().filter(|o| o.failed).map(|o| o.pair).collect();
+    out.extend(net.into_iter().map(|s| Finding::from_suspect(s, false)));
+    // Frames above some size: the pairs whose small probes pass.
+    let large: Vec<PairOutcome> = pairs
+        .iter()
+        .filter(|(k, _)| !explained.contains(k))
+        .map(|(k, p)| PairOutcome {
+            pair: *k,
+            failed: p.large_failed,
+            failed_checks: vec![],
+            ports: if p.large_failed {
+                p.large_ports.iter().map(|(a, b)| (*a, *b)).collect()
+            } else {
+                vec![]
+            },
+        })
+        .collect();
+    if large.iter().any(|o| o.failed) {
+        out.extend(
+            attribute_with_spines(pod, &large).into_iter().map(|s| Finding::from_suspect(s, true)),
+        );
+    }
+    out
+}
+
+/// qualify's attribution, with the spine paths between three or more ToR pairs that touch
+/// every ToR folded into one `spine` finding (a spine, or all its links, failing for the
+/// ECMP hashes that cross it).
+fn attribute_with_spines(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
+    let sus = qualify::pod::attribute(pod, outcomes);
+    let spine: Vec<&Suspect> = sus.iter().filter(|s| s.kind == "spine-path").collect();
+    let tors: BTreeSet<String> = pod.tors().into_iter().map(|(t, _)| t).collect();
+    let touched: BTreeSet<String> = spine
+        .iter()
+        .flat_map(|s| s.component.split(" <-> ").map(str::to_string).collect::<Vec<_>>())
+        .filter(|t| tors.contains(t))
+        .collect();
+    // ToRs of the rails that saw traffic at all.
+    let probed: BTreeSet<String> = outcomes
+        .iter()
+        .flat_map(|o| [pod.rail(o.pair.0).tor.clone(), pod.rail(o.pair.1).tor.clone()])
+        .collect();
+    if spine.len() < 3 || touched.len() < probed.len().max(3) {
+        return sus;
+    }
+    let pairs: Vec<String> = spine.iter().flat_map(|s| s.pairs.iter().cloned()).collect();
+    let conf = spine.iter().map(|s| s.confidence).sum::<f64>() / spine.len() as f64;
+    let n = spine.len();
+    let mut rest: Vec<Suspect> = sus.into_iter().filter(|s| s.kind != "spine-path").collect();
+    rest.push(Suspect {
+        kind: "spine".into(),
+        component: format!("a spine: ECMP paths between all {} ToRs", touched.len()),
+        confidence: conf,
+        evidence: format!(
+            "between {} ToR pairs some source ports carry and others do not, touching every \
+             ToR: one spine (or every link of one) fails for the hashes that cross it",
+            n
+        ),
+        pairs,
+        checks: vec![],
+    });
+    rest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::PathReport;
+    use crate::test_pod;
+
+    fn path(rail: u8, host: u16, state: PathState, lost: &[u16], ok: &[u16]) -> PathReport {
+        PathReport {
+            rail,
+            host,
+            dst_rail: rail,
+            state,
+            small: (20, if state == PathState::Ok { 0 } else { 10 }),
+            large: (5, 0),
+            lost_ports: lost.to_vec(),
+            ok_ports: ok.to_vec(),
+            lost_large_ports: vec![],
+            ok_large_ports: vec![],
+            rtt_p50_us: 40,
+        }
+    }
+
+    /// Reports of a pod where `bad(src dev, dst dev)` gives a path's state and ports.
+    fn reports(
+        pod: &Pod,
+        bad: &dyn Fn(Dev, Dev) -> (PathState, Vec<u16>, Vec<u16>),
+    ) -> BTreeMap<u16, Report> {
+        let mut out = BTreeMap::new();
+        for h in 0..pod.hosts.len() {
+            let mut paths = Vec::new();
+            for r in 0..pod.hosts[h].rails.len() {
+                for d in pod.devices() {
+                    if d.host == h || d.rail != r {
+                        continue;
+                    }
+                    let (s, lost, ok) = bad(Dev { host: h, rail: r }, d);
+                    paths.push(PathReport {
+                        dst_rail: d.rail as u8,
+                        ..path(r as u8, d.host as u16, s, &lost, &ok)
+                    });
+                }
+            }
+            out.insert(h as u16, Report { host: h as u16, paths, ..Report::default() });
+        }
+        out
+    }
+
+    fn alive(n: usize) -> BTreeMap<u16, Health> {
+        (0..n as u16).map(|h| (h, Health::Alive)).collect()
+    }
+
+    fn kinds(f: &[Finding]) -> Vec<(String, String)> {
+        f.iter().map(|f| (f.kind.clone(), f.component.clone())).collect()
+    }
+
+    #[test]
+    fn a_clean_pod_has_no_finding() {
+        let pod = test_pod(8, 2, 2);
+        let r = reports(&pod, &|_, _| (PathState::Ok, vec![], vec![]));
+        assert_eq!(locate(&pod, 0, &alive(8), &r), vec![]);
+    }
+
+    #[test]
+    fn a_dead_rail_is_named_and_not_its_peers() {
+        let pod = test_pod(8, 2, 2);
+        let h2r0 = Dev { host: 2, rail: 0 };
+        let r = reports(&pod, &|a, b| {
+            if a == h2r0 || b == h2r0 {
+                (PathState::Dead, vec![0xf000], vec![])
+            } else {
+                (PathState::Ok, vec![], vec![])
+            }
+        });
+        let f = locate(&pod, 0, &alive(8), &r);
+        assert_eq!(kinds(&f), [("rail".into(), "h2.r0 (soft:10.1.2.1, ToR rack1-rail0)".into())]);
+    }
+
+    #[test]
+    fn a_host_that_left_is_a_dropout_and_a_starved_one_is_not_a_network_fault() {
+        let pod = test_pod(8, 2, 2);
+        // Host 5 is down: every path to it dead. Host 6 is starved: its probes time out.
+        let mut r = reports(&pod, &|a, b| {
+            if b.host == 5 || a.host == 6 || b.host == 6 {
+                (PathState::Dead, vec![0xf000], vec![])
+            } else {
+                (PathState::Ok, vec![], vec![])
+            }
+        });
+        r.remove(&5);
+        r.get_mut(&6).unwrap().local_health = 3;
+        r.get_mut(&6).unwrap().worst_lag_ms = 400;
+        let mut h = alive(8);
+        h.insert(5, Health::Down);
+        let f = locate(&pod, 0, &h, &r);
+        assert_eq!(
+            kinds(&f),
+            [("host-down".into(), "h5".into()), ("host-cpu".into(), "h6".into())]
+        );
+        assert_eq!(f[1].severity, "warning");
+        // Were host 6 not known starved, it would be called a (network) host fault.
+        r.get_mut(&6).unwrap().local_health = 0;
+        r.get_mut(&6).unwrap().worst_lag_ms = 0;
+        let f = locate(&pod, 0, &h, &r);
+        assert_eq!(kinds(&f)[1], ("host".into(), "h6".into()), "{f:?}");
+    }
+
+    #[test]
+    fn a_lossy_tor_is_named() {
+        let pod = test_pod(8, 2, 2);
+        let r = reports(&pod, &|a, b| {
+            if pod.rail(a).tor == "rack1-rail1" || pod.rail(b).tor == "rack1-rail1" {
+                // Random loss: not split by port (the prober lists no ports).
+                (PathState::Lossy, vec![], vec![])
+            } else {
+                (PathState::Ok, vec![], vec![])
+            }
+        });
+        let f = locate(&pod, 0, &alive(8), &r);
+        assert_eq!(kinds(&f), [("tor".into(), "rack1-rail1".into())], "{f:?}");
+    }
+
+    #[test]
+    fn ecmp_paths_that_fail_between_every_tor_pair_are_a_spine() {
+        let pod = test_pod(8, 1, 2);
+        // Cross-ToR: half the ports dead (those hashed onto the dead spine).
+        let r = reports(&pod, &|a, b| {
+            if pod.rail(a).tor != pod.rail(b).tor {
+                (PathState::Lossy, vec![0xf000, 0xf00e], vec![0xf007, 0xf015])
+            } else {
+                (PathState::Ok, vec![], vec![])
+            }
+        });
+        let f = locate(&pod, 0, &alive(8), &r);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].kind, "spine");
+        // One ToR's spine links only: a spine path.
+        let r = reports(&pod, &|a, b| {
+            let (ta, tb) = (&pod.rail(a).tor, &pod.rail(b).tor);
+            if ta != tb && (ta == "rack1-rail0" || tb == "rack1-rail0") {
+                (PathState::Lossy, vec![0xf000], vec![0xf007])
+            } else {
+                (PathState::Ok, vec![], vec![])
+            }
+        });
+        let f = locate(&pod, 0, &alive(8), &r);
+        assert_eq!(
+            kinds(&f),
+            [("spine-path".into(), "the spine links of rack1-rail0".into())],
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn large_frames_lost_on_some_ecmp_paths_are_an_mtu_fault_on_them() {
+        let pod = test_pod(8, 1, 2);
+        let mut r = reports(&pod, &|_, _| (PathState::Ok, vec![], vec![]));
+        for rep in r.values_mut() {
+            let src = Dev { host: usize::from(rep.host), rail: 0 };
+            for p in &mut rep.paths {
+                let dst = Dev { host: usize::from(p.host), rail: 0 };
+                let (ta, tb) = (&pod.rail(src).tor, &pod.rail(dst).tor);
+                if ta != tb && (ta == "rack2-rail0" || tb == "rack2-rail0") {
+                    p.state = PathState::LargeLost;
+                    p.lost_large_ports = vec![0xf000];
+                    p.ok_large_ports = vec![0xf007];
+                }
+            }
+        }
+        let f = locate(&pod, 0, &alive(8), &r);
+        assert_eq!(kinds(&f), [("mtu".into(), "the spine links of rack2-rail0".into())], "{f:?}");
+        assert!(f[0].evidence.contains("near-MTU"));
+    }
+}

@@ -1,0 +1,633 @@
+//! Membership and failure detection over every host of a pod: SWIM, as the `foca` crate
+//! implements it, driven sans-IO (the caller brings datagrams and the time; this module
+//! hands back datagrams and the next deadline).
+//!
+//! Two things are added around foca:
+//! - **Local health** (Lifeguard's local health multiplier; foca has SWIM's suspicion but
+//!   not this): a host whose own loop runs late — a saturated CPU, a frozen process that
+//!   resumes — would otherwise time out probes whose answers sit unread in its socket and
+//!   declare healthy peers dead. Each timer foca asks for is stretched by `1 + lhm`, where
+//!   `lhm` (0–[`MAX_LHM`]) rises each time a timer fires later than [`Timeouts::late`] and
+//!   falls back each probe period that runs on time. The driver also reads every pending
+//!   datagram before it fires any timer.
+//! - **Reports**: foca's custom broadcasts carry each host's latest path report (what its
+//!   probes saw), so every host holds the pod's whole path matrix.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::num::{NonZeroU8, NonZeroU32, NonZeroUsize};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use foca::{BroadcastHandler, Config, Foca, Identity, Invalidates, Notification, Timer};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use serde::{Deserialize, Serialize};
+
+/// The local health multiplier's ceiling: timers stretch to at most 9× when starved.
+pub const MAX_LHM: u32 = 8;
+
+/// A member of the pod: its host (index in the plan), the incarnation of its process
+/// (start time, ms since the epoch, then +1 per rejoin: a restarted host wins over its old
+/// self), where its membership messages go, and the QPNs of its probe QPs by rail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Id {
+    /// The host's index in the pod plan.
+    pub host: u16,
+    /// Which life of the host's agent.
+    pub incarnation: u64,
+    /// The control addresses (one per rail: a message goes out on every one, so one dead rail
+    /// does not make a host look dead).
+    pub addrs: Vec<SocketAddr>,
+    /// The probe UD QP of each rail.
+    pub qpns: Vec<u32>,
+}
+
+impl Identity for Id {
+    type Addr = u16;
+
+    fn renew(&self) -> Option<Self> {
+        Some(Id { incarnation: self.incarnation + 1, ..self.clone() })
+    }
+
+    fn addr(&self) -> u16 {
+        self.host
+    }
+
+    fn win_addr_conflict(&self, adversary: &Self) -> bool {
+        self.incarnation > adversary.incarnation
+    }
+}
+
+/// The failure detector's timing.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Timeouts {
+    /// A random member is probed this often.
+    pub probe_period: Duration,
+    /// A direct probe unanswered this long goes indirect.
+    pub probe_rtt: Duration,
+    /// A suspect that does not refute in this long is down.
+    pub suspect_to_down: Duration,
+    /// A timer fired this late means this host's own loop was starved.
+    pub late: Duration,
+}
+
+impl Default for Timeouts {
+    /// Sized for a 100 ms probe period: a dead host is probed within ~1–2 periods by one of
+    /// the others, suspected after 100 ms, down 300 ms later — well under a second.
+    fn default() -> Timeouts {
+        Timeouts {
+            probe_period: Duration::from_millis(100),
+            probe_rtt: Duration::from_millis(40),
+            suspect_to_down: Duration::from_millis(300),
+            late: Duration::from_millis(25),
+        }
+    }
+}
+
+impl Timeouts {
+    /// foca's configuration for a pod of `hosts`.
+    fn config(&self, hosts: usize) -> Config {
+        let n = NonZeroU32::new(hosts.max(1) as u32).unwrap_or(NonZeroU32::MIN);
+        let mut c = Config::new_lan(n);
+        c.probe_period = self.probe_period;
+        c.probe_rtt = self.probe_rtt;
+        c.suspect_to_down_after = self.suspect_to_down;
+        c.num_indirect_probes = NonZeroUsize::new(3).unwrap_or(NonZeroUsize::MIN);
+        c.max_packet_size = NonZeroUsize::new(1400).unwrap_or(NonZeroUsize::MIN);
+        // Reports are disseminated by gossip too, not only on probes: a path report reaches
+        // every host within a few gossip rounds.
+        c.periodic_gossip = Some(foca::PeriodicParams {
+            frequency: self.probe_period,
+            num_members: NonZeroUsize::new(3).unwrap_or(NonZeroUsize::MIN),
+        });
+        c.periodic_announce = Some(foca::PeriodicParams {
+            frequency: Duration::from_secs(2),
+            num_members: NonZeroUsize::MIN,
+        });
+        c.periodic_announce_to_down_members = Some(foca::PeriodicParams {
+            frequency: Duration::from_secs(1),
+            num_members: NonZeroUsize::new(2).unwrap_or(NonZeroUsize::MIN),
+        });
+        c.notify_down_members = true;
+        c.max_transmissions = NonZeroU8::new(8).unwrap_or(NonZeroU8::MIN);
+        c.remove_down_after = None;
+        c
+    }
+}
+
+/// How a member stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Health {
+    /// Answering.
+    Alive,
+    /// Someone's probe went unanswered; it has a while to refute.
+    Suspect,
+    /// Declared down.
+    Down,
+}
+
+/// A change of a member's health, as this host saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Event {
+    /// When (the caller's clock).
+    #[serde(skip)]
+    pub at: Instant,
+    /// The host.
+    pub host: u16,
+    /// Its new health.
+    pub health: Health,
+}
+
+/// A member as this host sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Its identity (the latest incarnation).
+    pub id: Id,
+    /// Its health.
+    pub health: Health,
+    /// Since when (the caller's clock).
+    pub since: Instant,
+}
+
+/// A report as broadcast: (origin host, version), then the body, opaque here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Envelope {
+    host: u16,
+    version: u64,
+    body: Vec<u8>,
+}
+
+/// A broadcast's key: a newer version from the same host replaces an older one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ReportKey {
+    host: u16,
+    version: u64,
+}
+
+impl Invalidates for ReportKey {
+    fn invalidates(&self, other: &Self) -> bool {
+        self.host == other.host && self.version >= other.version
+    }
+}
+
+/// The latest report of each host, by host.
+pub type Reports = BTreeMap<u16, (u64, Vec<u8>)>;
+
+/// Why a broadcast was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("a report that does not decode: {0}")]
+pub struct BadReport(postcard::Error);
+
+struct Gossip {
+    reports: Arc<Mutex<Reports>>,
+}
+
+impl BroadcastHandler<Id> for Gossip {
+    type Key = ReportKey;
+    type Error = BadReport;
+
+    fn receive_item(
+        &mut self,
+        data: &[u8],
+        _: Option<&Id>,
+    ) -> Result<Option<ReportKey>, BadReport> {
+        let e: Envelope = postcard::from_bytes(data).map_err(BadReport)?;
+        let mut r = self.reports.lock().unwrap_or_else(PoisonError::into_inner);
+        match r.get(&e.host) {
+            Some((v, _)) if *v >= e.version => Ok(None),
+            _ => {
+                let key = ReportKey { host: e.host, version: e.version };
+                r.insert(e.host, (e.version, e.body));
+                Ok(Some(key))
+            }
+        }
+    }
+}
+
+/// What foca asked of its runtime during one call.
+struct Rt {
+    now: Instant,
+    stretch: u32,
+    seq: u64,
+    timers: BTreeMap<(Instant, u64), Timer<Id>>,
+    out: Vec<(Id, Vec<u8>)>,
+    notes: Vec<Note>,
+}
+
+enum Note {
+    Up(Id),
+    Down(Id),
+    Rename(Id),
+    Defunct,
+}
+
+impl foca::Runtime<Id> for Rt {
+    fn notify(&mut self, n: Notification<'_, Id>) {
+        match n {
+            Notification::MemberUp(id) => self.notes.push(Note::Up(id.clone())),
+            Notification::MemberDown(id) => self.notes.push(Note::Down(id.clone())),
+            Notification::Rename(_, id) => self.notes.push(Note::Rename(id.clone())),
+            Notification::Defunct => self.notes.push(Note::Defunct),
+            _ => {}
+        }
+    }
+
+    fn send_to(&mut self, to: Id, data: &[u8]) {
+        self.out.push((to, data.to_vec()));
+    }
+
+    fn submit_after(&mut self, event: Timer<Id>, after: Duration) {
+        self.seq += 1;
+        let at = self.now + after * (1 + self.stretch);
+        self.timers.insert((at, self.seq), event);
+    }
+}
+
+/// Why a membership call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// foca refused a datagram or a call.
+    #[error("membership: {0}")]
+    Foca(#[from] foca::Error),
+    /// A report too large to broadcast.
+    #[error("a report of {0} bytes does not fit a membership datagram")]
+    TooLarge(usize),
+}
+
+/// This host's view of the pod's membership.
+pub struct Membership {
+    foca: Foca<Id, foca::PostcardCodec, SmallRng, Gossip>,
+    rt: Rt,
+    timeouts: Timeouts,
+    lhm: u32,
+    reports: Arc<Mutex<Reports>>,
+    version: u64,
+    members: BTreeMap<u16, Member>,
+    events: Vec<Event>,
+    /// The largest lateness of a timer seen, and how many fired late.
+    worst_late: Duration,
+    late_timers: u64,
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("me", self.foca.identity())
+            .field("lhm", &self.lhm)
+            .field("members", &self.members.len())
+            .finish()
+    }
+}
+
+impl Membership {
+    /// This host (`me`) in a pod of `hosts`, its random choices seeded by `seed`.
+    pub fn new(me: Id, hosts: usize, timeouts: Timeouts, seed: u64, now: Instant) -> Membership {
+        let reports = Arc::new(Mutex::new(Reports::new()));
+        let foca = Foca::with_custom_broadcast(
+            me,
+            timeouts.config(hosts),
+            SmallRng::seed_from_u64(seed),
+            foca::PostcardCodec,
+            Gossip { reports: reports.clone() },
+        );
+        Membership {
+            foca,
+            rt: Rt {
+                now,
+                stretch: 0,
+                seq: 0,
+                timers: BTreeMap::new(),
+                out: Vec::new(),
+                notes: Vec::new(),
+            },
+            timeouts,
+            lhm: 0,
+            reports,
+            version: 0,
+            members: BTreeMap::new(),
+            events: Vec::new(),
+            worst_late: Duration::ZERO,
+            late_timers: 0,
+        }
+    }
+
+    /// This host's identity.
+    pub fn me(&self) -> &Id {
+        self.foca.identity()
+    }
+
+    /// Asks `seeds` (the other hosts, as the plan names them; their QPNs unknown yet) to let
+    /// this host in.
+    pub fn join(&mut self, seeds: &[Id], now: Instant) -> Result<(), Error> {
+        self.rt.now = now;
+        for s in seeds {
+            self.foca.announce(s.clone(), &mut self.rt)?;
+        }
+        self.absorb(now);
+        Ok(())
+    }
+
+    /// A membership datagram arrived.
+    pub fn handle_datagram(&mut self, data: &[u8], now: Instant) -> Result<(), Error> {
+        self.rt.now = now;
+        self.rt.stretch = self.lhm;
+        let r = self.foca.handle_data(data, &mut self.rt);
+        self.absorb(now);
+        r.map_err(Error::from)
+    }
+
+    /// The next deadline to call [`Membership::handle_timeouts`] at.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.rt.timers.keys().next().map(|(at, _)| *at)
+    }
+
+    /// Fires every timer due by `now`. Read every pending datagram first: an answer that sits
+    /// unread is not a silent peer.
+    pub fn handle_timeouts(&mut self, now: Instant) -> Result<(), Error> {
+        self.rt.now = now;
+        let mut result = Ok(());
+        while let Some((&(at, seq), _)) = self.rt.timers.first_key_value() {
+            if at > now {
+                break;
+            }
+            let Some(t) = self.rt.timers.remove(&(at, seq)) else { break };
+            let late = now.saturating_duration_since(at);
+            let probe = matches!(t, Timer::ProbeRandomMember(_));
+            if late > self.timeouts.late {
+                self.late_timers += 1;
+                self.worst_late = self.worst_late.max(late);
+                self.lhm = (self.lhm + 1).min(MAX_LHM);
+            } else if probe {
+                self.lhm = self.lhm.saturating_sub(1);
+            }
+            self.rt.stretch = self.lhm;
+            if let Err(e) = self.foca.handle_timer(t, &mut self.rt) {
+                result = Err(e.into());
+            }
+        }
+        self.absorb(now);
+        result
+    }
+
+    /// The next datagram to send: (to whom, bytes). Send it to every address of the member.
+    pub fn poll_transmit(&mut self) -> Option<(Id, Vec<u8>)> {
+        if self.rt.out.is_empty() { None } else { Some(self.rt.out.remove(0)) }
+    }
+
+    /// Broadcasts this host's report (`body`, opaque here), replacing its last.
+    pub fn publish(&mut self, body: Vec<u8>) -> Result<(), Error> {
+        self.version += 1;
+        let host = self.me().host;
+        let e = Envelope { host, version: self.version, body };
+        let data = postcard::to_allocvec(&e).map_err(|_| Error::TooLarge(0))?;
+        if data.len() > 1000 {
+            return Err(Error::TooLarge(data.len()));
+        }
+        self.foca.add_broadcast(&data)?;
+        Ok(())
+    }
+
+    /// The latest report of every host (its own included).
+    pub fn reports(&self) -> Reports {
+        self.reports.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The members this host knows, itself excluded.
+    pub fn members(&self) -> &BTreeMap<u16, Member> {
+        &self.members
+    }
+
+    /// Takes the health changes seen since the last call.
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// The local health multiplier now (0: healthy).
+    pub fn local_health(&self) -> u32 {
+        self.lhm
+    }
+
+    /// Timers that fired late, and the latest of them.
+    pub fn lateness(&self) -> (u64, Duration) {
+        (self.late_timers, self.worst_late)
+    }
+
+    /// Folds foca's notifications and suspicions into the member table.
+    fn absorb(&mut self, now: Instant) {
+        for n in std::mem::take(&mut self.rt.notes) {
+            match n {
+                Note::Up(id) | Note::Rename(id) => self.set(id, Health::Alive, now),
+                Note::Down(id) => self.set(id, Health::Down, now),
+                Note::Defunct => {}
+            }
+        }
+        // Suspicion is not notified: read it from the membership state.
+        let states: Vec<(Id, foca::State)> =
+            self.foca.iter_membership_state().map(|m| (m.id().clone(), m.state())).collect();
+        for (id, s) in states {
+            let h = match s {
+                foca::State::Alive => Health::Alive,
+                foca::State::Suspect => Health::Suspect,
+                foca::State::Down => Health::Down,
+            };
+            let newest =
+                self.members.get(&id.host).is_none_or(|m| m.id.incarnation <= id.incarnation);
+            if newest {
+                self.set(id, h, now);
+            }
+        }
+    }
+
+    fn set(&mut self, id: Id, health: Health, now: Instant) {
+        if id.host == self.me().host {
+            return;
+        }
+        let host = id.host;
+        match self.members.get_mut(&host) {
+            Some(m) if m.id.incarnation > id.incarnation => {}
+            Some(m) => {
+                let changed = m.health != health;
+                m.id = id;
+                if changed {
+                    m.health = health;
+                    m.since = now;
+                    self.events.push(Event { at: now, host, health });
+                }
+            }
+            None => {
+                self.members.insert(host, Member { id, health, since: now });
+                self.events.push(Event { at: now, host, health });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pod of `n` memberships exchanging datagrams in virtual time, each delayed `delay`;
+    /// hosts in `dead` neither send nor receive; hosts in `slow` run their loop only every
+    /// `slow_every`.
+    struct Sim {
+        t0: Instant,
+        now: Instant,
+        ms: Vec<Membership>,
+        flight: Vec<(Instant, u16, Vec<u8>)>,
+        dead: Vec<u16>,
+        slow: Vec<u16>,
+        slow_every: Duration,
+        last_run: Vec<Instant>,
+    }
+
+    fn id(h: u16) -> Id {
+        Id {
+            host: h,
+            incarnation: 1,
+            addrs: vec![SocketAddr::from(([10, 1, h as u8, 1], 7946))],
+            qpns: vec![],
+        }
+    }
+
+    impl Sim {
+        fn new(n: u16) -> Sim {
+            let t0 = Instant::now();
+            let mut ms: Vec<Membership> = (0..n)
+                .map(|h| Membership::new(id(h), n as usize, Timeouts::default(), h as u64, t0))
+                .collect();
+            for (h, m) in ms.iter_mut().enumerate() {
+                let seeds: Vec<Id> = (0..n).filter(|&o| o != h as u16).map(id).collect();
+                m.join(&seeds, t0).unwrap();
+            }
+            Sim {
+                t0,
+                now: t0,
+                ms,
+                flight: Vec::new(),
+                dead: vec![],
+                slow: vec![],
+                slow_every: Duration::ZERO,
+                last_run: vec![t0; n as usize],
+            }
+        }
+
+        fn step(&mut self, dt: Duration) {
+            self.now += dt;
+            let now = self.now;
+            for h in 0..self.ms.len() {
+                let hh = h as u16;
+                if self.dead.contains(&hh) {
+                    continue;
+                }
+                if self.slow.contains(&hh) && now - self.last_run[h] < self.slow_every {
+                    continue;
+                }
+                self.last_run[h] = now;
+                // Datagrams first, then timers.
+                let mine: Vec<Vec<u8>> = {
+                    let (arrived, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.flight)
+                        .into_iter()
+                        .partition(|(at, to, _)| *to == hh && *at <= now);
+                    self.flight = rest;
+                    arrived.into_iter().map(|(_, _, d)| d).collect()
+                };
+                for d in mine {
+                    let _ = self.ms[h].handle_datagram(&d, now);
+                }
+                let _ = self.ms[h].handle_timeouts(now);
+                while let Some((to, d)) = self.ms[h].poll_transmit() {
+                    if !self.dead.contains(&to.host) {
+                        self.flight.push((now + Duration::from_micros(50), to.host, d));
+                    }
+                }
+            }
+        }
+
+        fn run(&mut self, d: Duration) {
+            let end = self.now + d;
+            while self.now < end {
+                self.step(Duration::from_millis(1));
+            }
+        }
+
+        fn health(&self, at: u16, of: u16) -> Option<Health> {
+            self.ms[at as usize].members().get(&of).map(|m| m.health)
+        }
+    }
+
+    #[test]
+    fn every_host_joins_and_a_dead_one_is_down_everywhere_within_a_second() {
+        let mut s = Sim::new(8);
+        s.run(Duration::from_secs(2));
+        for h in 0..8 {
+            for o in (0..8).filter(|&o| o != h) {
+                assert_eq!(s.health(h, o), Some(Health::Alive), "{h} sees {o}");
+            }
+        }
+        s.dead.push(3);
+        let died = s.now;
+        let mut seen = vec![None; 8];
+        while s.now - died < Duration::from_secs(3) {
+            s.step(Duration::from_millis(1));
+            for h in (0..8u16).filter(|&h| h != 3) {
+                if seen[h as usize].is_none() && s.health(h, 3) == Some(Health::Down) {
+                    seen[h as usize] = Some(s.now - died);
+                }
+            }
+        }
+        let worst = seen.iter().enumerate().filter(|(h, _)| *h != 3).map(|(_, t)| t.unwrap()).max();
+        assert!(worst.unwrap() < Duration::from_secs(1), "{seen:?}");
+        // Nobody else was suspected meanwhile.
+        for h in (0..8u16).filter(|&h| h != 3) {
+            for o in (0..8u16).filter(|&o| o != h && o != 3) {
+                assert_eq!(s.health(h, o), Some(Health::Alive));
+            }
+        }
+        let _ = s.t0;
+    }
+
+    /// Down events among `hosts` seen anywhere since the last call.
+    fn downs(s: &mut Sim) -> Vec<(u16, u16)> {
+        let mut out = Vec::new();
+        for (h, m) in s.ms.iter_mut().enumerate() {
+            for e in m.take_events() {
+                if e.health == Health::Down {
+                    out.push((h as u16, e.host));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_starved_host_does_not_declare_healthy_peers_down() {
+        // Host 2's loop runs only every 250 ms (a saturated CPU): the answers to its probes
+        // and the refutations of its suspicions wait unread for longer than a probe period.
+        let mut s = Sim::new(6);
+        s.run(Duration::from_secs(2));
+        downs(&mut s);
+        s.slow = vec![2];
+        s.slow_every = Duration::from_millis(250);
+        s.run(Duration::from_secs(20));
+        let d = downs(&mut s);
+        assert!(d.iter().all(|(_, of)| *of == 2), "a healthy host was declared down: {d:?}");
+        assert!(s.ms[2].lateness().0 > 0, "the starvation was seen");
+        assert!(s.ms[2].local_health() > 0);
+    }
+
+    #[test]
+    fn a_report_reaches_every_host_and_a_newer_one_replaces_it() {
+        let mut s = Sim::new(6);
+        s.run(Duration::from_secs(1));
+        s.ms[4].publish(b"first".to_vec()).unwrap();
+        s.run(Duration::from_millis(600));
+        s.ms[4].publish(b"second".to_vec()).unwrap();
+        s.run(Duration::from_millis(800));
+        for h in 0..6 {
+            let r = s.ms[h].reports();
+            assert_eq!(r.get(&4).map(|(_, b)| b.as_slice()), Some(&b"second"[..]), "host {h}");
+        }
+    }
+}

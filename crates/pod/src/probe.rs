@@ -1,0 +1,777 @@
+//! RDMA path probing, R-Pingmesh style, sans-IO: which peers each rail probes (its ToR-mesh —
+//! every device under its ToR — and one device of every other ToR of its rail, rotating),
+//! from which UDP source port (rotating over [`ProbeConfig::ports`], so every ECMP path
+//! between two ToRs is walked), small probes every period and a near-MTU one per rail every
+//! period to the next target in turn; the probe and reply format; round trips with the
+//! responder's time taken out ((T4 − T1) − (T3 − T2)); and each path's window of outcomes,
+//! summarised as the [`Report`] the host broadcasts.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::{Duration, Instant};
+
+use qualify::pod::{Dev, Pod};
+use serde::{Deserialize, Serialize};
+
+/// The probe format's magic (`PDPB`).
+const MAGIC: u32 = 0x5044_5042;
+/// Bytes of a probe's header: magic 4, kind 1, flags 1, host 2, src rail 1, dst rail 1,
+/// port 2, seq 8, t1 8, t2 8, t3 8, qpn 4, address 16.
+pub const HEADER: usize = 64;
+
+/// How the prober runs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ProbeConfig {
+    /// A round of probes this often.
+    pub period: Duration,
+    /// A probe unanswered this long is lost.
+    pub timeout: Duration,
+    /// UDP source ports each path is probed over, in turn.
+    pub ports: usize,
+    /// Bytes of a small probe.
+    pub small: usize,
+    /// Bytes of a near-MTU probe (the path MTU); 0: none.
+    pub large: usize,
+    /// How far back a path's outcomes are judged.
+    pub window: Duration,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> ProbeConfig {
+        ProbeConfig {
+            period: Duration::from_millis(100),
+            timeout: Duration::from_millis(300),
+            ports: 16,
+            small: HEADER,
+            large: 4096,
+            window: Duration::from_secs(5),
+        }
+    }
+}
+
+impl ProbeConfig {
+    /// The `i`-th UDP source port of the rotation.
+    pub fn port(&self, i: usize) -> u16 {
+        // Spread over the RoCEv2 range, away from the ports connections compute.
+        0xF000 + (i % self.ports.max(1)) as u16 * 7
+    }
+}
+
+/// A probe or a reply as it travels in a UD SEND.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packet {
+    /// A reply (else a probe).
+    pub reply: bool,
+    /// A near-MTU probe.
+    pub large: bool,
+    /// The prober's host.
+    pub host: u16,
+    /// The prober's rail.
+    pub src_rail: u8,
+    /// The rail probed.
+    pub dst_rail: u8,
+    /// The UDP source port the probe left from (the reply leaves from it too).
+    pub port: u16,
+    /// The prober's sequence number.
+    pub seq: u64,
+    /// When the probe left (prober's clock, ns).
+    pub t1: u64,
+    /// When the responder took it (its clock, ns).
+    pub t2: u64,
+    /// When the responder answered (its clock, ns).
+    pub t3: u64,
+    /// The prober's UD QPN.
+    pub qpn: u32,
+    /// The prober's device address.
+    pub addr: IpAddr,
+}
+
+impl Packet {
+    /// Writes the packet into the first [`HEADER`] bytes of `buf`; `None` if it is shorter.
+    pub fn write(&self, buf: &mut [u8]) -> Option<()> {
+        let b = buf.get_mut(..HEADER)?;
+        b[0..4].copy_from_slice(&MAGIC.to_be_bytes());
+        b[4] = u8::from(self.reply) + 1;
+        b[5] = u8::from(self.large);
+        b[6..8].copy_from_slice(&self.host.to_be_bytes());
+        b[8] = self.src_rail;
+        b[9] = self.dst_rail;
+        b[10..12].copy_from_slice(&self.port.to_be_bytes());
+        b[12..20].copy_from_slice(&self.seq.to_be_bytes());
+        b[20..28].copy_from_slice(&self.t1.to_be_bytes());
+        b[28..36].copy_from_slice(&self.t2.to_be_bytes());
+        b[36..44].copy_from_slice(&self.t3.to_be_bytes());
+        b[44..48].copy_from_slice(&self.qpn.to_be_bytes());
+        let a = match self.addr {
+            IpAddr::V4(a) => a.to_ipv6_mapped(),
+            IpAddr::V6(a) => a,
+        };
+        b[48..64].copy_from_slice(&a.octets());
+        Some(())
+    }
+
+    /// Reads a packet; `None` if it is not one.
+    pub fn read(b: &[u8]) -> Option<Packet> {
+        let b = b.get(..HEADER)?;
+        let u64_at = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        if u32::from_be_bytes([b[0], b[1], b[2], b[3]]) != MAGIC || !(1..=2).contains(&b[4]) {
+            return None;
+        }
+        let v6 = Ipv6Addr::from(<[u8; 16]>::try_from(&b[48..64]).ok()?);
+        Some(Packet {
+            reply: b[4] == 2,
+            large: b[5] & 1 != 0,
+            host: u16::from_be_bytes([b[6], b[7]]),
+            src_rail: b[8],
+            dst_rail: b[9],
+            port: u16::from_be_bytes([b[10], b[11]]),
+            seq: u64_at(12),
+            t1: u64_at(20),
+            t2: u64_at(28),
+            t3: u64_at(36),
+            qpn: u32::from_be_bytes([b[44], b[45], b[46], b[47]]),
+            addr: v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        })
+    }
+
+    /// The reply to this probe, stamped with the responder's times.
+    pub fn answer(&self, t2: u64, t3: u64) -> Packet {
+        Packet { reply: true, t2, t3, ..*self }
+    }
+}
+
+/// A probe to send: from which rail, to which device, from which UDP source port, the
+/// packet and its size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    /// The rail it leaves from.
+    pub rail: usize,
+    /// The device probed.
+    pub dst: Dev,
+    /// The UDP source port.
+    pub port: u16,
+    /// Bytes to send (at least [`HEADER`]).
+    pub len: usize,
+    /// The packet.
+    pub packet: Packet,
+}
+
+/// A reply that came back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Answered {
+    /// The rail probed from.
+    pub rail: usize,
+    /// The device probed.
+    pub dst: Dev,
+    /// The UDP source port.
+    pub port: u16,
+    /// A near-MTU probe.
+    pub large: bool,
+    /// The network's round trip: (T4 − T1) − (T3 − T2).
+    pub rtt: Duration,
+    /// The responder's time (T3 − T2).
+    pub responder: Duration,
+}
+
+/// What became of one probe.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Outcome {
+    at: Instant,
+    port: u16,
+    large: bool,
+    rtt: Option<Duration>,
+}
+
+/// One path: a rail of this host to a device of another.
+#[derive(Debug, Clone, Default)]
+pub struct PathStats {
+    /// Probes sent, small and large.
+    pub sent: [u64; 2],
+    /// Probes lost, small and large.
+    pub lost: [u64; 2],
+    recent: VecDeque<Outcome>,
+    /// Per (port, near-MTU): its last [`PORT_MEMORY`] outcomes (answered or not).
+    by_port: BTreeMap<(u16, bool), VecDeque<bool>>,
+}
+
+/// Outcomes remembered per UDP source port of a path.
+pub const PORT_MEMORY: usize = 4;
+
+/// How a path's losses fall over its UDP source ports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortSplit {
+    /// Ports whose remembered probes were all lost.
+    pub lost: Vec<u16>,
+    /// Ports whose remembered probes were all answered.
+    pub carried: Vec<u16>,
+    /// Ports with both: losses at random, not by ECMP path.
+    pub mixed: usize,
+}
+
+impl PortSplit {
+    /// Every loss on ports that never carried, and some ports that always did: the path
+    /// fails for some ECMP hashes only.
+    pub fn is_split(&self) -> bool {
+        !self.lost.is_empty() && !self.carried.is_empty() && self.mixed == 0
+    }
+}
+
+/// A path's state, judged over the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PathState {
+    /// Every probe answered, or losses below the thresholds.
+    Ok,
+    /// Near-MTU probes lost while small ones pass (an MTU mismatch on the path, or a link
+    /// that drops only large frames).
+    LargeLost,
+    /// Some probes lost (at least [`LOSSY_MIN`] and [`LOSSY_SHARE`] of them).
+    Lossy,
+    /// The last [`DEAD_AFTER`] small probes were all lost.
+    Dead,
+}
+
+/// A path is dead once this many small probes in a row are lost.
+pub const DEAD_AFTER: usize = 3;
+/// A path is lossy with at least this many small probes lost in the window …
+pub const LOSSY_MIN: usize = 3;
+/// … and at least this share of them.
+pub const LOSSY_SHARE: f64 = 0.02;
+/// Near-MTU probes lost (in the window) before a path is `large-lost`.
+pub const LARGE_MIN: usize = 2;
+
+impl PathStats {
+    /// The state over the window, and the ports whose last outcome was a loss (small
+    /// probes, near-MTU ones) and those whose last outcome was answered.
+    pub fn judge(&self) -> Judged {
+        let small: Vec<&Outcome> = self.recent.iter().filter(|o| !o.large).collect();
+        let large: Vec<&Outcome> = self.recent.iter().filter(|o| o.large).collect();
+        let lost_small = small.iter().filter(|o| o.rtt.is_none()).count();
+        let lost_large = large.iter().filter(|o| o.rtt.is_none()).count();
+        let dead = small.len() >= DEAD_AFTER
+            && small.iter().rev().take(DEAD_AFTER).all(|o| o.rtt.is_none());
+        let lossy =
+            lost_small >= LOSSY_MIN && lost_small as f64 >= LOSSY_SHARE * small.len().max(1) as f64;
+        let state = if dead {
+            PathState::Dead
+        } else if lossy {
+            PathState::Lossy
+        } else if lost_large >= LARGE_MIN {
+            PathState::LargeLost
+        } else {
+            PathState::Ok
+        };
+        let split = |large: bool| {
+            let mut out = PortSplit::default();
+            for ((port, l), h) in &self.by_port {
+                if *l != large || h.is_empty() {
+                    continue;
+                }
+                match (h.iter().any(|a| *a), h.iter().any(|a| !*a)) {
+                    (true, false) => out.carried.push(*port),
+                    (false, true) => out.lost.push(*port),
+                    _ => out.mixed += 1,
+                }
+            }
+            out
+        };
+        let mut rtts: Vec<Duration> = small.iter().filter_map(|o| o.rtt).collect();
+        rtts.sort();
+        Judged {
+            state,
+            small: (small.len() as u32, lost_small as u32),
+            large: (large.len() as u32, lost_large as u32),
+            ports: split(false),
+            large_ports: split(true),
+            rtt_p50: rtts.get(rtts.len() / 2).copied(),
+        }
+    }
+}
+
+/// A path judged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judged {
+    /// Its state.
+    pub state: PathState,
+    /// Small probes in the window: (judged, lost).
+    pub small: (u32, u32),
+    /// Near-MTU probes in the window: (judged, lost).
+    pub large: (u32, u32),
+    /// How the small probes' losses fall over the ports.
+    pub ports: PortSplit,
+    /// How the near-MTU probes' losses fall over the ports.
+    pub large_ports: PortSplit,
+    /// The median round trip of the small probes answered.
+    pub rtt_p50: Option<Duration>,
+}
+
+/// One path in a host's report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathReport {
+    /// This host's rail.
+    pub rail: u8,
+    /// The device probed: host …
+    pub host: u16,
+    /// … and rail.
+    pub dst_rail: u8,
+    /// The state.
+    pub state: PathState,
+    /// Small probes (judged, lost) in the window.
+    pub small: (u32, u32),
+    /// Near-MTU probes (judged, lost) in the window.
+    pub large: (u32, u32),
+    /// A failing path whose losses fall on some UDP source ports only (an ECMP path): those
+    /// ports (empty when the losses are not split by port).
+    pub lost_ports: Vec<u16>,
+    /// … and the ports that carried.
+    pub ok_ports: Vec<u16>,
+    /// A `large-lost` path split by port: the ports whose near-MTU probes were lost …
+    pub lost_large_ports: Vec<u16>,
+    /// … and those whose near-MTU probes were answered.
+    pub ok_large_ports: Vec<u16>,
+    /// Median network round trip, µs (0: none answered).
+    pub rtt_p50_us: u32,
+}
+
+/// What a host broadcasts: its paths and its own health.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Report {
+    /// The host.
+    pub host: u16,
+    /// Its loop's local health multiplier (0: on time; more: starved).
+    pub local_health: u32,
+    /// The latest its loop ran, ms, in the last window.
+    pub worst_lag_ms: u32,
+    /// Its paths.
+    pub paths: Vec<PathReport>,
+}
+
+impl Report {
+    /// The report's bytes (postcard).
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_allocvec(self).unwrap_or_default()
+    }
+
+    /// A report from its bytes.
+    pub fn decode(b: &[u8]) -> Option<Report> {
+        postcard::from_bytes(b).ok()
+    }
+}
+
+struct Pending {
+    rail: usize,
+    dst: Dev,
+    port: u16,
+    large: bool,
+    sent: Instant,
+}
+
+/// This host's prober.
+pub struct Prober {
+    me: usize,
+    cfg: ProbeConfig,
+    epoch: Instant,
+    seq: u64,
+    round: u64,
+    next_round: Instant,
+    pending: HashMap<u64, Pending>,
+    paths: BTreeMap<(usize, Dev), PathStats>,
+    /// Per rail: its ToR-mesh peers and, per other ToR of its rail, that ToR's devices.
+    targets: Vec<(Vec<Dev>, Vec<Vec<Dev>>)>,
+    /// Hosts not probed (down).
+    skip: Vec<usize>,
+    large_turn: Vec<usize>,
+    /// The next port of each path's rotation (small, near-MTU).
+    cursor: HashMap<(usize, Dev, bool), usize>,
+}
+
+impl std::fmt::Debug for Prober {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prober").field("me", &self.me).field("round", &self.round).finish()
+    }
+}
+
+/// The device address a pod rail names (`soft:10.1.0.1`), if it names one.
+pub fn rail_addr(pod: &Pod, d: Dev) -> Option<IpAddr> {
+    let dev = &pod.rail(d).device;
+    dev.strip_prefix("soft:").and_then(|a| a.parse().ok())
+}
+
+impl Prober {
+    /// The prober of host `me` in `pod`.
+    pub fn new(pod: &Pod, me: usize, cfg: ProbeConfig, now: Instant) -> Prober {
+        let rails = pod.hosts.get(me).map_or(0, |h| h.rails.len());
+        let tors = pod.tors();
+        let targets = (0..rails)
+            .map(|r| {
+                let mine = Dev { host: me, rail: r };
+                let tor = &pod.rail(mine).tor;
+                let mesh: Vec<Dev> = pod
+                    .devices()
+                    .into_iter()
+                    .filter(|d| d.host != me && &pod.rail(*d).tor == tor)
+                    .collect();
+                // Other ToRs with devices of this rail: those devices (rail-aligned, as a
+                // pod's collectives run; a ToR of other rails only is not this rail's).
+                let others: Vec<Vec<Dev>> = tors
+                    .iter()
+                    .filter(|(t, _)| t != tor)
+                    .map(|(_, ds)| {
+                        ds.iter().copied().filter(|d| d.rail == r && d.host != me).collect()
+                    })
+                    .filter(|v: &Vec<Dev>| !v.is_empty())
+                    .collect();
+                (mesh, others)
+            })
+            .collect();
+        Prober {
+            me,
+            cfg,
+            epoch: now,
+            seq: 0,
+            round: 0,
+            next_round: now,
+            pending: HashMap::new(),
+            paths: BTreeMap::new(),
+            targets,
+            skip: Vec::new(),
+            large_turn: vec![0; rails],
+            cursor: HashMap::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ProbeConfig {
+        &self.cfg
+    }
+
+    /// ns on this prober's clock.
+    pub fn stamp(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
+    /// Stops probing `hosts` (declared down) and forgets their paths; probes the others.
+    pub fn set_down(&mut self, hosts: &[usize]) {
+        self.skip = hosts.to_vec();
+        self.paths.retain(|(_, d), _| !hosts.contains(&d.host));
+        self.pending.retain(|_, p| !hosts.contains(&p.dst.host));
+    }
+
+    /// This round's targets of rail `r`.
+    fn round_targets(&self, r: usize) -> Vec<Dev> {
+        let (mesh, others) = &self.targets[r];
+        let k = self.round as usize;
+        let mut out: Vec<Dev> = mesh.clone();
+        out.extend(others.iter().map(|ds| ds[k % ds.len()]));
+        out.retain(|d| !self.skip.contains(&d.host));
+        out
+    }
+
+    /// When [`Prober::poll`] has work next.
+    pub fn next_deadline(&self) -> Instant {
+        let expiry = self.pending.values().map(|p| p.sent + self.cfg.timeout).min();
+        expiry.map_or(self.next_round, |e| e.min(self.next_round))
+    }
+
+    /// Expires probes unanswered past the timeout and, when a round is due, returns its
+    /// probes. Take every reply that arrived before calling this.
+    pub fn poll(&mut self, now: Instant, my_addrs: &[IpAddr], my_qpns: &[u32]) -> Vec<Outgoing> {
+        let timeout = self.cfg.timeout;
+        let expired: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| now.saturating_duration_since(p.sent) >= timeout)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in expired {
+            if let Some(p) = self.pending.remove(&s) {
+                self.record(p, None, now);
+            }
+        }
+        let mut out = Vec::new();
+        if now < self.next_round {
+            return out;
+        }
+        // A round late by more than a period is skipped, not made up in a burst.
+        self.next_round = (self.next_round + self.cfg.period).max(now);
+        for r in 0..self.targets.len() {
+            let (Some(&addr), Some(&qpn)) = (my_addrs.get(r), my_qpns.get(r)) else { continue };
+            let ts = self.round_targets(r);
+            for d in &ts {
+                out.push(self.probe(now, r, *d, false, addr, qpn));
+            }
+            if self.cfg.large > HEADER && !ts.is_empty() {
+                let t = self.large_turn[r];
+                self.large_turn[r] += 1;
+                out.push(self.probe(now, r, ts[t % ts.len()], true, addr, qpn));
+            }
+        }
+        self.round += 1;
+        out
+    }
+
+    /// A probe of `dst` from `rail`, from the next port of the path's rotation.
+    fn probe(
+        &mut self,
+        now: Instant,
+        rail: usize,
+        dst: Dev,
+        large: bool,
+        addr: IpAddr,
+        qpn: u32,
+    ) -> Outgoing {
+        let c = self.cursor.entry((rail, dst, large)).or_insert(0);
+        let port = self.cfg.port(*c);
+        *c += 1;
+        self.seq += 1;
+        let seq = self.seq;
+        self.pending.insert(seq, Pending { rail, dst, port, large, sent: now });
+        let st = self.paths.entry((rail, dst)).or_default();
+        st.sent[usize::from(large)] += 1;
+        Outgoing {
+            rail,
+            dst,
+            port,
+            len: if large { self.cfg.large } else { self.cfg.small.max(HEADER) },
+            packet: Packet {
+                reply: false,
+                large,
+                host: self.me as u16,
+                src_rail: rail as u8,
+                dst_rail: dst.rail as u8,
+                port,
+                seq,
+                t1: self.stamp(now),
+                t2: 0,
+                t3: 0,
+                qpn,
+                addr,
+            },
+        }
+    }
+
+    /// A reply arrived at `now`; the answered probe, if it was one of ours still waiting.
+    pub fn on_reply(&mut self, p: &Packet, now: Instant) -> Option<Answered> {
+        if !p.reply || usize::from(p.host) != self.me {
+            return None;
+        }
+        let pend = self.pending.remove(&p.seq)?;
+        let t4 = self.stamp(now);
+        let total = t4.saturating_sub(p.t1);
+        let responder = p.t3.saturating_sub(p.t2);
+        let rtt = Duration::from_nanos(total.saturating_sub(responder));
+        let a = Answered {
+            rail: pend.rail,
+            dst: pend.dst,
+            port: pend.port,
+            large: pend.large,
+            rtt,
+            responder: Duration::from_nanos(responder),
+        };
+        self.record(pend, Some(rtt), now);
+        Some(a)
+    }
+
+    fn record(&mut self, p: Pending, rtt: Option<Duration>, now: Instant) {
+        let st = self.paths.entry((p.rail, p.dst)).or_default();
+        if rtt.is_none() {
+            st.lost[usize::from(p.large)] += 1;
+        }
+        st.recent.push_back(Outcome { at: p.sent, port: p.port, large: p.large, rtt });
+        let h = st.by_port.entry((p.port, p.large)).or_default();
+        h.push_back(rtt.is_some());
+        if h.len() > PORT_MEMORY {
+            h.pop_front();
+        }
+        let horizon = now.checked_sub(self.cfg.window).unwrap_or(self.epoch);
+        while st.recent.front().is_some_and(|o| o.at < horizon) {
+            st.recent.pop_front();
+        }
+    }
+
+    /// The paths probed: ((rail, device), stats).
+    pub fn paths(&self) -> impl Iterator<Item = (&(usize, Dev), &PathStats)> {
+        self.paths.iter()
+    }
+
+    /// This host's report of its paths (ports listed for paths that are not `ok`).
+    pub fn report(&self, local_health: u32, worst_lag: Duration) -> Report {
+        let paths = self
+            .paths
+            .iter()
+            .map(|((rail, d), st)| {
+                let j = st.judge();
+                let cap = |v: &[u16]| v.iter().copied().take(16).collect::<Vec<u16>>();
+                let (lost, ok) = match j.state {
+                    PathState::Dead => (cap(&j.ports.lost), vec![]),
+                    PathState::Lossy if j.ports.is_split() => {
+                        (cap(&j.ports.lost), cap(&j.ports.carried))
+                    }
+                    _ => (vec![], vec![]),
+                };
+                let (lost_large, ok_large) = match j.state {
+                    PathState::LargeLost if j.large_ports.is_split() => {
+                        (cap(&j.large_ports.lost), cap(&j.large_ports.carried))
+                    }
+                    _ => (vec![], vec![]),
+                };
+                PathReport {
+                    rail: *rail as u8,
+                    host: d.host as u16,
+                    dst_rail: d.rail as u8,
+                    state: j.state,
+                    small: j.small,
+                    large: j.large,
+                    lost_ports: lost,
+                    ok_ports: ok,
+                    lost_large_ports: lost_large,
+                    ok_large_ports: ok_large,
+                    rtt_p50_us: j.rtt_p50.map_or(0, |d| d.as_micros().min(u32::MAX as u128) as u32),
+                }
+            })
+            .collect();
+        Report {
+            host: self.me as u16,
+            local_health,
+            worst_lag_ms: worst_lag.as_millis().min(u32::MAX as u128) as u32,
+            paths,
+        }
+    }
+
+    /// How many probes this host sends per round, small and near-MTU.
+    pub fn per_round(&self) -> (usize, usize) {
+        let small: usize = (0..self.targets.len()).map(|r| self.round_targets(r).len()).sum();
+        let large = if self.cfg.large > HEADER { self.targets.len() } else { 0 };
+        (small, large)
+    }
+}
+
+/// An address for tests and for devices that are not soft: unspecified.
+pub const NO_ADDR: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_pod as pod;
+
+    #[test]
+    fn a_packet_reads_back_as_written() {
+        let p = Packet {
+            reply: false,
+            large: true,
+            host: 513,
+            src_rail: 1,
+            dst_rail: 3,
+            port: 0xf00d,
+            seq: u64::MAX - 5,
+            t1: 12345678901,
+            t2: 0,
+            t3: 7,
+            qpn: 0x00ab_cdef,
+            addr: "10.2.7.1".parse().unwrap(),
+        };
+        let mut b = vec![0u8; 100];
+        p.write(&mut b).unwrap();
+        assert_eq!(Packet::read(&b), Some(p));
+        let a = p.answer(10, 25);
+        a.write(&mut b).unwrap();
+        let back = Packet::read(&b).unwrap();
+        assert!(back.reply && back.t2 == 10 && back.t3 == 25 && back.seq == p.seq);
+        b[0] ^= 1;
+        assert_eq!(Packet::read(&b), None, "a wrong magic is not a probe");
+        assert_eq!(Packet::read(&b[..HEADER - 1]), None);
+        let v6 = Packet { addr: "fd00::7".parse().unwrap(), ..p };
+        v6.write(&mut b).unwrap();
+        assert_eq!(Packet::read(&b).unwrap().addr, v6.addr);
+    }
+
+    #[test]
+    fn each_rail_probes_its_tor_mesh_and_every_other_tor_of_its_rail_from_rotating_ports() {
+        let pod = pod(8, 2, 2);
+        let t0 = Instant::now();
+        let mut p = Prober::new(&pod, 2, ProbeConfig::default(), t0);
+        let addrs = ["10.1.2.1".parse().unwrap(), "10.2.2.1".parse().unwrap()];
+        let mut seen: BTreeMap<Dev, std::collections::BTreeSet<u16>> = BTreeMap::new();
+        for k in 0..64 {
+            let out = p.poll(t0 + p.cfg.period * k, &addrs, &[11, 12]);
+            // Per rail: 1 ToR-mesh peer + 3 other ToRs, small; 1 near-MTU.
+            assert_eq!(out.iter().filter(|o| !o.packet.large).count(), 8, "round {k}");
+            assert_eq!(out.iter().filter(|o| o.packet.large).count(), 2);
+            for o in &out {
+                assert_eq!(o.dst.rail, o.rail, "rail-aligned");
+                assert_ne!(o.dst.host, 2);
+                assert_eq!(o.packet.addr, addrs[o.rail]);
+                seen.entry(o.dst).or_default().insert(o.port);
+                let a = o.packet.answer(5, 5);
+                p.on_reply(&a, t0 + p.cfg.period * k + Duration::from_micros(30)).unwrap();
+            }
+        }
+        // Every other device is probed, over every port of the rotation.
+        assert_eq!(seen.len(), 14);
+        for (d, ports) in &seen {
+            assert_eq!(ports.len(), 16, "{d:?}: {ports:?}");
+        }
+        assert_eq!(p.per_round(), (8, 2));
+        assert!(p.report(0, Duration::ZERO).paths.iter().all(|r| r.state == PathState::Ok));
+    }
+
+    #[test]
+    fn round_trips_leave_out_the_responders_time() {
+        let pod = pod(4, 1, 2);
+        let t0 = Instant::now();
+        let mut p = Prober::new(&pod, 0, ProbeConfig { large: 0, ..Default::default() }, t0);
+        let out = p.poll(t0, &[NO_ADDR], &[1]);
+        let o = &out[0];
+        // The responder held it 700 µs; the wire took 1 ms in all.
+        let r = o.packet.answer(1_000_000, 1_700_000);
+        let a = p.on_reply(&r, t0 + Duration::from_micros(1700)).unwrap();
+        assert_eq!(a.rtt, Duration::from_micros(1000));
+        assert_eq!(a.responder, Duration::from_micros(700));
+        // Answered twice, or not ours: nothing.
+        assert!(p.on_reply(&r, t0 + Duration::from_millis(2)).is_none());
+        assert!(p.on_reply(&Packet { host: 3, ..r }, t0).is_none());
+    }
+
+    #[test]
+    fn paths_turn_dead_lossy_or_large_lost_from_what_their_probes_met() {
+        let pod = pod(4, 1, 4);
+        let t0 = Instant::now();
+        let cfg = ProbeConfig::default();
+        let mut p = Prober::new(&pod, 0, cfg, t0);
+        let mut now = t0;
+        let mut n = 0u32;
+        let even = |port: u16| ((port - 0xF000) / 7).is_multiple_of(2);
+        // To h1: every small probe answered, near-MTU ones lost on even ports. To h2: every
+        // 8th small probe lost. To h3: nothing comes back (dead).
+        for _ in 0..40 {
+            let out = p.poll(now, &[NO_ADDR], &[1]);
+            for o in out {
+                let lose = match o.dst.host {
+                    1 => o.packet.large && even(o.port),
+                    2 if !o.packet.large => {
+                        n += 1;
+                        n.is_multiple_of(8)
+                    }
+                    2 => false,
+                    _ => true,
+                };
+                if !lose {
+                    p.on_reply(&o.packet.answer(0, 0), now + Duration::from_micros(50));
+                }
+            }
+            now += cfg.period;
+        }
+        p.poll(now + cfg.timeout, &[NO_ADDR], &[1]);
+        let r = p.report(0, Duration::ZERO);
+        let state = |h: u16| r.paths.iter().find(|x| x.host == h).unwrap().state;
+        assert_eq!(state(1), PathState::LargeLost, "{r:?}");
+        assert_eq!(state(2), PathState::Lossy);
+        assert_eq!(state(3), PathState::Dead);
+        let h1 = r.paths.iter().find(|x| x.host == 1).unwrap();
+        assert!(!h1.lost_large_ports.is_empty() && !h1.ok_large_ports.is_empty(), "{h1:?}");
+        assert!(h1.lost_large_ports.iter().all(|p| even(*p)));
+        // Encoded, it fits a membership datagram.
+        assert!(r.encode().len() < 600, "{}", r.encode().len());
+        assert_eq!(Report::decode(&r.encode()), Some(r));
+    }
+}
