@@ -24,6 +24,13 @@
 #   scripts/emupod.sh host NAME HOST freeze|thaw|kill|cpu PCT
 #       a cgroup per host (v1 cpu and freezer, where mounted; else signals): freeze stops
 #       every process of the host at once, cpu limits the host to PCT % of one core
+#   scripts/emupod.sh tor NAME TOR loss PCT
+#       the ToR drops PCT % of the RoCE packets at each of its ports, in and out (nftables;
+#       0 clears)
+#   scripts/emupod.sh spine NAME SPINE down|up
+#       the spine forwards nothing (a blackhole: its links stay up, so the ToRs keep hashing
+#       flows onto it, as when a spine's forwarding fails under a routing protocol that has
+#       not noticed), or again
 #   scripts/emupod.sh plan NAME        the pod's [[pod.hosts]] for a `podnet qualify` plan
 #
 # Names: namespaces NAME-h<i>, NAME-t<k>, NAME-s<j>; addresses 10.<rail+1>.<host>.1/31 on
@@ -266,8 +273,44 @@ link() { # LINK OP [ARG]
   esac
 }
 
+chain() { # NS CHAIN: an empty chain of the emupod table that the forward chain jumps to
+  if ! ip netns exec "$1" nft list chain inet emupod "$2" >/dev/null 2>&1; then
+    ip netns exec "$1" nft add chain inet emupod "$2"
+    ip netns exec "$1" nft add rule inet emupod through jump "$2"
+  fi
+  ip netns exec "$1" nft flush chain inet emupod "$2"
+}
+
+tor() { # TOR loss PCT
+  load
+  local k=$1 t
+  [[ $k =~ ^[0-9]+$ ]] && [ "$k" -lt "$TORS" ] || { echo "emupod: no ToR $k" >&2; exit 2; }
+  [ "${2:-}" = loss ] && [[ ${3:-} =~ ^[0-9]+$ ]] && [ "$3" -le 100 ] || { echo "emupod: tor NAME TOR loss PCT" >&2; exit 2; }
+  t=$(nsof t$k)
+  chain "$t" loss_tor
+  [ "$3" -gt 0 ] || return 0
+  for dir in iifname oifname; do
+    ip netns exec "$t" nft add rule inet emupod loss_tor "$dir" != lo udp dport 4791 \
+      numgen random mod 100 "<" "$3" counter drop
+  done
+}
+
+spine() { # SPINE down|up
+  load
+  local j=$1 s
+  [[ $j =~ ^[0-9]+$ ]] && [ "$j" -lt "$SPINES" ] || { echo "emupod: no spine $j" >&2; exit 2; }
+  s=$(nsof s$j)
+  case ${2:-} in
+    down) chain "$s" spine_down; ip netns exec "$s" nft add rule inet emupod spine_down counter drop ;;
+    up) chain "$s" spine_down ;;
+    *) echo "emupod: spine NAME SPINE down|up" >&2; exit 2 ;;
+  esac
+}
+
 case $cmd in
   up) up "$@" ;;
+  tor) [ $# -ge 3 ] || usage; tor "$@" ;;
+  spine) [ $# -ge 2 ] || usage; spine "$@" ;;
   down) [ -f "$state" ] && source "$state"; down_ns ;;
   plan)
     load

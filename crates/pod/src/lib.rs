@@ -3,6 +3,7 @@
 //! ([`probe`]), shares what its probes saw with every other host, and localizes faults from
 //! the pod's path matrix ([`locate`]).
 
+pub mod agent;
 pub mod locate;
 pub mod member;
 pub mod probe;

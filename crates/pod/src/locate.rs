@@ -15,9 +15,6 @@ use serde::Serialize;
 use crate::member::Health;
 use crate::probe::{PathState, Report};
 
-/// A host whose loop ran later than this (ms) in its last window is starved.
-pub const STARVED_LAG_MS: u32 = 50;
-
 /// A fault the pod's probes and membership point at.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
@@ -77,21 +74,15 @@ pub fn locate(
         .map(|(h, _)| usize::from(*h))
         .collect();
     for &h in &down {
-        let failing = reports
-            .values()
-            .filter(|r| !down.contains(&usize::from(r.host)))
-            .flat_map(|r| &r.paths)
-            .filter(|p| usize::from(p.host) == h && p.state == PathState::Dead)
-            .count();
         out.push(Finding {
             kind: "host-down".into(),
             component: name(h),
             severity: "error".into(),
             confidence: 1.0,
-            evidence: format!(
-                "declared down by the pod's membership (SWIM: no answer to direct or indirect \
-                 probes, no refutation); {failing} RDMA path(s) to it dead when last reported"
-            ),
+            evidence: "declared down by the pod's membership (SWIM): it answered no direct or \
+                       indirect probe and did not refute the suspicion — the host, its agent, \
+                       or every one of its rails"
+                .into(),
             paths: vec![],
         });
     }
@@ -99,7 +90,7 @@ pub fn locate(
     let starved: BTreeSet<usize> = reports
         .values()
         .filter(|r| !down.contains(&usize::from(r.host)))
-        .filter(|r| r.local_health > 0 || r.worst_lag_ms >= STARVED_LAG_MS)
+        .filter(|r| r.host_loop.starved())
         .map(|r| usize::from(r.host))
         .collect();
     for &h in &starved {
@@ -111,10 +102,10 @@ pub fn locate(
             severity: "warning".into(),
             confidence: 1.0,
             evidence: format!(
-                "its monitoring loop ran up to {} ms late (local health {}): the host is \
-                 starved of CPU; its {bad} failing path(s), and its peers' paths to it, are not \
-                 counted against the network",
-                r.worst_lag_ms, r.local_health
+                "its monitoring loop woke late {}% of the time, up to {} ms (local health {}): \
+                 the host is starved of CPU; its {bad} failing path(s), and its peers' paths to \
+                 it, are not counted against the network",
+                r.host_loop.late_pct, r.host_loop.worst_lag_ms, r.host_loop.local_health
             ),
             paths: vec![],
         });
@@ -185,13 +176,19 @@ pub fn locate(
         })
         .collect();
     let net = attribute_with_spines(pod, &small);
-    let explained: BTreeSet<(Dev, Dev)> =
-        small.iter().filter(|o| o.failed).map(|o| o.pair).collect();
+    // Where small probes fail, near-MTU ones say nothing more: the ToR pairs with a failed
+    // pair are left out of the large-frame verdicts.
+    let tor_pair = |(a, b): (Dev, Dev)| {
+        let (x, y) = (pod.rail(a).tor.clone(), pod.rail(b).tor.clone());
+        if x <= y { (x, y) } else { (y, x) }
+    };
+    let failing_tors: BTreeSet<(String, String)> =
+        small.iter().filter(|o| o.failed).map(|o| tor_pair(o.pair)).collect();
     out.extend(net.into_iter().map(|s| Finding::from_suspect(s, false)));
     // Frames above some size: the pairs whose small probes pass.
     let large: Vec<PairOutcome> = pairs
         .iter()
-        .filter(|(k, _)| !explained.contains(k))
+        .filter(|(k, _)| !failing_tors.contains(&tor_pair(**k)))
         .map(|(k, p)| PairOutcome {
             pair: *k,
             failed: p.large_failed,
@@ -339,8 +336,8 @@ mod tests {
             }
         });
         r.remove(&5);
-        r.get_mut(&6).unwrap().local_health = 3;
-        r.get_mut(&6).unwrap().worst_lag_ms = 400;
+        r.get_mut(&6).unwrap().host_loop =
+            crate::probe::LoopHealth { local_health: 3, worst_lag_ms: 400, late_pct: 40 };
         let mut h = alive(8);
         h.insert(5, Health::Down);
         let f = locate(&pod, 0, &h, &r);
@@ -350,8 +347,7 @@ mod tests {
         );
         assert_eq!(f[1].severity, "warning");
         // Were host 6 not known starved, it would be called a (network) host fault.
-        r.get_mut(&6).unwrap().local_health = 0;
-        r.get_mut(&6).unwrap().worst_lag_ms = 0;
+        r.get_mut(&6).unwrap().host_loop = crate::probe::LoopHealth::default();
         let f = locate(&pod, 0, &h, &r);
         assert_eq!(kinds(&f)[1], ("host".into(), "h6".into()), "{f:?}");
     }

@@ -154,6 +154,10 @@ pub(crate) enum Command {
         srun -N 16 podnet burnin --coordinator node001:29400 -d mlx5_0 --extreme --duration 3600\n  \
         podnet burnin --hostfile pod.hosts -d mlx5_0      (on every host of pod.hosts)")]
     Burnin(BurninArgs),
+
+    /// The pod watching itself: membership, RDMA path probing, fault localization.
+    #[command(subcommand)]
+    Pod(PodCommand),
 }
 
 /// Where a rank of a multi-host run stands, and how the ranks meet (`burnin`, and `qualify`
@@ -357,6 +361,71 @@ pub(crate) struct AgentArgs {
     /// apart, so rates and health are there) and exit.
     #[arg(long, conflicts_with = "once")]
     pub(crate) print: bool,
+
+    /// Watch the pod this plan's `[pod]` names (the same plan as `podnet qualify`): join its
+    /// membership, probe every peer's rails over RDMA, locate faults; served as
+    /// `podnet_pod_*` series and at /pod (what `podnet pod status` prints).
+    #[arg(long, value_name = "PLAN", conflicts_with_all = ["once", "print"])]
+    pub(crate) pod: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub(crate) pod_opts: PodOpts,
+}
+
+/// Which host of the pod this is, and how it watches.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct PodOpts {
+    /// This host in the pod plan, by name or index [default: the plan's host with this host
+    /// name; else the launcher's rank (SLURM_PROCID, OMPI_COMM_WORLD_RANK, RANK,
+    /// JOB_COMPLETION_INDEX)].
+    #[arg(long, value_name = "NAME|INDEX", requires = "pod")]
+    pub(crate) pod_host: Option<String>,
+
+    /// The membership channel's UDP port, on every rail's address.
+    #[arg(long, value_name = "PORT", default_value_t = pod::agent::CONTROL_PORT, requires = "pod")]
+    pub(crate) pod_port: u16,
+
+    /// Seconds between probe rounds (and the failure detector's probe period).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.1, requires = "pod")]
+    pub(crate) probe_period: f64,
+
+    /// Bytes of the near-MTU probe sent each round per rail (0: none); at most 4096.
+    #[arg(long, value_name = "BYTES", default_value_t = 4096, requires = "pod")]
+    pub(crate) probe_large: usize,
+}
+
+/// `podnet pod` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum PodCommand {
+    /// The pod as this host's agent sees it: members, paths, suspected faults, events.
+    ///
+    /// Asks the agent (`podnet agent --pod PLAN`) at --agent for its view: every member's
+    /// health (SWIM), the pod's path matrix in sum (ok, lossy, dead, losing near-MTU frames),
+    /// this host's paths, what the probes and membership point at (a host that left, a host
+    /// starved of CPU, a rail, a host, a ToR, a spine path, a spine, an MTU) with the
+    /// evidence, and the last events. Exit status: 0 no fault, 1 a fault of error severity,
+    /// 2 the agent could not be asked.
+    #[command(
+        after_help = "Examples:\n  podnet pod status\n  podnet pod status --json | jq '.findings'\n  \
+        podnet pod status --agent 10.0.0.5:9464"
+    )]
+    Status(PodStatusArgs),
+}
+
+/// `podnet pod status` flags.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct PodStatusArgs {
+    /// The agent's HTTP address.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
+    pub(crate) agent: std::net::SocketAddr,
+
+    /// The agent's view as JSON instead of the tables.
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Seconds to wait for the agent.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    pub(crate) timeout: f64,
 }
 
 /// `podnet devices` flags.

@@ -18,6 +18,7 @@ struct Agent {
     sampler: Sampler,
     bench_dir: std::path::PathBuf,
     probe: Option<super::probe::Probe>,
+    pod: Option<super::pod::Monitor>,
     thresholds: Thresholds,
     epoch: Instant,
     tracker: Mutex<Tracker>,
@@ -25,7 +26,7 @@ struct Agent {
 
 impl Agent {
     fn extra(&self) -> Option<&dyn telemetry::expose::Extra> {
-        self.probe.as_ref().map(|p| p as &dyn telemetry::expose::Extra)
+        Some(self)
     }
 
     /// A sample with the published benchmarks: what /metrics serves.
@@ -50,6 +51,17 @@ impl Agent {
         tr.prune(t - keep);
         let h = health::evaluate(&snap, &tr, &self.thresholds);
         (snap, h)
+    }
+}
+
+impl telemetry::expose::Extra for Agent {
+    fn register(&self, registry: &mut telemetry::prometheus_client::registry::Registry) {
+        if let Some(p) = &self.probe {
+            p.register(registry);
+        }
+        if let Some(p) = &self.pod {
+            p.register(registry);
+        }
     }
 }
 
@@ -79,10 +91,12 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    let pod = super::pod::Monitor::start(args)?;
     let agent = Arc::new(Agent {
         sampler: Sampler::new(roots, Duration::from_secs_f64(deadline)),
         bench_dir: args.bench_dir.clone(),
         probe,
+        pod,
         tracker: Mutex::new(Tracker::new(thresholds.window_seconds)),
         thresholds,
         epoch: Instant::now(),
@@ -291,8 +305,23 @@ mod http {
         let path = req.uri().path().to_string();
         let page = match path.as_str() {
             "/metrics" | "/health" => path,
+            "/pod" => {
+                return Ok(match &agent.pod {
+                    Some(m) => match serde_json::to_string(&m.status()) {
+                        Ok(body) => reply(StatusCode::OK, "application/json", body),
+                        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, PLAIN, format!("{e}\n")),
+                    },
+                    None => reply(
+                        StatusCode::NOT_FOUND,
+                        PLAIN,
+                        "this agent watches no pod (podnet agent --pod PLAN)\n".into(),
+                    ),
+                });
+            }
             "/" => {
-                let body = "podnet agent: /metrics (Prometheus), /health (JSON)\n".to_string();
+                let body =
+                    "podnet agent: /metrics (Prometheus), /health (JSON), /pod (JSON, with --pod)\n"
+                        .to_string();
                 return Ok(reply(StatusCode::OK, PLAIN, body));
             }
             _ => return Ok(reply(StatusCode::NOT_FOUND, PLAIN, "not found\n".into())),

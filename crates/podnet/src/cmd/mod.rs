@@ -6,6 +6,7 @@ mod capture;
 mod devices;
 mod perf;
 mod pingpong;
+mod pod;
 mod probe;
 mod qualify;
 mod world;
@@ -63,5 +64,6 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Agent(args) => agent::run(&args),
         Command::Qualify(args) => qualify::run(&args),
         Command::Burnin(args) => burnin::run(&args),
+        Command::Pod(crate::cli::PodCommand::Status(args)) => pod::status(&args),
     }
 }

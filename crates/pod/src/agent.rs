@@ -1,0 +1,797 @@
+//! The pod monitor's I/O driver: one thread for membership, the probe schedule, the reports
+//! and localization (UDP control sockets, one per rail, bound to the rail's address), and
+//! one thread per rail for its RDMA device (a UD QP that answers the peers' probes and takes
+//! the answers to this host's). The cores it drives are sans-IO: [`crate::member`],
+//! [`crate::probe`], [`crate::locate`].
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use providers::{ContextOptions, Progress};
+use qualify::pod::{Dev, Pod};
+use serde::Serialize;
+use verbs::{
+    Access, CompletionChannel, CompletionQueue, Context, MemoryRegion, ModifyQp, QKey, QpCaps,
+    QpInit, QpState, QpType, QueuePair, RecvWr, SendOp, SendWr, UdDest, WcOpcode, WcStatus,
+};
+
+use crate::locate::{self, Finding};
+use crate::member::{Health, Id, Membership, Timeouts};
+use crate::probe::{
+    self, Answered, LoopHealth, Lost, Outgoing, Packet, PathState, ProbeConfig, Prober, Report,
+};
+
+/// The probe QPs' Q_Key.
+pub const QKEY: u32 = 0x5044_0001;
+/// The default UDP port of the membership channel (memberlist's and serf's).
+pub const CONTROL_PORT: u16 = 7946;
+/// Bytes of a UD receive's GRH area.
+const GRH: usize = 40;
+/// Receives posted per rail.
+const RECVS: usize = 256;
+/// Send buffers per rail.
+const SENDS: usize = 128;
+
+/// How the agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The pod.
+    pub pod: Pod,
+    /// This host's index in it.
+    pub me: usize,
+    /// The membership channel's UDP port (on every rail's address).
+    pub control_port: u16,
+    /// The failure detector's timing.
+    pub timeouts: Timeouts,
+    /// The prober's.
+    pub probe: ProbeConfig,
+    /// How often this host's report is broadcast and the pod's faults located.
+    pub report_every: Duration,
+    /// How long a finding must stand before it is shown (a host that left: at once; a
+    /// single pair's path: five times this) — a fault whose evidence is still arriving names
+    /// the pairs it has reached before the component they share.
+    pub settle: Duration,
+}
+
+impl AgentConfig {
+    /// Host `me` of `pod` with the defaults: 100 ms probe period, reports every 200 ms.
+    pub fn new(pod: Pod, me: usize) -> AgentConfig {
+        AgentConfig {
+            pod,
+            me,
+            control_port: CONTROL_PORT,
+            timeouts: Timeouts::default(),
+            probe: ProbeConfig::default(),
+            report_every: Duration::from_millis(200),
+            settle: Duration::from_millis(400),
+        }
+    }
+}
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The pod plan does not fit.
+    #[error("{0}")]
+    Plan(String),
+    /// A device could not be opened or set up.
+    #[error("rail {rail} ({device}): {source}")]
+    Device {
+        /// The rail.
+        rail: usize,
+        /// Its device.
+        device: String,
+        /// Why.
+        source: verbs::Error,
+    },
+    /// A control socket could not be bound.
+    #[error("cannot bind the membership channel to {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// What the agent's probes meet, as it happens (the agent's Prometheus series).
+pub trait Observer: Send + Sync {
+    /// A probe answered.
+    fn answered(&self, pod: &Pod, a: &Answered);
+    /// A probe lost.
+    fn lost(&self, pod: &Pod, l: &Lost);
+    /// A probe sent.
+    fn sent(&self, pod: &Pod, o: &Outgoing);
+}
+
+/// An observer that keeps nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {
+    fn answered(&self, _: &Pod, _: &Answered) {}
+    fn lost(&self, _: &Pod, _: &Lost) {}
+    fn sent(&self, _: &Pod, _: &Outgoing) {}
+}
+
+/// A member as `podnet pod status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemberStatus {
+    /// Its index in the plan.
+    pub index: usize,
+    /// Its name.
+    pub host: String,
+    /// Its health (this host itself: alive).
+    pub health: Health,
+    /// Seconds in that health.
+    pub for_seconds: f64,
+    /// Its incarnation.
+    pub incarnation: u64,
+}
+
+/// The pod's paths, from every host's latest report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PathSummary {
+    /// Hosts whose report arrived.
+    pub reporting: usize,
+    /// Paths reported.
+    pub paths: usize,
+    /// … ok.
+    pub ok: usize,
+    /// … lossy.
+    pub lossy: usize,
+    /// … dead.
+    pub dead: usize,
+    /// … losing near-MTU frames.
+    pub large_lost: usize,
+    /// Median of the paths' median round trips, µs.
+    pub rtt_p50_us: u32,
+}
+
+/// One of this host's paths.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MyPath {
+    /// The path: `h0.r0 -> h3.r0`.
+    pub path: String,
+    /// Its state.
+    pub state: PathState,
+    /// Small probes sent and lost, in all.
+    pub sent: u64,
+    /// …
+    pub lost: u64,
+    /// Near-MTU probes sent and lost.
+    pub large_sent: u64,
+    /// …
+    pub large_lost: u64,
+    /// Median network round trip in the window, µs.
+    pub rtt_p50_us: u32,
+}
+
+/// Something that changed, as this host saw it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventRecord {
+    /// Seconds since the agent started.
+    pub at_seconds: f64,
+    /// Wall clock, ms since the Unix epoch.
+    pub unix_ms: u64,
+    /// `member` or `finding` (`finding-cleared` when one goes away).
+    pub kind: String,
+    /// What.
+    pub text: String,
+}
+
+/// What the probing costs this host.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Cost {
+    /// Small probes per round, near-MTU probes per round.
+    pub per_round: (usize, usize),
+    /// Probe and reply bytes sent (RoCE payload plus the 58 bytes of Ethernet, IP, UDP,
+    /// BTH, DETH and ICRC), small and near-MTU.
+    pub probe_bytes: (u64, u64),
+    /// Membership datagrams' bytes sent (UDP payload plus 42 of headers), per copy per rail.
+    pub control_bytes: u64,
+    /// Seconds this host's agent has run.
+    pub seconds: f64,
+}
+
+/// The agent's state, as `podnet pod status` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Status {
+    /// This host.
+    pub host: String,
+    /// Its index.
+    pub index: usize,
+    /// The members, this host included.
+    pub members: Vec<MemberStatus>,
+    /// The pod's paths.
+    pub paths: PathSummary,
+    /// This host's paths.
+    pub my_paths: Vec<MyPath>,
+    /// What the pod's probes and membership point at.
+    pub findings: Vec<Finding>,
+    /// The last changes (at most 200).
+    pub events: Vec<EventRecord>,
+    /// How this host's monitoring loop ran (its CPU).
+    pub host_loop: LoopHealth,
+    /// Membership timers fired late since the start.
+    pub late_timers: u64,
+    /// What probing costs.
+    pub cost: Cost,
+}
+
+struct RailIo {
+    /// The device (kept open while the rail runs).
+    _ctx: Context,
+    cq: CompletionQueue,
+    channel: CompletionChannel,
+    qp: QueuePair,
+    recv: MemoryRegion,
+    send: MemoryRegion,
+    slot: usize,
+    free: Mutex<Vec<usize>>,
+    addr: IpAddr,
+}
+
+struct Inner {
+    cfg: AgentConfig,
+    epoch: Instant,
+    stop: AtomicBool,
+    prober: Mutex<Prober>,
+    status: Mutex<Status>,
+    rails: Vec<RailIo>,
+    observer: Arc<dyn Observer>,
+    probe_bytes: [AtomicU64; 2],
+}
+
+/// A running pod monitor.
+pub struct PodAgent {
+    inner: Arc<Inner>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for PodAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodAgent").field("me", &self.inner.cfg.me).finish()
+    }
+}
+
+fn open_rail(pod: &Pod, me: usize, r: usize, probe: &ProbeConfig) -> Result<RailIo, Error> {
+    let device = pod.hosts[me].rails[r].device.clone();
+    let err = |source| Error::Device { rail: r, device: device.clone(), source };
+    let opts = ContextOptions { progress: Progress::Event, ..Default::default() };
+    let ctx = providers::open(&device, &opts).map_err(err)?;
+    let channel = ctx.create_comp_channel().map_err(err)?;
+    let cq = ctx.create_cq((RECVS + SENDS) as u32 * 2, Some(&channel)).map_err(err)?;
+    let pd = ctx.alloc_pd().map_err(err)?;
+    let caps = QpCaps { max_send_wr: SENDS as u32, max_recv_wr: RECVS as u32, max_inline_data: 0 };
+    let qp = pd.create_qp(&QpInit { caps, ..QpInit::new(QpType::Ud, &cq) }).map_err(err)?;
+    qp.modify(&ModifyQp {
+        state: Some(QpState::Init),
+        qkey: Some(QKey(QKEY)),
+        ..Default::default()
+    })
+    .map_err(err)?;
+    // A UD message is one packet: the largest probe is a 4096-byte MTU's.
+    let mtu = verbs::Mtu::Mtu4096;
+    let c = verbs::Connect::new(
+        verbs::Path::new(ctx.ip(), verbs::Qpn::new(0)),
+        verbs::Psn::new(0),
+        verbs::Psn::new(0),
+    );
+    qp.connect(&verbs::Connect { path_mtu: mtu, ..c }).map_err(err)?;
+    let slot = GRH + 4096usize.max(probe.large);
+    let recv = pd.reg_mr(slot * RECVS, Access::LOCAL_WRITE).map_err(err)?;
+    let send = pd.reg_mr(slot * SENDS, Access::LOCAL_WRITE).map_err(err)?;
+    for i in 0..RECVS {
+        qp.post_recv(RecvWr::new(i as u64).sge(
+            recv.addr() + (i * slot) as u64,
+            slot as u32,
+            recv.lkey(),
+        ))
+        .map_err(err)?;
+    }
+    cq.req_notify().map_err(err)?;
+    let addr = ctx.ip();
+    Ok(RailIo {
+        _ctx: ctx,
+        cq,
+        channel,
+        qp,
+        recv,
+        send,
+        slot,
+        free: Mutex::new((0..SENDS).collect()),
+        addr,
+    })
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl PodAgent {
+    /// Opens this host's rails, binds the membership channel on each, joins the pod and
+    /// starts probing.
+    pub fn start(cfg: AgentConfig, observer: Arc<dyn Observer>) -> Result<PodAgent, Error> {
+        let pod = &cfg.pod;
+        let me = cfg.me;
+        if me >= pod.hosts.len() {
+            return Err(Error::Plan(format!(
+                "host {me} is not in the pod ({} hosts)",
+                pod.hosts.len()
+            )));
+        }
+        let rails: Vec<RailIo> = (0..pod.hosts[me].rails.len())
+            .map(|r| open_rail(pod, me, r, &cfg.probe))
+            .collect::<Result<_, _>>()?;
+        let mut sockets = Vec::new();
+        for rail in &rails {
+            let addr = SocketAddr::new(rail.addr, cfg.control_port);
+            let s = UdpSocket::bind(addr).map_err(|source| Error::Bind { addr, source })?;
+            s.set_nonblocking(true).map_err(|source| Error::Bind { addr, source })?;
+            sockets.push(s);
+        }
+        let now = Instant::now();
+        let inner = Arc::new(Inner {
+            prober: Mutex::new(Prober::new(pod, me, cfg.probe, now)),
+            status: Mutex::new(Status {
+                host: pod.hosts[me].name.clone(),
+                index: me,
+                ..Status::default()
+            }),
+            cfg,
+            epoch: now,
+            stop: AtomicBool::new(false),
+            rails,
+            observer,
+            probe_bytes: [AtomicU64::new(0), AtomicU64::new(0)],
+        });
+        let mut threads = Vec::new();
+        for r in 0..inner.rails.len() {
+            let i = inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("pod-rail{r}"))
+                    .spawn(move || rail_loop(&i, r))
+                    .map_err(|e| Error::Plan(format!("cannot start a thread: {e}")))?,
+            );
+        }
+        let i = inner.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("pod-control".into())
+                .spawn(move || control_loop(&i, sockets))
+                .map_err(|e| Error::Plan(format!("cannot start a thread: {e}")))?,
+        );
+        Ok(PodAgent { inner, threads })
+    }
+
+    /// The agent's state now.
+    pub fn status(&self) -> Status {
+        self.inner.status.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The pod.
+    pub fn pod(&self) -> &Pod {
+        &self.inner.cfg.pod
+    }
+
+    /// Stops the threads (the pod sees this host go).
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.inner.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for PodAgent {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A rail's device: answers probes, takes answers, frees send buffers.
+fn rail_loop(inner: &Inner, r: usize) {
+    let rail = &inner.rails[r];
+    let mut wcs = [verbs::empty_wc(); 32];
+    let mut buf = vec![0u8; probe::HEADER];
+    while !inner.stop.load(Ordering::Relaxed) {
+        let mut n = rail.cq.poll(&mut wcs);
+        if n == 0 {
+            // Arm, then look once more: a completion between the poll and the arming would
+            // otherwise wait for the next.
+            let _ = rail.cq.req_notify();
+            n = rail.cq.poll(&mut wcs);
+            if n == 0 {
+                let _ = rail.channel.get_cq_event(Some(Duration::from_millis(50)));
+                continue;
+            }
+        }
+        for wc in &wcs[..n] {
+            match wc.opcode {
+                WcOpcode::Recv => {
+                    let slot = wc.wr_id as usize;
+                    let at = slot * rail.slot;
+                    let got = wc.status == WcStatus::Success
+                        && rail.recv.read(at + GRH, &mut buf).is_ok();
+                    let _ = rail.qp.post_recv(RecvWr::new(wc.wr_id).sge(
+                        rail.recv.addr() + at as u64,
+                        rail.slot as u32,
+                        rail.recv.lkey(),
+                    ));
+                    let Some(p) = got.then(|| Packet::read(&buf)).flatten() else { continue };
+                    if p.reply {
+                        let now = Instant::now();
+                        let a = inner
+                            .prober
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .on_reply(&p, now);
+                        if let Some(a) = a {
+                            inner.observer.answered(&inner.cfg.pod, &a);
+                        }
+                    } else {
+                        let t2 = stamp(inner, Instant::now());
+                        let reply = p.answer(t2, stamp(inner, Instant::now()));
+                        if send(inner, r, &reply, probe::HEADER, p.addr, p.qpn, p.port) {
+                            inner.probe_bytes[0]
+                                .fetch_add(probe::HEADER as u64 + 58, Ordering::Relaxed);
+                        }
+                    }
+                }
+                _ => {
+                    // A send finished (or failed): its buffer is free.
+                    let slot = (wc.wr_id >> 32) as usize;
+                    rail.free.lock().unwrap_or_else(PoisonError::into_inner).push(slot);
+                }
+            }
+        }
+    }
+}
+
+fn stamp(inner: &Inner, now: Instant) -> u64 {
+    now.saturating_duration_since(inner.epoch).as_nanos() as u64
+}
+
+/// Sends `p` (`len` bytes) from rail `r` to `qpn` at `to`, from UDP source port `port`.
+fn send(inner: &Inner, r: usize, p: &Packet, len: usize, to: IpAddr, qpn: u32, port: u16) -> bool {
+    let rail = &inner.rails[r];
+    let Some(slot) = rail.free.lock().unwrap_or_else(PoisonError::into_inner).pop() else {
+        return false;
+    };
+    let at = slot * rail.slot;
+    let mut head = [0u8; probe::HEADER];
+    let ok = p.write(&mut head).is_some() && rail.send.write(at, &head).is_ok();
+    let dest = UdDest::new(to, verbs::Qpn::new(qpn), QKey(QKEY));
+    let mut wr = SendWr::new((slot as u64) << 32, SendOp::Send).sge(
+        rail.send.addr() + at as u64,
+        len as u32,
+        rail.send.lkey(),
+    );
+    wr.ud = Some(dest.from_udp_source_port(port).unwrap_or(dest));
+    if ok && rail.qp.post_send(wr).is_ok() {
+        return true;
+    }
+    rail.free.lock().unwrap_or_else(PoisonError::into_inner).push(slot);
+    false
+}
+
+/// Membership, the probe schedule, reports and localization.
+fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>) {
+    let cfg = &inner.cfg;
+    let pod = &cfg.pod;
+    let me = cfg.me;
+    let n = pod.hosts.len();
+    let addrs: Vec<IpAddr> = inner.rails.iter().map(|r| r.addr).collect();
+    let qpns: Vec<u32> = inner.rails.iter().map(|r| r.qp.qpn().get()).collect();
+    let ctl_addrs = |h: usize| -> Vec<SocketAddr> {
+        (0..pod.hosts[h].rails.len())
+            .filter_map(|r| probe::rail_addr(pod, Dev { host: h, rail: r }))
+            .map(|a| SocketAddr::new(a, cfg.control_port))
+            .collect()
+    };
+    let my_id =
+        Id { host: me as u16, incarnation: unix_ms(), addrs: ctl_addrs(me), qpns: qpns.clone() };
+    let start = Instant::now();
+    let mut m = Membership::new(my_id, n, cfg.timeouts, unix_ms() ^ me as u64, start);
+    let seeds: Vec<Id> = (0..n)
+        .filter(|&h| h != me)
+        .map(|h| Id { host: h as u16, incarnation: 0, addrs: ctl_addrs(h), qpns: vec![] })
+        .collect();
+    let _ = m.join(&seeds, start);
+    let mut rx = vec![0u8; 65536];
+    let mut next_report = start;
+    let mut next_join = start + Duration::from_secs(1);
+    let mut control_bytes = 0u64;
+    let mut unreachable: BTreeSet<usize> = (0..n).filter(|&h| h != me).collect();
+    inner
+        .prober
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .set_down(&unreachable.iter().copied().collect::<Vec<_>>());
+    let mut findings: Vec<Finding> = Vec::new();
+    let mut first_seen: BTreeMap<(String, String), Instant> = BTreeMap::new();
+    let mut events: VecDeque<EventRecord> = VecDeque::new();
+    let mut lag_window: VecDeque<(Instant, Duration)> = VecDeque::new();
+    let record = |events: &mut VecDeque<EventRecord>, kind: &str, text: String| {
+        events.push_back(EventRecord {
+            at_seconds: start.elapsed().as_secs_f64(),
+            unix_ms: unix_ms(),
+            kind: kind.into(),
+            text,
+        });
+        while events.len() > 200 {
+            events.pop_front();
+        }
+    };
+    while !inner.stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        let probe_due = inner.prober.lock().unwrap_or_else(PoisonError::into_inner).next_deadline();
+        let due = [m.poll_timeout(), Some(probe_due), Some(next_report)]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now)
+            .min(now + Duration::from_millis(50));
+        let wait = due.saturating_duration_since(now);
+        {
+            let mut fds: Vec<PollFd> =
+                sockets.iter().map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN)).collect();
+            let t = PollTimeout::try_from(
+                wait.as_millis().min(1000) as u32 + u32::from(!wait.is_zero()),
+            )
+            .unwrap_or(PollTimeout::ZERO);
+            let _ = nix::poll::poll(&mut fds, t);
+        }
+        let now = Instant::now();
+        // How late the loop ran against its own deadline: this host's CPU, not the network.
+        let lag = now.saturating_duration_since(due);
+        lag_window.push_back((now, lag));
+        while lag_window.front().is_some_and(|(t, _)| now.duration_since(*t) > cfg.probe.window) {
+            lag_window.pop_front();
+        }
+        // Every datagram first, then the timers.
+        for s in &sockets {
+            while let Ok((len, _)) = s.recv_from(&mut rx) {
+                let _ = m.handle_datagram(&rx[..len], now);
+            }
+        }
+        let _ = m.handle_timeouts(now);
+        if now >= next_join && m.members().len() + 1 < n {
+            // Hosts not heard of yet (started later, or the first announce was lost).
+            let missing: Vec<Id> =
+                seeds.iter().filter(|s| !m.members().contains_key(&s.host)).cloned().collect();
+            let _ = m.join(&missing, now);
+            next_join = now + Duration::from_secs(1);
+        }
+        while let Some((to, data)) = m.poll_transmit() {
+            // Every rail carries a copy: one dead rail does not silence a host.
+            for (i, a) in to.addrs.iter().enumerate() {
+                let s = &sockets[i % sockets.len()];
+                if s.send_to(&data, a).is_ok() {
+                    control_bytes += data.len() as u64 + 42;
+                }
+            }
+        }
+        for e in m.take_events() {
+            let name = pod.hosts.get(usize::from(e.host)).map_or("?", |h| h.name.as_str());
+            record(&mut events, "member", format!("{name} {}", health_word(e.health)));
+        }
+        let now_unreachable: BTreeSet<usize> = (0..n)
+            .filter(|&h| h != me)
+            .filter(|h| {
+                m.members().get(&(*h as u16)).is_none_or(|x| {
+                    x.health == Health::Down || x.id.qpns.len() < pod.hosts[*h].rails.len()
+                })
+            })
+            .collect();
+        // Probes.
+        let (out, lost, per_round) = {
+            let mut p = inner.prober.lock().unwrap_or_else(PoisonError::into_inner);
+            if now_unreachable != unreachable {
+                unreachable = now_unreachable;
+                p.set_down(&unreachable.iter().copied().collect::<Vec<_>>());
+            }
+            let out = p.poll(now, &addrs, &qpns);
+            (out, p.take_lost(), p.per_round())
+        };
+        for o in &out {
+            let qpn = m
+                .members()
+                .get(&(o.dst.host as u16))
+                .and_then(|x| x.id.qpns.get(o.dst.rail).copied());
+            let Some(to) = probe::rail_addr(pod, o.dst) else { continue };
+            let mut pk = o.packet;
+            pk.t1 = stamp(inner, Instant::now());
+            let sent = qpn.is_some_and(|q| send(inner, o.rail, &pk, o.len, to, q, o.port));
+            if sent {
+                inner.probe_bytes[usize::from(o.packet.large)]
+                    .fetch_add(o.len as u64 + 58, Ordering::Relaxed);
+                inner.observer.sent(pod, o);
+            } else {
+                inner.prober.lock().unwrap_or_else(PoisonError::into_inner).unsent(o.packet.seq);
+            }
+        }
+        for l in &lost {
+            inner.observer.lost(pod, l);
+        }
+        if now < next_report {
+            continue;
+        }
+        next_report = now + cfg.report_every;
+        let worst = lag_window.iter().map(|(_, l)| *l).max().unwrap_or_default();
+        let late =
+            lag_window.iter().filter(|(_, l)| l.as_millis() >= u128::from(probe::LATE_MS)).count();
+        let host_loop = LoopHealth {
+            local_health: m.local_health(),
+            worst_lag_ms: worst.as_millis().min(u128::from(u32::MAX)) as u32,
+            late_pct: (100 * late / lag_window.len().max(1)) as u8,
+        };
+        let report = inner.prober.lock().unwrap_or_else(PoisonError::into_inner).report(host_loop);
+        let _ = m.publish(report.encode());
+        let reports: BTreeMap<u16, Report> = m
+            .reports()
+            .into_iter()
+            .filter_map(|(h, (_, b))| Report::decode(&b).map(|r| (h, r)))
+            .filter(|(h, _)| {
+                usize::from(*h) == me
+                    || m.members().get(h).is_some_and(|x| x.health != Health::Down)
+            })
+            .collect();
+        let mut health: BTreeMap<u16, Health> =
+            m.members().iter().map(|(h, x)| (*h, x.health)).collect();
+        health.insert(me as u16, Health::Alive);
+        let raw = locate::locate(pod, me, &health, &reports);
+        first_seen.retain(|k, _| raw.iter().any(|f| (&f.kind, &f.component) == (&k.0, &k.1)));
+        let now_findings: Vec<Finding> = raw
+            .into_iter()
+            .filter(|f| {
+                let since = *first_seen.entry((f.kind.clone(), f.component.clone())).or_insert(now);
+                let settle = match f.kind.as_str() {
+                    "host-down" => Duration::ZERO,
+                    "link" => cfg.settle * 5,
+                    _ => cfg.settle,
+                };
+                now.duration_since(since) >= settle
+            })
+            .collect();
+        for f in &now_findings {
+            if !findings.iter().any(|g| g.kind == f.kind && g.component == f.component) {
+                record(
+                    &mut events,
+                    "finding",
+                    format!("{}: {} — {}", f.kind, f.component, f.evidence),
+                );
+            }
+        }
+        for g in &findings {
+            if !now_findings.iter().any(|f| g.kind == f.kind && g.component == f.component) {
+                record(&mut events, "finding-cleared", format!("{}: {}", g.kind, g.component));
+            }
+        }
+        findings = now_findings;
+        let status = build_status(
+            inner,
+            &m,
+            &reports,
+            &findings,
+            &events,
+            host_loop,
+            control_bytes,
+            per_round,
+            start,
+        );
+        *inner.status.lock().unwrap_or_else(PoisonError::into_inner) = status;
+    }
+}
+
+fn health_word(h: Health) -> &'static str {
+    match h {
+        Health::Alive => "alive",
+        Health::Suspect => "suspected",
+        Health::Down => "down",
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_status(
+    inner: &Inner,
+    m: &Membership,
+    reports: &BTreeMap<u16, Report>,
+    findings: &[Finding],
+    events: &VecDeque<EventRecord>,
+    host_loop: LoopHealth,
+    control_bytes: u64,
+    per_round: (usize, usize),
+    start: Instant,
+) -> Status {
+    let pod = &inner.cfg.pod;
+    let me = inner.cfg.me;
+    let now = Instant::now();
+    let mut members: Vec<MemberStatus> = (0..pod.hosts.len())
+        .map(|h| {
+            let x = m.members().get(&(h as u16));
+            MemberStatus {
+                index: h,
+                host: pod.hosts[h].name.clone(),
+                health: if h == me { Health::Alive } else { x.map_or(Health::Down, |x| x.health) },
+                for_seconds: x.map_or(start, |x| x.since).elapsed().as_secs_f64(),
+                incarnation: if h == me {
+                    m.me().incarnation
+                } else {
+                    x.map_or(0, |x| x.id.incarnation)
+                },
+            }
+        })
+        .collect();
+    members.sort_by_key(|x| x.index);
+    let mut s = PathSummary { reporting: reports.len(), ..PathSummary::default() };
+    let mut rtts = Vec::new();
+    for p in reports.values().flat_map(|r| &r.paths) {
+        s.paths += 1;
+        match p.state {
+            PathState::Ok => s.ok += 1,
+            PathState::Lossy => s.lossy += 1,
+            PathState::Dead => s.dead += 1,
+            PathState::LargeLost => s.large_lost += 1,
+        }
+        if p.rtt_p50_us > 0 {
+            rtts.push(p.rtt_p50_us);
+        }
+    }
+    rtts.sort_unstable();
+    s.rtt_p50_us = rtts.get(rtts.len() / 2).copied().unwrap_or(0);
+    let my_paths = {
+        let p = inner.prober.lock().unwrap_or_else(PoisonError::into_inner);
+        p.paths()
+            .map(|((rail, d), st)| {
+                let j = st.judge();
+                MyPath {
+                    path: format!(
+                        "{} -> {}",
+                        pod.name(Dev { host: me, rail: *rail }),
+                        pod.name(*d)
+                    ),
+                    state: j.state,
+                    sent: st.sent[0],
+                    lost: st.lost[0],
+                    large_sent: st.sent[1],
+                    large_lost: st.lost[1],
+                    rtt_p50_us: j.rtt_p50.map_or(0, |d| d.as_micros() as u32),
+                }
+            })
+            .collect()
+    };
+    let (late_timers, _) = m.lateness();
+    Status {
+        host: pod.hosts[me].name.clone(),
+        index: me,
+        members,
+        paths: s,
+        my_paths,
+        findings: findings.to_vec(),
+        events: events.iter().cloned().collect(),
+        host_loop,
+        late_timers,
+        cost: Cost {
+            per_round,
+            probe_bytes: (
+                inner.probe_bytes[0].load(Ordering::Relaxed),
+                inner.probe_bytes[1].load(Ordering::Relaxed),
+            ),
+            control_bytes,
+            seconds: now.duration_since(start).as_secs_f64(),
+        },
+    }
+}
