@@ -83,7 +83,7 @@ fuzz_target!(|data: &[u8]| {
                 let o = ops[b as usize % ops.len()];
                 let l = if matches!(o, SendOp::FetchAdd { .. } | SendOp::CompareSwap { .. }) { 8 } else { len };
                 let mut wr = SendWr::new(posted[i], o).sge(0x10000, l, mr.lkey);
-                wr.ud = Some(transport::UdDest { ip: ips[1 - i], qpn: info[1 - i].2, qkey: QKey(9) });
+                wr.ud = Some(transport::UdDest::new(ips[1 - i], info[1 - i].2, QKey(9)));
                 // Some go inline (payload taken at the post), some of them past the limit.
                 wr.inline = c & 0x40 != 0;
                 if eps[i].post_send(qpn, wr).is_ok() {

@@ -54,8 +54,9 @@ pub struct AgentConfig {
     /// How often this host's report is broadcast and the pod's faults located.
     pub report_every: Duration,
     /// How long a finding must stand before it is shown (a host that left: at once; a
-    /// single pair's path: five times this) — a fault whose evidence is still arriving names
-    /// the pairs it has reached before the component they share.
+    /// single pair's path, or paths that lose some probes rather than all: five times this)
+    /// — a fault whose evidence is still arriving names the pairs or the device it has
+    /// reached before the component they share.
     pub settle: Duration,
 }
 
@@ -661,6 +662,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>) {
                 let settle = match f.kind.as_str() {
                     "host-down" => Duration::ZERO,
                     "link" => cfg.settle * 5,
+                    _ if f.partial => cfg.settle * 5,
                     _ => cfg.settle,
                 };
                 now.duration_since(since) >= settle

@@ -4,9 +4,11 @@
 //! the pod's path matrix ([`locate`]).
 
 pub mod agent;
+pub mod channel;
 pub mod locate;
 pub mod member;
 pub mod probe;
+pub mod route;
 
 /// `hosts` hosts of `rails` rails on soft devices, `per` hosts under each ToR of a rail.
 #[cfg(test)]

@@ -32,10 +32,13 @@ pub struct Finding {
     pub evidence: String,
     /// The paths it explains (`h1.r0 <-> h2.r0`), the first few.
     pub paths: Vec<String>,
+    /// Its paths lose some probes, not every one: the evidence is still arriving, at a rate
+    /// set by the loss (a finding of lost paths is shown after a longer settling time).
+    pub partial: bool,
 }
 
 impl Finding {
-    fn from_suspect(s: Suspect, large: bool) -> Finding {
+    fn from_suspect(s: Suspect, large: bool, partial: bool) -> Finding {
         let kind = if large && s.kind != "pod" { "mtu".to_string() } else { s.kind };
         let evidence = if large {
             format!(
@@ -53,6 +56,7 @@ impl Finding {
             confidence: s.confidence,
             evidence,
             paths: s.pairs.into_iter().take(8).collect(),
+            partial,
         }
     }
 }
@@ -84,6 +88,7 @@ pub fn locate(
                        or every one of its rails"
                 .into(),
             paths: vec![],
+            partial: false,
         });
     }
     // Starved hosts: their own loop ran late; what their paths show is not the network's.
@@ -108,6 +113,7 @@ pub fn locate(
                 r.host_loop.late_pct, r.host_loop.worst_lag_ms, r.host_loop.local_health
             ),
             paths: vec![],
+            partial: false,
         });
     }
     let excluded: BTreeSet<usize> = down.union(&starved).copied().collect();
@@ -115,6 +121,7 @@ pub fn locate(
     #[derive(Default)]
     struct Pair {
         failed: bool,
+        dead: bool,
         checks: Vec<String>,
         ports: BTreeMap<u16, bool>,
         large_failed: bool,
@@ -139,6 +146,7 @@ pub fn locate(
             let key = if a <= b { (a, b) } else { (b, a) };
             let e = pairs.entry(key).or_default();
             let bad = matches!(p.state, PathState::Dead | PathState::Lossy);
+            e.dead |= p.state == PathState::Dead;
             if bad {
                 e.failed = true;
                 e.checks.push(format!(
@@ -184,7 +192,15 @@ pub fn locate(
     };
     let failing_tors: BTreeSet<(String, String)> =
         small.iter().filter(|o| o.failed).map(|o| tor_pair(o.pair)).collect();
-    out.extend(net.into_iter().map(|s| Finding::from_suspect(s, false)));
+    let names: BTreeMap<String, bool> = pairs
+        .iter()
+        .map(|((a, b), p)| (format!("{} <-> {}", pod.name(*a), pod.name(*b)), p.dead))
+        .collect();
+    let partial = |s: &Suspect| s.pairs.iter().any(|n| names.get(n) == Some(&false));
+    out.extend(net.into_iter().map(|s| {
+        let p = partial(&s);
+        Finding::from_suspect(s, false, p)
+    }));
     // Frames above some size: the pairs whose small probes pass.
     let large: Vec<PairOutcome> = pairs
         .iter()
@@ -202,7 +218,9 @@ pub fn locate(
         .collect();
     if large.iter().any(|o| o.failed) {
         out.extend(
-            attribute_with_spines(pod, &large).into_iter().map(|s| Finding::from_suspect(s, true)),
+            attribute_with_spines(pod, &large)
+                .into_iter()
+                .map(|s| Finding::from_suspect(s, true, false)),
         );
     }
     out
