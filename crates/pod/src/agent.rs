@@ -7,8 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
+use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -21,16 +22,25 @@ use verbs::{
     QpInit, QpState, QpType, QueuePair, RecvWr, SendOp, SendWr, UdDest, WcOpcode, WcStatus,
 };
 
+mod chan;
+
+pub use chan::{MAX_MESSAGE, RouteEvent, WINDOW};
+
+use crate::channel::{ChannelCounters, Delivered, Undeliverable};
 use crate::locate::{self, Finding};
 use crate::member::{Health, Id, Membership, Timeouts};
 use crate::probe::{
     self, Answered, LoopHealth, Lost, Outgoing, Packet, PathState, ProbeConfig, Prober, Report,
 };
+use crate::route::PathView;
 
 /// The probe QPs' Q_Key.
 pub const QKEY: u32 = 0x5044_0001;
 /// The default UDP port of the membership channel (memberlist's and serf's).
 pub const CONTROL_PORT: u16 = 7946;
+/// A peer declared down this long has its unacknowledged channel messages reported
+/// undeliverable (one that comes back as the same life sooner loses nothing).
+pub const DOWN_GRACE: Duration = Duration::from_secs(2);
 /// Bytes of a UD receive's GRH area.
 const GRH: usize = 40;
 /// Receives posted per rail.
@@ -224,11 +234,30 @@ pub struct Status {
     pub late_timers: u64,
     /// What probing costs.
     pub cost: Cost,
+    /// The route to each peer now (`null`: none reaches it).
+    pub routes: BTreeMap<String, Option<crate::route::Route>>,
+    /// The last route changes (at most 50).
+    pub route_events: Vec<RouteEvent>,
+    /// The pod channels.
+    pub channels: ChannelStatus,
+}
+
+/// The pod channels of a host.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ChannelStatus {
+    /// Messages delivered, duplicates dropped, messages sent again, stale frames, messages
+    /// reported undeliverable.
+    pub counters: ChannelCounters,
+    /// Frames relayed for other hosts.
+    pub relayed: u64,
+    /// Hops this host sends on that are connected.
+    pub hops_up: usize,
 }
 
 struct RailIo {
     /// The device (kept open while the rail runs).
     _ctx: Context,
+    pd: verbs::ProtectionDomain,
     cq: CompletionQueue,
     channel: CompletionChannel,
     qp: QueuePair,
@@ -248,6 +277,16 @@ struct Inner {
     rails: Vec<RailIo>,
     observer: Arc<dyn Observer>,
     probe_bytes: [AtomicU64; 2],
+    chan: Mutex<chan::ChanIo>,
+    delivered: Condvar,
+    wake: UnixDatagram,
+}
+
+impl Inner {
+    /// Wakes the control loop (a message queued, a frame arrived, a send finished).
+    fn wake(&self) {
+        let _ = self.wake.send(&[1]);
+    }
 }
 
 /// A running pod monitor.
@@ -268,7 +307,8 @@ fn open_rail(pod: &Pod, me: usize, r: usize, probe: &ProbeConfig) -> Result<Rail
     let opts = ContextOptions { progress: Progress::Event, ..Default::default() };
     let ctx = providers::open(&device, &opts).map_err(err)?;
     let channel = ctx.create_comp_channel().map_err(err)?;
-    let cq = ctx.create_cq((RECVS + SENDS) as u32 * 2, Some(&channel)).map_err(err)?;
+    // The probe QP's and every channel QP's completions.
+    let cq = ctx.create_cq(16384, Some(&channel)).map_err(err)?;
     let pd = ctx.alloc_pd().map_err(err)?;
     let caps = QpCaps { max_send_wr: SENDS as u32, max_recv_wr: RECVS as u32, max_inline_data: 0 };
     let qp = pd.create_qp(&QpInit { caps, ..QpInit::new(QpType::Ud, &cq) }).map_err(err)?;
@@ -301,6 +341,7 @@ fn open_rail(pod: &Pod, me: usize, r: usize, probe: &ProbeConfig) -> Result<Rail
     let addr = ctx.ip();
     Ok(RailIo {
         _ctx: ctx,
+        pd,
         cq,
         channel,
         qp,
@@ -338,8 +379,17 @@ impl PodAgent {
             s.set_nonblocking(true).map_err(|source| Error::Bind { addr, source })?;
             sockets.push(s);
         }
+        let (wake, woken) = UnixDatagram::pair()
+            .map_err(|e| Error::Plan(format!("cannot make the wake-up socket: {e}")))?;
+        let _ = wake.set_nonblocking(true);
+        let _ = woken.set_nonblocking(true);
+        let incarnation = unix_ms();
+        let chan = chan::ChanIo::new(pod, me, incarnation, cfg.probe.port(0));
         let now = Instant::now();
         let inner = Arc::new(Inner {
+            chan: Mutex::new(chan),
+            delivered: Condvar::new(),
+            wake,
             prober: Mutex::new(Prober::new(pod, me, cfg.probe, now)),
             status: Mutex::new(Status {
                 host: pod.hosts[me].name.clone(),
@@ -366,8 +416,15 @@ impl PodAgent {
         let i = inner.clone();
         threads.push(
             std::thread::Builder::new()
+                .name("pod-channels".into())
+                .spawn(move || chan_loop(&i, woken))
+                .map_err(|e| Error::Plan(format!("cannot start a thread: {e}")))?,
+        );
+        let i = inner.clone();
+        threads.push(
+            std::thread::Builder::new()
                 .name("pod-control".into())
-                .spawn(move || control_loop(&i, sockets))
+                .spawn(move || control_loop(&i, sockets, incarnation))
                 .map_err(|e| Error::Plan(format!("cannot start a thread: {e}")))?,
         );
         Ok(PodAgent { inner, threads })
@@ -381,6 +438,81 @@ impl PodAgent {
     /// The pod.
     pub fn pod(&self) -> &Pod {
         &self.inner.cfg.pod
+    }
+
+    /// Queues `payload` (at most [`MAX_MESSAGE`] bytes) to host `peer` on its pod channel;
+    /// its sequence number. Delivered once, in order, unless reported undeliverable
+    /// ([`PodAgent::take_undeliverable`]).
+    pub fn send(&self, peer: usize, payload: Vec<u8>) -> Result<u64, Error> {
+        if payload.len() > MAX_MESSAGE {
+            return Err(Error::Plan(format!(
+                "a message of {} bytes: at most {MAX_MESSAGE}",
+                payload.len()
+            )));
+        }
+        if peer == self.inner.cfg.me || peer >= self.inner.cfg.pod.hosts.len() {
+            return Err(Error::Plan(format!("no peer {peer}")));
+        }
+        let seq = lock(&self.inner.chan).channels.send(peer as u16, payload);
+        self.inner.wake();
+        Ok(seq)
+    }
+
+    /// Messages to `peer` not acknowledged yet.
+    pub fn pending(&self, peer: usize) -> usize {
+        lock(&self.inner.chan).channels.pending(peer as u16)
+    }
+
+    /// The next message delivered to this host, waiting up to `timeout`.
+    pub fn recv(&self, timeout: Duration) -> Option<Delivered> {
+        let deadline = Instant::now() + timeout;
+        let mut c = lock(&self.inner.chan);
+        loop {
+            if let Some(d) = c.delivered.pop_front() {
+                return Some(d);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            c = self
+                .inner
+                .delivered
+                .wait_timeout(c, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Gives up on `peer` (declared down): every message to it not acknowledged is reported
+    /// undeliverable now.
+    pub fn give_up(&self, peer: usize) {
+        let mut c = lock(&self.inner.chan);
+        c.channels.peer_down(peer as u16);
+        let lost = c.channels.take_undeliverable();
+        c.undeliverable.extend(lost);
+    }
+
+    /// Takes the messages reported undeliverable since the last call.
+    pub fn take_undeliverable(&self) -> Vec<Undeliverable> {
+        std::mem::take(&mut lock(&self.inner.chan).undeliverable)
+    }
+
+    /// The route changes so far.
+    pub fn route_events(&self) -> Vec<RouteEvent> {
+        lock(&self.inner.chan).routes.clone()
+    }
+
+    /// The channels' counters, and frames relayed for others.
+    pub fn channel_counters(&self) -> (ChannelCounters, u64) {
+        let c = lock(&self.inner.chan);
+        (c.channels.counters(), c.relayed)
+    }
+
+    /// Whether every member is alive (and none missing).
+    pub fn all_alive(&self) -> bool {
+        let s = self.status();
+        !s.members.is_empty() && s.members.iter().all(|m| m.health == Health::Alive)
     }
 
     /// Stops the threads (the pod sees this host go).
@@ -403,7 +535,18 @@ impl Drop for PodAgent {
 }
 
 /// A rail's device: answers probes, takes answers, frees send buffers.
+/// Raises this thread's priority (`nice`), where allowed: the pod monitor's threads must
+/// stay responsive on a busy host, or it takes its own starvation for its peers' silence.
+fn nice(n: i32) {
+    // SAFETY: gettid and setpriority take no pointers; a refusal (no privilege) is ignored.
+    unsafe {
+        let tid = nix::libc::gettid();
+        let _ = nix::libc::setpriority(nix::libc::PRIO_PROCESS, tid as nix::libc::id_t, n);
+    }
+}
+
 fn rail_loop(inner: &Inner, r: usize) {
+    nice(-10);
     let rail = &inner.rails[r];
     let mut wcs = [verbs::empty_wc(); 32];
     let mut buf = vec![0u8; probe::HEADER];
@@ -420,17 +563,42 @@ fn rail_loop(inner: &Inner, r: usize) {
             }
         }
         for wc in &wcs[..n] {
+            if wc.wr_id & chan::TAG != 0 {
+                let mut c = lock(&inner.chan);
+                c.on_completion(rail, wc, Instant::now());
+                if !c.delivered.is_empty() {
+                    inner.delivered.notify_all();
+                }
+                drop(c);
+                inner.wake();
+                continue;
+            }
             match wc.opcode {
                 WcOpcode::Recv => {
                     let slot = wc.wr_id as usize;
                     let at = slot * rail.slot;
+                    let len = (wc.byte_len as usize).saturating_sub(GRH).min(rail.slot - GRH);
                     let got = wc.status == WcStatus::Success
                         && rail.recv.read(at + GRH, &mut buf).is_ok();
+                    let hello = got && buf[..4] == chan::HELLO_MAGIC && len > 4 && len <= 4096;
+                    let mut msg = Vec::new();
+                    if hello {
+                        msg.resize(len, 0);
+                        let _ = rail.recv.read(at + GRH, &mut msg);
+                    }
                     let _ = rail.qp.post_recv(RecvWr::new(wc.wr_id).sge(
                         rail.recv.addr() + at as u64,
                         rail.slot as u32,
                         rail.recv.lkey(),
                     ));
+                    if hello {
+                        let ud = |rr: usize, b: &[u8], to: IpAddr, q: u32, port: u16| {
+                            send_bytes(inner, rr, b, b.len(), to, q, port)
+                        };
+                        lock(&inner.chan).on_hello(&inner.cfg.pod, &inner.rails, &ud, r, &msg[4..]);
+                        inner.wake();
+                        continue;
+                    }
                     let Some(p) = got.then(|| Packet::read(&buf)).flatten() else { continue };
                     if p.reply {
                         let now = Instant::now();
@@ -461,19 +629,40 @@ fn rail_loop(inner: &Inner, r: usize) {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 fn stamp(inner: &Inner, now: Instant) -> u64 {
     now.saturating_duration_since(inner.epoch).as_nanos() as u64
 }
 
 /// Sends `p` (`len` bytes) from rail `r` to `qpn` at `to`, from UDP source port `port`.
 fn send(inner: &Inner, r: usize, p: &Packet, len: usize, to: IpAddr, qpn: u32, port: u16) -> bool {
-    let rail = &inner.rails[r];
-    let Some(slot) = rail.free.lock().unwrap_or_else(PoisonError::into_inner).pop() else {
+    let mut head = [0u8; probe::HEADER];
+    p.write(&mut head).is_some() && send_bytes(inner, r, &head, len, to, qpn, port)
+}
+
+/// Sends `len` bytes from rail `r`'s probe QP to `qpn` at `to` from UDP source port `port`,
+/// the first of them `bytes` (a near-MTU probe is its header and whatever follows).
+fn send_bytes(
+    inner: &Inner,
+    r: usize,
+    bytes: &[u8],
+    len: usize,
+    to: IpAddr,
+    qpn: u32,
+    port: u16,
+) -> bool {
+    let Some(rail) = inner.rails.get(r) else { return false };
+    if bytes.len() > rail.slot || len > rail.slot {
+        return false;
+    }
+    let Some(slot) = lock(&rail.free).pop() else {
         return false;
     };
     let at = slot * rail.slot;
-    let mut head = [0u8; probe::HEADER];
-    let ok = p.write(&mut head).is_some() && rail.send.write(at, &head).is_ok();
+    let ok = rail.send.write(at, bytes).is_ok();
     let dest = UdDest::new(to, verbs::Qpn::new(qpn), QKey(QKEY));
     let mut wr = SendWr::new((slot as u64) << 32, SendOp::Send).sge(
         rail.send.addr() + at as u64,
@@ -488,8 +677,30 @@ fn send(inner: &Inner, r: usize, p: &Packet, len: usize, to: IpAddr, qpn: u32, p
     false
 }
 
+/// The pod channels: connection handshakes, and frames onto their hops' QPs whenever a
+/// message is queued, a frame arrives, a send finishes or a route changes (a thread of its
+/// own: moving data must not delay the failure detector's timers).
+fn chan_loop(inner: &Inner, woken: UnixDatagram) {
+    let pod = &inner.cfg.pod;
+    let mut wbuf = [0u8; 64];
+    let ud = |r: usize, b: &[u8], to: IpAddr, q: u32, port: u16| {
+        send_bytes(inner, r, b, b.len(), to, q, port)
+    };
+    while !inner.stop.load(Ordering::Relaxed) {
+        {
+            let mut fds = [PollFd::new(woken.as_fd(), PollFlags::POLLIN)];
+            let _ = nix::poll::poll(&mut fds, PollTimeout::from(20u8));
+        }
+        while woken.recv(&mut wbuf).is_ok() {}
+        let mut c = lock(&inner.chan);
+        c.pump(pod, &inner.rails, &ud, Instant::now());
+        let lost = c.channels.take_undeliverable();
+        c.undeliverable.extend(lost);
+    }
+}
+
 /// Membership, the probe schedule, reports and localization.
-fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>) {
+fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
     let cfg = &inner.cfg;
     let pod = &cfg.pod;
     let me = cfg.me;
@@ -502,13 +713,18 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>) {
             .map(|a| SocketAddr::new(a, cfg.control_port))
             .collect()
     };
-    let my_id =
-        Id { host: me as u16, incarnation: unix_ms(), addrs: ctl_addrs(me), qpns: qpns.clone() };
+    let my_id = Id {
+        host: me as u16,
+        incarnation,
+        boot: incarnation,
+        addrs: ctl_addrs(me),
+        qpns: qpns.clone(),
+    };
     let start = Instant::now();
     let mut m = Membership::new(my_id, n, cfg.timeouts, unix_ms() ^ me as u64, start);
     let seeds: Vec<Id> = (0..n)
         .filter(|&h| h != me)
-        .map(|h| Id { host: h as u16, incarnation: 0, addrs: ctl_addrs(h), qpns: vec![] })
+        .map(|h| Id { host: h as u16, incarnation: 0, boot: 0, addrs: ctl_addrs(h), qpns: vec![] })
         .collect();
     let _ = m.join(&seeds, start);
     let mut rx = vec![0u8; 65536];
@@ -523,6 +739,8 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>) {
         .set_down(&unreachable.iter().copied().collect::<Vec<_>>());
     let mut findings: Vec<Finding> = Vec::new();
     let mut first_seen: BTreeMap<(String, String), Instant> = BTreeMap::new();
+    let mut down_since: BTreeMap<u16, Instant> = BTreeMap::new();
+    nice(-10);
     let mut events: VecDeque<EventRecord> = VecDeque::new();
     let mut lag_window: VecDeque<(Instant, Duration)> = VecDeque::new();
     let record = |events: &mut VecDeque<EventRecord>, kind: &str, text: String| {
@@ -569,6 +787,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>) {
             }
         }
         let _ = m.handle_timeouts(now);
+
         if now >= next_join && m.members().len() + 1 < n {
             // Hosts not heard of yet (started later, or the first announce was lost).
             let missing: Vec<Id> =
@@ -588,6 +807,43 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>) {
         for e in m.take_events() {
             let name = pod.hosts.get(usize::from(e.host)).map_or("?", |h| h.name.as_str());
             record(&mut events, "member", format!("{name} {}", health_word(e.health)));
+            match e.health {
+                // Its messages are given up only if it stays down (a host that was only
+                // suspected, or came back as the same life, loses nothing).
+                Health::Down => {
+                    down_since.entry(e.host).or_insert(now);
+                }
+                _ => {
+                    down_since.remove(&e.host);
+                    if let Some(x) = m.members().get(&e.host) {
+                        let mut c = lock(&inner.chan);
+                        c.channels.peer_up(e.host, x.id.boot);
+                        let lost = c.channels.take_undeliverable();
+                        c.undeliverable.extend(lost);
+                    }
+                }
+            }
+        }
+        let gone: Vec<u16> = down_since
+            .iter()
+            .filter(|(_, t)| now.duration_since(**t) >= DOWN_GRACE)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in gone {
+            down_since.remove(&h);
+            let mut c = lock(&inner.chan);
+            c.channels.peer_down(h);
+            let lost = c.channels.take_undeliverable();
+            c.undeliverable.extend(lost);
+        }
+
+        {
+            let known: BTreeMap<usize, Vec<u32>> =
+                m.members().iter().map(|(h, x)| (usize::from(*h), x.id.qpns.clone())).collect();
+            let mut c = lock(&inner.chan);
+            if c.probe_qpns != known {
+                c.probe_qpns = known;
+            }
         }
         let now_unreachable: BTreeSet<usize> = (0..n)
             .filter(|&h| h != me)
@@ -653,6 +909,38 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>) {
         let mut health: BTreeMap<u16, Health> =
             m.members().iter().map(|(h, x)| (*h, x.health)).collect();
         health.insert(me as u16, Health::Alive);
+        // Routes from this host's own paths (not the settled findings: traffic moves at
+        // once) and the others' reports.
+        let views: BTreeMap<(usize, Dev), PathView> = {
+            let p = lock(&inner.prober);
+            p.paths()
+                .map(|(k, st)| {
+                    let j = st.judge();
+                    // Other ports only where losses split by port (an ECMP path): a dead
+                    // path's ports that answered before it died carry nothing now.
+                    let split = j.ports.is_split();
+                    let carried = if split { j.ports.carried } else { vec![] };
+                    let v = PathView {
+                        state: j.state,
+                        carried,
+                        lost: j.ports.lost,
+                        clean_since: j.clean_since,
+                    };
+                    (*k, v)
+                })
+                .collect()
+        };
+        {
+            let alive = |h: usize| health.get(&(h as u16)).is_some_and(|x| *x != Health::Down);
+            let mut c = lock(&inner.chan);
+            let changes = c.table.update(now, &views, &reports, &alive);
+            let moved = !changes.is_empty();
+            c.apply(pod, changes, unix_ms());
+            drop(c);
+            if moved {
+                inner.wake();
+            }
+        }
         let raw = locate::locate(pod, me, &health, &reports);
         first_seen.retain(|k, _| raw.iter().any(|f| (&f.kind, &f.component) == (&k.0, &k.1)));
         let now_findings: Vec<Finding> = raw
@@ -776,7 +1064,22 @@ fn build_status(
             .collect()
     };
     let (late_timers, _) = m.lateness();
+    let (routes, route_events, channels) = {
+        let c = lock(&inner.chan);
+        let routes =
+            c.table.routes().iter().map(|(p, r)| (pod.hosts[*p].name.clone(), *r)).collect();
+        let ev = c.routes.iter().rev().take(50).rev().cloned().collect();
+        let st = ChannelStatus {
+            counters: c.channels.counters(),
+            relayed: c.relayed,
+            hops_up: c.hops_up(),
+        };
+        (routes, ev, st)
+    };
     Status {
+        routes,
+        route_events,
+        channels,
         host: pod.hosts[me].name.clone(),
         index: me,
         members,

@@ -34,8 +34,12 @@ pub const MAX_LHM: u32 = 8;
 pub struct Id {
     /// The host's index in the pod plan.
     pub host: u16,
-    /// Which life of the host's agent.
+    /// Which identity of the host's agent: its start (ms since the epoch), +1 each time it
+    /// rejoins after being declared down.
     pub incarnation: u64,
+    /// Which life of the host's agent: its start, ms since the epoch (a rejoin keeps it; a
+    /// restart changes it). The pod channels' epoch.
+    pub boot: u64,
     /// The control addresses (one per rail: a message goes out on every one, so one dead rail
     /// does not make a host look dead).
     pub addrs: Vec<SocketAddr>,
@@ -486,6 +490,7 @@ mod tests {
         Id {
             host: h,
             incarnation: 1,
+            boot: 1,
             addrs: vec![SocketAddr::from(([10, 1, h as u8, 1], 7946))],
             qpns: vec![],
         }

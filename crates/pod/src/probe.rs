@@ -236,6 +236,9 @@ pub const DEAD_AFTER: usize = 3;
 pub const LOSSY_MIN: usize = 3;
 /// … and at least this share of them.
 pub const LOSSY_SHARE: f64 = 0.02;
+/// A lossy path whose last this many small probes (since its last loss) were all answered
+/// is taken as recovered.
+pub const RECOVERED_AFTER: usize = 10;
 /// Near-MTU probes lost (in the window) before a path is `large-lost`.
 pub const LARGE_MIN: usize = 2;
 
@@ -246,14 +249,39 @@ impl PathStats {
         let small: Vec<&Outcome> = self.recent.iter().filter(|o| !o.large).collect();
         let large: Vec<&Outcome> = self.recent.iter().filter(|o| o.large).collect();
         let lost_small = small.iter().filter(|o| o.rtt.is_none()).count();
-        let lost_large = large.iter().filter(|o| o.rtt.is_none()).count();
+        // A near-MTU probe lost while small ones were lost too (within a second) says
+        // nothing of frame sizes; near-MTU losses followed by answers have recovered.
+        let small_lost_at: Vec<Instant> =
+            small.iter().filter(|o| o.rtt.is_none()).map(|o| o.at).collect();
+        let near_small_loss = |t: Instant| {
+            small_lost_at
+                .iter()
+                .any(|s| s.max(&t).duration_since(*s.min(&t)) <= Duration::from_secs(1))
+        };
+        let large_lost_at: Vec<Instant> = large
+            .iter()
+            .filter(|o| o.rtt.is_none() && !near_small_loss(o.at))
+            .map(|o| o.at)
+            .collect();
+        let large_recovered = large_lost_at.iter().max().is_some_and(|l| {
+            let after: Vec<&&Outcome> = large.iter().filter(|o| o.at > *l).collect();
+            after.len() >= 3 && after.iter().all(|o| o.rtt.is_some())
+        });
+        let lost_large = if large_recovered { 0 } else { large_lost_at.len() };
         let dead = small.len() >= DEAD_AFTER
             && small.iter().rev().take(DEAD_AFTER).all(|o| o.rtt.is_none());
         let lossy =
             lost_small >= LOSSY_MIN && lost_small as f64 >= LOSSY_SHARE * small.len().max(1) as f64;
+        // Losses in the window, but every probe answered for a while since: recovered (a
+        // healed path is not held lossy for the rest of the window).
+        let last_loss_s = small.iter().filter(|o| o.rtt.is_none()).map(|o| o.at).max();
+        let recovered = last_loss_s.is_some_and(|l| {
+            let after: Vec<&&Outcome> = small.iter().filter(|o| o.at > l).collect();
+            after.len() >= RECOVERED_AFTER && after.iter().all(|o| o.rtt.is_some())
+        });
         let state = if dead {
             PathState::Dead
-        } else if lossy {
+        } else if lossy && !recovered {
             PathState::Lossy
         } else if lost_large >= LARGE_MIN {
             PathState::LargeLost
@@ -261,21 +289,43 @@ impl PathStats {
             PathState::Ok
         };
         let split = |large: bool| {
+            // A port carries only if it answered since the path's first loss in the window:
+            // a path that died has ports whose last answer came before, and they carry
+            // nothing now.
+            let since = self
+                .recent
+                .iter()
+                .filter(|o| o.large == large && o.rtt.is_none())
+                .map(|o| o.at)
+                .min();
             let mut out = PortSplit::default();
             for ((port, l), h) in &self.by_port {
                 if *l != large {
                     continue;
                 }
+                let last_at = h.back().map(|(t, _)| *t);
                 match h.iter().map(|(_, a)| *a).collect::<Vec<bool>>()[..] {
                     [false, false] => out.lost.push(*port),
                     [false, true] => out.flaky += 1,
-                    [true] | [true, true] => out.carried.push(*port),
-                    // One loss not confirmed yet (its retry is on the way).
+                    [true] | [true, true]
+                        if since.is_none_or(|s| last_at.is_some_and(|t| t > s)) =>
+                    {
+                        out.carried.push(*port)
+                    }
+                    // One loss not confirmed yet (its retry is on the way), or an answer
+                    // from before the losses began.
                     _ => {}
                 }
             }
             out
         };
+        // Answering without a loss since when (small probes).
+        let last_loss = small.iter().filter(|o| o.rtt.is_none()).map(|o| o.at).max();
+        let clean_since = small
+            .iter()
+            .filter(|o| o.rtt.is_some() && last_loss.is_none_or(|l| o.at > l))
+            .map(|o| o.at)
+            .min();
         let mut rtts: Vec<Duration> = small.iter().filter_map(|o| o.rtt).collect();
         rtts.sort();
         Judged {
@@ -285,6 +335,7 @@ impl PathStats {
             ports: split(false),
             large_ports: split(true),
             rtt_p50: rtts.get(rtts.len() / 2).copied(),
+            clean_since,
         }
     }
 }
@@ -304,6 +355,9 @@ pub struct Judged {
     pub large_ports: PortSplit,
     /// The median round trip of the small probes answered.
     pub rtt_p50: Option<Duration>,
+    /// Since when every small probe has been answered (the first answer after the last
+    /// loss in the window; `None`: none answered since).
+    pub clean_since: Option<Instant>,
 }
 
 /// One path in a host's report.

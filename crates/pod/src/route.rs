@@ -21,6 +21,8 @@ use crate::probe::{PathState, Report};
 
 /// A home path that answers cleanly this long is taken back.
 pub const FAIL_BACK_AFTER: Duration = Duration::from_secs(3);
+/// A hop whose QP failed is not used again for this long (unless nothing else works).
+pub const AVOID_FOR: Duration = Duration::from_secs(5);
 
 /// How traffic to a peer goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -93,6 +95,8 @@ pub struct PathView {
     pub carried: Vec<u16>,
     /// Ports whose probes were lost twice running.
     pub lost: Vec<u16>,
+    /// Since when every probe of the path has been answered.
+    pub clean_since: Option<Instant>,
 }
 
 /// This host's routes to every peer.
@@ -106,6 +110,8 @@ pub struct RouteTable {
     home_bad_at: BTreeMap<usize, Instant>,
     /// Each host's rail count.
     host_rails: Vec<usize>,
+    /// Hops whose QP failed: (next host, rail, its rail, port) → when.
+    avoid: BTreeMap<(usize, usize, usize, u16), Instant>,
 }
 
 impl RouteTable {
@@ -132,6 +138,7 @@ impl RouteTable {
             now,
             home_bad_at: BTreeMap::new(),
             host_rails: pod.hosts.iter().map(|h| h.rails.len()).collect(),
+            avoid: BTreeMap::new(),
         }
     }
 
@@ -169,6 +176,12 @@ impl RouteTable {
                 })
             })
         };
+        self.avoid.retain(|_, t| now.duration_since(*t) < AVOID_FOR);
+        let avoid = self.avoid.clone();
+        let avoided = |peer: usize, r: &Route| {
+            let (rail, next, pr, port) = r.hop(peer);
+            avoid.contains_key(&(next, rail, pr, port))
+        };
         let mut changes = Vec::new();
         let peers: Vec<usize> = self.home.keys().copied().collect();
         for peer in peers {
@@ -184,7 +197,11 @@ impl RouteTable {
             let home_dev = Dev { host: peer, rail: hp };
             let home_ok = ok(hr, home_dev)
                 && mine.get(&(hr, home_dev)).is_none_or(|v| !v.lost.contains(&hport));
-            if !home_ok {
+            if !home_ok
+                && mine.get(&(hr, home_dev)).is_none_or(|v| {
+                    v.clean_since.is_none_or(|t| now.saturating_duration_since(t) < FAIL_BACK_AFTER)
+                })
+            {
                 self.home_bad_at.insert(peer, now);
             }
             let works = |r: &Route| match *r {
@@ -202,9 +219,15 @@ impl RouteTable {
                             .any(|r| relays(via, r, Dev { host: peer, rail: r }))
                 }
             };
-            // Fail back once the home path has been clean for a while.
+            // Fail back once the home path has answered every probe for a while.
+            let home_clean = mine.get(&(hr, home_dev)).is_none_or(|v| {
+                v.clean_since.is_some_and(|t| now.saturating_duration_since(t) >= FAIL_BACK_AFTER)
+                    && !v.lost.contains(&hport)
+                    && v.state != PathState::Dead
+            });
             if cur != Some(home)
-                && home_ok
+                && home_clean
+                && !avoided(peer, &home)
                 && self
                     .home_bad_at
                     .get(&peer)
@@ -213,7 +236,7 @@ impl RouteTable {
                 self.set(peer, Some(home), "the home path answers again".into(), now, &mut changes);
                 continue;
             }
-            if cur.as_ref().is_some_and(&works) {
+            if cur.as_ref().is_some_and(|c| works(c) && !avoided(peer, c)) {
                 continue;
             }
             // The cheapest route that works.
@@ -235,7 +258,30 @@ impl RouteTable {
                     cands.push(Route::Relay { via, rail: r, port: hport });
                 }
             }
-            let pick = cands.into_iter().filter(|c| works(c)).min_by_key(|c| c.class(&home));
+            // Paths that lose some probes still deliver (RC retransmits): when no route
+            // answers cleanly, one that is not dead beats none.
+            let limps = |r: &Route| {
+                let (rail, next, pr, port) = r.hop(peer);
+                let d = Dev { host: next, rail: pr };
+                alive(next)
+                    && mine
+                        .get(&(rail, d))
+                        .is_none_or(|v| v.state != PathState::Dead && !v.lost.contains(&port))
+            };
+            let mut usable: Vec<Route> = cands.iter().copied().filter(|c| works(c)).collect();
+            if usable.is_empty() {
+                usable = cands
+                    .into_iter()
+                    .filter(|c| limps(c) && matches!(c, Route::Direct { .. }))
+                    .collect();
+            }
+            // A hop whose QP failed only when nothing else works.
+            let pick = usable
+                .iter()
+                .filter(|c| !avoided(peer, c))
+                .min_by_key(|c| c.class(&home))
+                .or_else(|| usable.iter().min_by_key(|c| c.class(&home)))
+                .copied();
             let why = match (cur, pick) {
                 (_, Some(p)) if p.class(&home) == 1 => {
                     "the home path is lost on its UDP source port (an ECMP path): another port"
@@ -252,6 +298,31 @@ impl RouteTable {
             }
         }
         changes
+    }
+
+    /// The QP of hop (`next`, `rail`, `peer_rail`, `port`) failed: the peers routed through
+    /// it lose their route until the next [`RouteTable::update`] picks another, and the hop
+    /// is avoided for [`AVOID_FOR`]; those peers.
+    pub fn failed_hop(
+        &mut self,
+        next: usize,
+        rail: usize,
+        peer_rail: usize,
+        port: u16,
+        now: Instant,
+    ) -> Vec<usize> {
+        self.avoid.insert((next, rail, peer_rail, port), now);
+        let hit: Vec<usize> = self
+            .now
+            .iter()
+            .filter(|(peer, r)| r.is_some_and(|r| r.hop(**peer) == (rail, next, peer_rail, port)))
+            .map(|(p, _)| *p)
+            .collect();
+        for &p in &hit {
+            self.now.insert(p, None);
+            self.home_bad_at.insert(p, now);
+        }
+        hit
     }
 
     fn set(
@@ -273,7 +344,7 @@ mod tests {
     use crate::test_pod;
 
     fn view(state: PathState, carried: &[u16], lost: &[u16]) -> PathView {
-        PathView { state, carried: carried.to_vec(), lost: lost.to_vec() }
+        PathView { state, carried: carried.to_vec(), lost: lost.to_vec(), clean_since: None }
     }
 
     #[test]

@@ -254,6 +254,28 @@ pub(crate) struct BurninArgs {
     /// Write report.json, junit.xml and report.html (as `podnet qualify` does) here.
     #[arg(long, value_name = "DIR")]
     pub(crate) report_dir: Option<PathBuf>,
+
+    /// Go on through failures: run over pod channels (reliable, ordered messages over RC
+    /// QPs that fail over along each host's route table: another UDP source port, another
+    /// rail, a relay) with the pod plan --pod, instead of one RC connection per edge. A host
+    /// that dies has its messages reported undeliverable by number; among the survivors
+    /// every message must arrive once. One size (--sizes, at most 16 KiB); patterns
+    /// all-to-all (the default) and ring.
+    #[arg(long, requires = "pod")]
+    pub(crate) resilient: bool,
+
+    /// The pod plan (`[pod]`, as for qualify and `agent --pod`), with --resilient.
+    #[arg(long, value_name = "PLAN", requires = "resilient")]
+    pub(crate) pod: Option<PathBuf>,
+
+    /// With --resilient: this host sends at most this many Mbit/s in all (0: as fast as the
+    /// channels go). A burn-in below line rate keeps the fabric's queues short, so the
+    /// pod's probes measure the fabric rather than the burn-in's own queues.
+    #[arg(long, value_name = "MBIT", default_value_t = 0.0, requires = "resilient")]
+    pub(crate) rate_mbit: f64,
+
+    #[command(flatten)]
+    pub(crate) pod_opts: PodOpts,
 }
 
 /// `--publish[=DIR]`, as `podnet perf` and `podnet qualify` take it.

@@ -24,6 +24,9 @@ fn hostname() -> String {
 
 /// Runs `podnet burnin`.
 pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
+    if args.resilient {
+        return super::resilient::run(args);
+    }
     let patterns: Vec<Pattern> = if args.patterns == "all" {
         Pattern::ALL.to_vec()
     } else {

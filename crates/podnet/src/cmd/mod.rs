@@ -9,6 +9,7 @@ mod pingpong;
 mod pod;
 mod probe;
 mod qualify;
+mod resilient;
 mod world;
 
 use std::process::ExitCode;

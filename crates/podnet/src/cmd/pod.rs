@@ -18,7 +18,7 @@ use telemetry::prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use telemetry::prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use telemetry::prometheus_client::registry::Registry;
 
-use crate::cli::{AgentArgs, PodStatusArgs};
+use crate::cli::{AgentArgs, PodOpts, PodStatusArgs};
 
 type Labels = Vec<(String, String)>;
 
@@ -63,6 +63,45 @@ pub(crate) struct Monitor {
     series: Arc<Series>,
 }
 
+/// The pod monitor's configuration from a pod plan and the `--pod-*` flags.
+pub(crate) fn agent_config(path: &std::path::Path, o: &PodOpts) -> anyhow::Result<AgentConfig> {
+    let plan = Plan::load(path)?;
+    let Some(pod) = plan.pod else {
+        bail!("{}: no [pod] section (the pod's hosts and rails, as for qualify)", path.display())
+    };
+    let period = crate::cmd::world::secs("--probe-period", o.probe_period)?;
+    if !(0.01..=10.0).contains(&o.probe_period) {
+        bail!("--probe-period must be between 0.01 and 10 seconds, not {}", o.probe_period);
+    }
+    if o.probe_large != 0 && !(pod::probe::HEADER..=4096).contains(&o.probe_large) {
+        bail!(
+            "--probe-large must be 0 or {}-4096 bytes, not {}",
+            pod::probe::HEADER,
+            o.probe_large
+        );
+    }
+    let me = this_host(&pod, o.pod_host.as_deref())?;
+    for r in &pod.hosts[me].rails {
+        if !r.device.starts_with("soft:") {
+            bail!(
+                "rail {:?}: the pod monitor probes from soft devices for now (soft:<rail \
+                 address>); an RDMA device's address comes from its GID, not yet read here",
+                r.device
+            );
+        }
+    }
+    let mut cfg = AgentConfig::new(pod, me);
+    cfg.control_port = o.pod_port;
+    cfg.probe.large = o.probe_large;
+    cfg.probe.period = period;
+    cfg.timeouts.probe_period = period;
+    cfg.timeouts.probe_rtt = period * 2 / 5;
+    cfg.timeouts.suspect_to_down = period * 3;
+    cfg.report_every = period * 2;
+    cfg.settle = period * 4;
+    Ok(cfg)
+}
+
 /// Which host of `pod` this is: `--pod-host` (a name or an index), else the host with this
 /// host name, else the launcher's rank.
 fn this_host(pod: &Pod, named: Option<&str>) -> anyhow::Result<usize> {
@@ -99,44 +138,9 @@ impl Monitor {
     /// Starts the pod monitor of `podnet agent --pod`.
     pub(crate) fn start(args: &AgentArgs) -> anyhow::Result<Option<Monitor>> {
         let Some(path) = &args.pod else { return Ok(None) };
-        let plan = Plan::load(path)?;
-        let Some(pod) = plan.pod else {
-            bail!(
-                "{}: no [pod] section (the pod's hosts and rails, as for qualify)",
-                path.display()
-            )
-        };
+        let cfg = agent_config(path, &args.pod_opts)?;
+        let me = cfg.me;
         let o = &args.pod_opts;
-        let period = crate::cmd::world::secs("--probe-period", o.probe_period)?;
-        if !(0.01..=10.0).contains(&o.probe_period) {
-            bail!("--probe-period must be between 0.01 and 10 seconds, not {}", o.probe_period);
-        }
-        if o.probe_large != 0 && !(pod::probe::HEADER..=4096).contains(&o.probe_large) {
-            bail!(
-                "--probe-large must be 0 or {}-4096 bytes, not {}",
-                pod::probe::HEADER,
-                o.probe_large
-            );
-        }
-        let me = this_host(&pod, o.pod_host.as_deref())?;
-        for r in &pod.hosts[me].rails {
-            if !r.device.starts_with("soft:") {
-                bail!(
-                    "rail {:?}: the pod monitor probes from soft devices for now (soft:<rail \
-                     address>); an RDMA device's address comes from its GID, not yet read here",
-                    r.device
-                );
-            }
-        }
-        let mut cfg = AgentConfig::new(pod, me);
-        cfg.control_port = o.pod_port;
-        cfg.probe.large = o.probe_large;
-        cfg.probe.period = period;
-        cfg.timeouts.probe_period = period;
-        cfg.timeouts.probe_rtt = period * 2 / 5;
-        cfg.timeouts.suspect_to_down = period * 3;
-        cfg.report_every = period * 2;
-        cfg.settle = period * 4;
         let series = Arc::new(Series {
             rtt: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(1e-6, 2.0, 22))
