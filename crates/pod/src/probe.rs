@@ -192,6 +192,10 @@ pub struct PathStats {
     recent: VecDeque<Outcome>,
     /// Per (port, near-MTU): its last two outcomes in the window (when, answered).
     by_port: BTreeMap<(u16, bool), VecDeque<(Instant, bool)>>,
+    /// The last split of the small probes' losses by port, and when it was seen: a path
+    /// that fails for some ECMP hashes stays split while its losses are in the window (once
+    /// healed, its ports answer again and the split would dissolve into plain loss).
+    sticky: Option<(PortSplit, Instant)>,
 }
 
 /// How a path's losses fall over its UDP source ports. A probe lost is sent again on its
@@ -236,9 +240,6 @@ pub const DEAD_AFTER: usize = 3;
 pub const LOSSY_MIN: usize = 3;
 /// … and at least this share of them.
 pub const LOSSY_SHARE: f64 = 0.02;
-/// A lossy path whose last this many small probes (since its last loss) were all answered
-/// is taken as recovered.
-pub const RECOVERED_AFTER: usize = 10;
 /// Near-MTU probes lost (in the window) before a path is `large-lost`.
 pub const LARGE_MIN: usize = 2;
 
@@ -272,52 +273,14 @@ impl PathStats {
             && small.iter().rev().take(DEAD_AFTER).all(|o| o.rtt.is_none());
         let lossy =
             lost_small >= LOSSY_MIN && lost_small as f64 >= LOSSY_SHARE * small.len().max(1) as f64;
-        // Losses in the window, but every probe answered for a while since: recovered (a
-        // healed path is not held lossy for the rest of the window).
-        let last_loss_s = small.iter().filter(|o| o.rtt.is_none()).map(|o| o.at).max();
-        let recovered = last_loss_s.is_some_and(|l| {
-            let after: Vec<&&Outcome> = small.iter().filter(|o| o.at > l).collect();
-            after.len() >= RECOVERED_AFTER && after.iter().all(|o| o.rtt.is_some())
-        });
         let state = if dead {
             PathState::Dead
-        } else if lossy && !recovered {
+        } else if lossy {
             PathState::Lossy
         } else if lost_large >= LARGE_MIN {
             PathState::LargeLost
         } else {
             PathState::Ok
-        };
-        let split = |large: bool| {
-            // A port carries only if it answered since the path's first loss in the window:
-            // a path that died has ports whose last answer came before, and they carry
-            // nothing now.
-            let since = self
-                .recent
-                .iter()
-                .filter(|o| o.large == large && o.rtt.is_none())
-                .map(|o| o.at)
-                .min();
-            let mut out = PortSplit::default();
-            for ((port, l), h) in &self.by_port {
-                if *l != large {
-                    continue;
-                }
-                let last_at = h.back().map(|(t, _)| *t);
-                match h.iter().map(|(_, a)| *a).collect::<Vec<bool>>()[..] {
-                    [false, false] => out.lost.push(*port),
-                    [false, true] => out.flaky += 1,
-                    [true] | [true, true]
-                        if since.is_none_or(|s| last_at.is_some_and(|t| t > s)) =>
-                    {
-                        out.carried.push(*port)
-                    }
-                    // One loss not confirmed yet (its retry is on the way), or an answer
-                    // from before the losses began.
-                    _ => {}
-                }
-            }
-            out
         };
         // Answering without a loss since when (small probes).
         let last_loss = small.iter().filter(|o| o.rtt.is_none()).map(|o| o.at).max();
@@ -332,11 +295,49 @@ impl PathStats {
             state,
             small: (small.len() as u32, lost_small as u32),
             large: (large.len() as u32, lost_large as u32),
-            ports: split(false),
-            large_ports: split(true),
+            ports: {
+                let now_split = self.split(false);
+                match &self.sticky {
+                    Some((st, at))
+                        if !now_split.is_split()
+                            && lossy
+                            && last_loss.is_some_and(|l| l <= *at) =>
+                    {
+                        st.clone()
+                    }
+                    _ => now_split,
+                }
+            },
+            large_ports: self.split(true),
             rtt_p50: rtts.get(rtts.len() / 2).copied(),
             clean_since,
         }
+    }
+
+    /// How the losses of small (or near-MTU) probes fall over the ports. A port carries only
+    /// if it answered since the path's first loss in the window: a path that died has ports
+    /// whose last answer came before, and they carry nothing now.
+    pub fn split(&self, large: bool) -> PortSplit {
+        let since =
+            self.recent.iter().filter(|o| o.large == large && o.rtt.is_none()).map(|o| o.at).min();
+        let mut out = PortSplit::default();
+        for ((port, l), h) in &self.by_port {
+            if *l != large {
+                continue;
+            }
+            let last_at = h.back().map(|(t, _)| *t);
+            match h.iter().map(|(_, a)| *a).collect::<Vec<bool>>()[..] {
+                [false, false] => out.lost.push(*port),
+                [false, true] => out.flaky += 1,
+                [true] | [true, true] if since.is_none_or(|s| last_at.is_some_and(|t| t > s)) => {
+                    out.carried.push(*port)
+                }
+                // One loss not confirmed yet (its retry is on the way), or an answer from
+                // before the losses began.
+                _ => {}
+            }
+        }
+        out
     }
 }
 
@@ -719,6 +720,12 @@ impl Prober {
         h.push_back((p.sent, rtt.is_some()));
         while h.len() > 2 || h.front().is_some_and(|(t, _)| *t < horizon) {
             h.pop_front();
+        }
+        if !p.large {
+            let sp = st.split(false);
+            if sp.is_split() {
+                st.sticky = Some((sp, p.sent));
+            }
         }
         if rtt.is_none() {
             // Sent again on the same port next round: a loss that repeats is the port's path.

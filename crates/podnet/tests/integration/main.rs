@@ -12,6 +12,7 @@ mod perf;
 mod perf_rxe;
 mod pingpong;
 mod pod_qualify;
+mod pod_resilient;
 mod pod_watch;
 mod qualify;
 #[cfg(feature = "rdma-core")]
