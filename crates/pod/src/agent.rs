@@ -41,6 +41,8 @@ pub const CONTROL_PORT: u16 = 7946;
 /// A peer declared down this long has its unacknowledged channel messages reported
 /// undeliverable (one that comes back as the same life sooner loses nothing).
 pub const DOWN_GRACE: Duration = Duration::from_secs(2);
+/// An unchanged report is broadcast again this often.
+pub const REPUBLISH: Duration = Duration::from_secs(5);
 /// Bytes of a UD receive's GRH area.
 const GRH: usize = 40;
 /// Receives posted per rail.
@@ -161,7 +163,7 @@ pub struct PathSummary {
     pub dead: usize,
     /// … losing near-MTU frames.
     pub large_lost: usize,
-    /// Median of the paths' median round trips, µs.
+    /// Median of this host's paths' median round trips, µs.
     pub rtt_p50_us: u32,
 }
 
@@ -740,6 +742,8 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
     let mut findings: Vec<Finding> = Vec::new();
     let mut first_seen: BTreeMap<(String, String), Instant> = BTreeMap::new();
     let mut down_since: BTreeMap<u16, Instant> = BTreeMap::new();
+    let mut last_published: Vec<u8> = Vec::new();
+    let mut published_at = start;
     nice(-10);
     let mut events: VecDeque<EventRecord> = VecDeque::new();
     let mut lag_window: VecDeque<(Instant, Duration)> = VecDeque::new();
@@ -895,8 +899,15 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
             worst_lag_ms: worst.as_millis().min(u128::from(u32::MAX)) as u32,
             late_pct: (100 * late / lag_window.len().max(1)) as u8,
         };
-        let report = inner.prober.lock().unwrap_or_else(PoisonError::into_inner).report(host_loop);
-        let _ = m.publish(report.encode());
+        // Broadcast when the report changes, and every few seconds (a host that joins late
+        // learns everyone's).
+        let report = lock(&inner.prober).broadcast(host_loop);
+        let bytes = report.encode();
+        if bytes != last_published || now.duration_since(published_at) >= REPUBLISH {
+            let _ = m.publish(bytes.clone());
+            last_published = bytes;
+            published_at = now;
+        }
         let reports: BTreeMap<u16, Report> = m
             .reports()
             .into_iter()
@@ -1027,7 +1038,6 @@ fn build_status(
         .collect();
     members.sort_by_key(|x| x.index);
     let mut s = PathSummary { reporting: reports.len(), ..PathSummary::default() };
-    let mut rtts = Vec::new();
     for p in reports.values().flat_map(|r| &r.paths) {
         s.paths += 1;
         match p.state {
@@ -1036,13 +1046,9 @@ fn build_status(
             PathState::Dead => s.dead += 1,
             PathState::LargeLost => s.large_lost += 1,
         }
-        if p.rtt_p50_us > 0 {
-            rtts.push(p.rtt_p50_us);
-        }
     }
-    rtts.sort_unstable();
-    s.rtt_p50_us = rtts.get(rtts.len() / 2).copied().unwrap_or(0);
-    let my_paths = {
+
+    let my_paths: Vec<MyPath> = {
         let p = inner.prober.lock().unwrap_or_else(PoisonError::into_inner);
         p.paths()
             .map(|((rail, d), st)| {
@@ -1063,6 +1069,11 @@ fn build_status(
             })
             .collect()
     };
+    // The median round trip of this host's paths (the broadcasts leave `ok` paths' out).
+    let mut rtts: Vec<u32> =
+        my_paths.iter().map(|p: &MyPath| p.rtt_p50_us).filter(|r| *r > 0).collect();
+    rtts.sort_unstable();
+    s.rtt_p50_us = rtts.get(rtts.len() / 2).copied().unwrap_or(0);
     let (late_timers, _) = m.lateness();
     let (routes, route_events, channels) = {
         let c = lock(&inner.chan);

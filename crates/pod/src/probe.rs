@@ -34,6 +34,9 @@ pub struct ProbeConfig {
     pub large: usize,
     /// How far back a path's outcomes are judged.
     pub window: Duration,
+    /// Other ToRs each rail probes per round, at most (in turn when its rail has more): the
+    /// probes per host stay bounded as a pod grows.
+    pub max_inter_tor: usize,
 }
 
 impl Default for ProbeConfig {
@@ -45,6 +48,7 @@ impl Default for ProbeConfig {
             small: HEADER,
             large: 4096,
             window: Duration::from_secs(5),
+            max_inter_tor: 16,
         }
     }
 }
@@ -427,15 +431,103 @@ pub struct Report {
     pub paths: Vec<PathReport>,
 }
 
+/// The `ok` paths from one rail of a host to one rail of others: a bitmap of the hosts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct OkSet {
+    rail: u8,
+    dst_rail: u8,
+    first: u16,
+    bits: Vec<u8>,
+}
+
+/// A report as broadcast: `ok` paths as bitmaps, the others in full (as many as fit).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Wire {
+    host: u16,
+    host_loop: LoopHealth,
+    ok: Vec<OkSet>,
+    bad: Vec<PathReport>,
+    /// Failing paths left out to fit a membership datagram.
+    truncated: u32,
+}
+
+/// The most bytes a report takes on the wire (it rides in a membership datagram).
+pub const REPORT_BYTES: usize = 900;
+/// UDP source ports listed per path and kind, at most.
+const PORTS_LISTED: usize = 8;
+
 impl Report {
-    /// The report's bytes (postcard).
+    /// The report's bytes: `ok` paths as a bitmap of hosts per rail pair, failing paths in
+    /// full (dead first, then lossy, then large-lost; each with at most 8 ports per list) as
+    /// far as [`REPORT_BYTES`] allows — the rest counted, not sent.
     pub fn encode(&self) -> Vec<u8> {
-        postcard::to_allocvec(self).unwrap_or_default()
+        let mut ok: BTreeMap<(u8, u8), Vec<u16>> = BTreeMap::new();
+        let mut bad: Vec<PathReport> = Vec::new();
+        for p in &self.paths {
+            if p.state == PathState::Ok {
+                ok.entry((p.rail, p.dst_rail)).or_default().push(p.host);
+            } else {
+                let cap = |v: &Vec<u16>| v.iter().copied().take(PORTS_LISTED).collect();
+                bad.push(PathReport {
+                    lost_ports: cap(&p.lost_ports),
+                    ok_ports: cap(&p.ok_ports),
+                    lost_large_ports: cap(&p.lost_large_ports),
+                    ok_large_ports: cap(&p.ok_large_ports),
+                    ..p.clone()
+                });
+            }
+        }
+        bad.sort_by_key(|p| std::cmp::Reverse(p.state));
+        let ok: Vec<OkSet> = ok
+            .into_iter()
+            .map(|((rail, dst_rail), hosts)| {
+                let first = hosts.iter().copied().min().unwrap_or(0);
+                let last = hosts.iter().copied().max().unwrap_or(0);
+                let mut bits = vec![0u8; usize::from(last - first) / 8 + 1];
+                for h in hosts {
+                    let i = usize::from(h - first);
+                    bits[i / 8] |= 1 << (i % 8);
+                }
+                OkSet { rail, dst_rail, first, bits }
+            })
+            .collect();
+        let mut w = Wire { host: self.host, host_loop: self.host_loop, ok, bad, truncated: 0 };
+        loop {
+            let b = postcard::to_allocvec(&w).unwrap_or_default();
+            if b.len() <= REPORT_BYTES || w.bad.is_empty() {
+                return b;
+            }
+            w.bad.pop();
+            w.truncated += 1;
+        }
     }
 
     /// A report from its bytes.
     pub fn decode(b: &[u8]) -> Option<Report> {
-        postcard::from_bytes(b).ok()
+        let w: Wire = postcard::from_bytes(b).ok()?;
+        let mut paths = w.bad;
+        for set in w.ok {
+            for (i, byte) in set.bits.iter().enumerate() {
+                for k in 0..8 {
+                    if byte & (1 << k) != 0 {
+                        paths.push(PathReport {
+                            rail: set.rail,
+                            host: set.first + (i * 8 + k) as u16,
+                            dst_rail: set.dst_rail,
+                            state: PathState::Ok,
+                            small: (0, 0),
+                            large: (0, 0),
+                            lost_ports: vec![],
+                            ok_ports: vec![],
+                            lost_large_ports: vec![],
+                            ok_large_ports: vec![],
+                            rtt_p50_us: 0,
+                        });
+                    }
+                }
+            }
+        }
+        Some(Report { host: w.host, host_loop: w.host_loop, paths })
     }
 }
 
@@ -562,7 +654,14 @@ impl Prober {
         let (mesh, others) = &self.targets[r];
         let k = self.round as usize;
         let mut out: Vec<Dev> = mesh.clone();
-        out.extend(others.iter().map(|ds| ds[k % ds.len()]));
+        let take = self.cfg.max_inter_tor.max(1).min(others.len());
+        // This round's ToRs (all of them in a small pod), and a device of each in turn.
+        let first = if others.is_empty() { 0 } else { (k * take) % others.len() };
+        let turn = if others.is_empty() { 0 } else { (k * take) / others.len() };
+        out.extend((0..take).map(|i| {
+            let ds = &others[(first + i) % others.len()];
+            ds[(turn + (first + i) / others.len()) % ds.len()]
+        }));
         out.retain(|d| !self.skip.contains(&d.host));
         out
     }
@@ -741,6 +840,23 @@ impl Prober {
         self.paths.iter()
     }
 
+    /// What this host broadcasts: its report with the figures of `ok` paths left out, so
+    /// that a pod where nothing changes broadcasts the same bytes (and need not, but every
+    /// few seconds).
+    pub fn broadcast(&self, host_loop: LoopHealth) -> Report {
+        let mut r = self.report(host_loop);
+        for p in r.paths.iter_mut().filter(|p| p.state == PathState::Ok) {
+            p.small = (0, 0);
+            p.large = (0, 0);
+            p.rtt_p50_us = 0;
+        }
+        // The loop's figures only matter once it is starved.
+        if !r.host_loop.starved() {
+            r.host_loop = LoopHealth::default();
+        }
+        r
+    }
+
     /// This host's report of its paths (ports listed for paths that are not `ok`).
     pub fn report(&self, host_loop: LoopHealth) -> Report {
         let paths = self
@@ -915,8 +1031,19 @@ mod tests {
         // Losses at random (the retry on the same port answered): not an ECMP path.
         let h2 = r.paths.iter().find(|x| x.host == 2).unwrap();
         assert!(h2.lost_ports.is_empty() && h2.ok_ports.is_empty(), "{h2:?}");
-        // Encoded, it fits a membership datagram.
-        assert!(r.encode().len() < 600, "{}", r.encode().len());
-        assert_eq!(Report::decode(&r.encode()), Some(r));
+        // Encoded, it fits a membership datagram, and reads back (ok paths without figures).
+        assert!(r.encode().len() <= REPORT_BYTES, "{}", r.encode().len());
+        let back = Report::decode(&r.encode()).unwrap();
+        let key = |p: &PathReport| (p.rail, p.host, p.dst_rail, p.state);
+        let mut a: Vec<_> = r.paths.iter().map(key).collect();
+        let mut b: Vec<_> = back.paths.iter().map(key).collect();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b);
+        let dead = back.paths.iter().find(|p| p.host == 3).unwrap();
+        assert_eq!(
+            dead.lost_ports[..],
+            r.paths.iter().find(|p| p.host == 3).unwrap().lost_ports[..8]
+        );
     }
 }
