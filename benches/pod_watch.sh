@@ -26,8 +26,15 @@ for h in $stressed; do
   bash "$E" host bw "$h" cpu 20
   for _ in 1 2; do setsid bash "$E" exec bw "$h" sh -c 'while :; do :; done' < /dev/null > /dev/null 2>&1 & done
 done
-pids() { for ((i = 0; i < hosts; i++)); do ip netns pids "bw-h$i" | while read -r p; do
-  [ "$(cat /proc/"$p"/comm 2>/dev/null)" = podnet ] && echo "$i $p"; done; done; }
+pids() { # HOST PID of each agent
+  local i p
+  for ((i = 0; i < hosts; i++)); do
+    for p in $(ip netns pids "bw-h$i"); do
+      if [ "$(cat /proc/"$p"/comm 2>/dev/null)" = podnet ]; then echo "$i $p"; fi
+    done
+  done
+  return 0
+}
 pids > "$work/pids"
 ticks() { while read -r i p; do echo "$i $(awk '{print $14 + $15}' /proc/"$p"/stat)"; done < "$work/pids"; }
 ticks > "$work/t0"
@@ -50,11 +57,16 @@ a = dict(l.split() for l in open(f"{work}/t0")); b = dict(l.split() for l in ope
 cpu = {int(i): (int(b[i]) - int(a[i])) / hz / wall * 100 for i in a if i in b}
 calm = [v for i, v in cpu.items() if str(i) not in stressed]
 last, errors, warnings = None, set(), set()
-for line in open(f"{work}/samples"):
-    line = line.strip()
-    if not line:
-        continue
-    v = json.loads(line)
+text, dec, i = open(f"{work}/samples").read(), json.JSONDecoder(), 0
+samples = []
+while True:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if i >= len(text):
+        break
+    v, i = dec.raw_decode(text, i)
+    samples.append(v)
+for v in samples:
     last = v
     for f in v["findings"]:
         (errors if f["severity"] == "error" else warnings).add((f["kind"], f["component"]))
@@ -67,5 +79,5 @@ print(f"host 0 sent: small probes and answers {mbit(c['probe_bytes'][0]):.3f} Mb
       f"near-MTU probes {mbit(c['probe_bytes'][1]):.3f} Mbit/s, membership {mbit(c['control_bytes']):.3f} Mbit/s "
       f"(probes per round: {c['per_round'][0]} small, {c['per_round'][1]} near-MTU)")
 print(f"findings of error severity seen at host 0 (false positives): {len(errors)} {sorted(errors)}")
-print(f"warnings: {sorted(warnings)}")
+print(f"warnings: {sorted(warnings)}; {len(samples)} samples of host 0's status, 2 s apart")
 PY

@@ -427,10 +427,23 @@ impl Membership {
                 Note::Defunct => {}
             }
         }
-        // Suspicion is not notified: read it from the membership state.
-        let states: Vec<(Id, foca::State)> =
-            self.foca.iter_membership_state().map(|m| (m.id().clone(), m.state())).collect();
-        for (id, s) in states {
+        // Suspicion is not notified: read it from the membership state (cloning only the
+        // members whose health or identity changed: this runs on every call).
+        let changed: Vec<(Id, foca::State)> = self
+            .foca
+            .iter_membership_state()
+            .filter(|m| {
+                let known = self.members.get(&m.id().host);
+                let h = match m.state() {
+                    foca::State::Alive => Health::Alive,
+                    foca::State::Suspect => Health::Suspect,
+                    foca::State::Down => Health::Down,
+                };
+                known.is_none_or(|k| k.health != h || k.id.incarnation != m.id().incarnation)
+            })
+            .map(|m| (m.id().clone(), m.state()))
+            .collect();
+        for (id, s) in changed {
             let h = match s {
                 foca::State::Alive => Health::Alive,
                 foca::State::Suspect => Health::Suspect,

@@ -348,6 +348,20 @@ fn print_status(out: &mut impl Write, v: &serde_json::Value) -> std::io::Result<
             )?;
         }
     }
+    let routes = v["routes"].as_object().cloned().unwrap_or_default();
+    let route = |r: &serde_json::Value| match r["kind"].as_str() {
+        Some("direct") => format!("rail {} to its rail {}, UDP source port {}", r["rail"], r["peer_rail"], r["port"]),
+        Some("relay") => format!("rail {} through the host of index {}, port {}", r["rail"], r["via"], r["port"]),
+        _ => "none: unreachable".to_string(),
+    };
+    writeln!(out, "\nROUTES (pod channels)")?;
+    for (peer, r) in &routes {
+        writeln!(out, "  {peer:<16} {}", route(r))?;
+    }
+    let moved = v["route_events"].as_array().cloned().unwrap_or_default();
+    for e in moved.iter().rev().take(5).rev() {
+        writeln!(out, "  changed: {} -> {} ({})", s(&e["peer"]), route(&e["to"]), s(&e["why"]))?;
+    }
     let events = v["events"].as_array().cloned().unwrap_or_default();
     if !events.is_empty() {
         writeln!(out, "\nEVENTS (last {})", events.len().min(10))?;
