@@ -350,8 +350,13 @@ fn print_status(out: &mut impl Write, v: &serde_json::Value) -> std::io::Result<
     }
     let routes = v["routes"].as_object().cloned().unwrap_or_default();
     let route = |r: &serde_json::Value| match r["kind"].as_str() {
-        Some("direct") => format!("rail {} to its rail {}, UDP source port {}", r["rail"], r["peer_rail"], r["port"]),
-        Some("relay") => format!("rail {} through the host of index {}, port {}", r["rail"], r["via"], r["port"]),
+        Some("direct") => format!(
+            "rail {} to its rail {}, UDP source port {}",
+            r["rail"], r["peer_rail"], r["port"]
+        ),
+        Some("relay") => {
+            format!("rail {} through the host of index {}, port {}", r["rail"], r["via"], r["port"])
+        }
         _ => "none: unreachable".to_string(),
     };
     writeln!(out, "\nROUTES (pod channels)")?;
