@@ -281,7 +281,9 @@ impl PathStats {
             PathState::Dead
         } else if lossy {
             PathState::Lossy
-        } else if lost_large >= LARGE_MIN {
+        } else if lost_large >= LARGE_MIN && lost_small == 0 {
+            // Only on a path whose small probes all passed: near-MTU probes lost where some
+            // small ones are too (a lossy link) are that loss, not a size limit.
             PathState::LargeLost
         } else {
             PathState::Ok

@@ -181,16 +181,24 @@ impl Watched {
         (0..HOSTS)
             .filter(|&o| o != h)
             .map(|o| {
-                let v = self.status(o).expect("a live agent answers");
-                let e = v["events"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .find(|e| {
+                // Host 0 saw it; another may see it a few ms later: ask for up to 2 s (the
+                // time is the event's own).
+                let asked = std::time::Instant::now();
+                loop {
+                    let v = self.status(o).expect("a live agent answers");
+                    let seen = v["events"].as_array().unwrap().iter().find(|e| {
                         e["text"] == format!("h{h} down") && e["unix_ms"].as_u64() >= Some(t0_ms)
-                    })
-                    .unwrap_or_else(|| panic!("host {o} did not see h{h} down: {}", v["events"]));
-                (e["unix_ms"].as_u64().unwrap() - t0_ms) as f64 / 1000.0
+                    });
+                    if let Some(e) = seen {
+                        return (e["unix_ms"].as_u64().unwrap() - t0_ms) as f64 / 1000.0;
+                    }
+                    assert!(
+                        asked.elapsed() < Duration::from_secs(2),
+                        "host {o} did not see h{h} down: {}",
+                        v["events"]
+                    );
+                    std::thread::sleep(Duration::from_millis(100));
+                }
             })
             .collect()
     }
