@@ -434,7 +434,7 @@ impl PodAgent {
 
     /// The agent's state now.
     pub fn status(&self) -> Status {
-        self.inner.status.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        lock(&self.inner.status).clone()
     }
 
     /// The pod.
@@ -489,10 +489,7 @@ impl PodAgent {
     /// Gives up on `peer` (declared down): every message to it not acknowledged is reported
     /// undeliverable now.
     pub fn give_up(&self, peer: usize) {
-        let mut c = lock(&self.inner.chan);
-        c.channels.peer_down(peer as u16);
-        let lost = c.channels.take_undeliverable();
-        c.undeliverable.extend(lost);
+        lock(&self.inner.chan).peer_down(peer as u16);
     }
 
     /// Takes the messages reported undeliverable since the last call.
@@ -604,11 +601,7 @@ fn rail_loop(inner: &Inner, r: usize) {
                     let Some(p) = got.then(|| Packet::read(&buf)).flatten() else { continue };
                     if p.reply {
                         let now = Instant::now();
-                        let a = inner
-                            .prober
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .on_reply(&p, now);
+                        let a = lock(&inner.prober).on_reply(&p, now);
                         if let Some(a) = a {
                             inner.observer.answered(&inner.cfg.pod, &a);
                         }
@@ -624,7 +617,7 @@ fn rail_loop(inner: &Inner, r: usize) {
                 _ => {
                     // A send finished (or failed): its buffer is free.
                     let slot = (wc.wr_id >> 32) as usize;
-                    rail.free.lock().unwrap_or_else(PoisonError::into_inner).push(slot);
+                    lock(&rail.free).push(slot);
                 }
             }
         }
@@ -675,7 +668,7 @@ fn send_bytes(
     if ok && rail.qp.post_send(wr).is_ok() {
         return true;
     }
-    rail.free.lock().unwrap_or_else(PoisonError::into_inner).push(slot);
+    lock(&rail.free).push(slot);
     false
 }
 
@@ -694,10 +687,7 @@ fn chan_loop(inner: &Inner, woken: UnixDatagram) {
             let _ = nix::poll::poll(&mut fds, PollTimeout::from(20u8));
         }
         while woken.recv(&mut wbuf).is_ok() {}
-        let mut c = lock(&inner.chan);
-        c.pump(pod, &inner.rails, &ud, Instant::now());
-        let lost = c.channels.take_undeliverable();
-        c.undeliverable.extend(lost);
+        lock(&inner.chan).pump(pod, &inner.rails, &ud, Instant::now());
     }
 }
 
@@ -734,11 +724,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
     let mut next_join = start + Duration::from_secs(1);
     let mut control_bytes = 0u64;
     let mut unreachable: BTreeSet<usize> = (0..n).filter(|&h| h != me).collect();
-    inner
-        .prober
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .set_down(&unreachable.iter().copied().collect::<Vec<_>>());
+    lock(&inner.prober).set_down(&unreachable.iter().copied().collect::<Vec<_>>());
     let mut findings: Vec<Finding> = Vec::new();
     let mut first_seen: BTreeMap<(String, String), Instant> = BTreeMap::new();
     let mut down_since: BTreeMap<u16, Instant> = BTreeMap::new();
@@ -760,7 +746,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
     };
     while !inner.stop.load(Ordering::Relaxed) {
         let now = Instant::now();
-        let probe_due = inner.prober.lock().unwrap_or_else(PoisonError::into_inner).next_deadline();
+        let probe_due = lock(&inner.prober).next_deadline();
         let due = [m.poll_timeout(), Some(probe_due), Some(next_report)]
             .into_iter()
             .flatten()
@@ -820,10 +806,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
                 _ => {
                     down_since.remove(&e.host);
                     if let Some(x) = m.members().get(&e.host) {
-                        let mut c = lock(&inner.chan);
-                        c.channels.peer_up(e.host, x.id.boot);
-                        let lost = c.channels.take_undeliverable();
-                        c.undeliverable.extend(lost);
+                        lock(&inner.chan).peer_up(e.host, x.id.boot);
                     }
                 }
             }
@@ -835,10 +818,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
             .collect();
         for h in gone {
             down_since.remove(&h);
-            let mut c = lock(&inner.chan);
-            c.channels.peer_down(h);
-            let lost = c.channels.take_undeliverable();
-            c.undeliverable.extend(lost);
+            lock(&inner.chan).peer_down(h);
         }
 
         {
@@ -859,7 +839,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
             .collect();
         // Probes.
         let (out, lost, per_round) = {
-            let mut p = inner.prober.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut p = lock(&inner.prober);
             if now_unreachable != unreachable {
                 unreachable = now_unreachable;
                 p.set_down(&unreachable.iter().copied().collect::<Vec<_>>());
@@ -881,7 +861,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
                     .fetch_add(o.len as u64 + 58, Ordering::Relaxed);
                 inner.observer.sent(pod, o);
             } else {
-                inner.prober.lock().unwrap_or_else(PoisonError::into_inner).unsent(o.packet.seq);
+                lock(&inner.prober).unsent(o.packet.seq);
             }
         }
         for l in &lost {
@@ -993,7 +973,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
             per_round,
             start,
         );
-        *inner.status.lock().unwrap_or_else(PoisonError::into_inner) = status;
+        *lock(&inner.status) = status;
     }
 }
 
@@ -1049,7 +1029,7 @@ fn build_status(
     }
 
     let my_paths: Vec<MyPath> = {
-        let p = inner.prober.lock().unwrap_or_else(PoisonError::into_inner);
+        let p = lock(&inner.prober);
         p.paths()
             .map(|((rail, d), st)| {
                 let j = st.judge();

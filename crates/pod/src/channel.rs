@@ -265,38 +265,31 @@ impl Channels {
     /// The membership knows `peer` in incarnation `inc`: frames go to that life of it (an
     /// older life's unacknowledged messages are undeliverable).
     pub fn peer_up(&mut self, peer: u16, inc: u64) {
-        let p = self.peers.entry(peer).or_default();
-        if inc > p.inc {
-            if p.inc != 0 {
-                for seq in p.unacked.keys().copied().chain(p.queued.iter().map(|(s, _)| *s)) {
-                    self.lost.push(Undeliverable {
-                        peer,
-                        seq,
-                        why: "the peer restarted before acknowledging it".into(),
-                    });
-                    self.counters.undeliverable += 1;
-                }
-                *p = Peer::default();
+        let known = self.peers.get(&peer).map_or(0, |p| p.inc);
+        if inc > known {
+            if known != 0 {
+                self.give_up(peer, "the peer restarted before acknowledging it");
             }
-            p.inc = inc;
+            self.peers.entry(peer).or_default().inc = inc;
         }
+    }
+
+    /// Reports every message to `peer` not acknowledged (in flight and queued) undeliverable,
+    /// and starts its channel afresh, keeping the incarnation it knew.
+    fn give_up(&mut self, peer: u16, why: &str) {
+        let Some(p) = self.peers.remove(&peer) else { return };
+        for seq in p.unacked.keys().copied().chain(p.queued.iter().map(|(s, _)| *s)) {
+            self.lost.push(Undeliverable { peer, seq, why: why.into() });
+            self.counters.undeliverable += 1;
+        }
+        self.peers.insert(peer, Peer { inc: p.inc, ..Peer::default() });
     }
 
     /// `peer` was declared down: every message to it not acknowledged is undeliverable, and
     /// its channel starts afresh should it come back.
     pub fn peer_down(&mut self, peer: u16) {
-        if let Some(p) = self.peers.remove(&peer) {
-            for seq in p.unacked.keys().copied().chain(p.queued.iter().map(|(s, _)| *s)) {
-                self.lost.push(Undeliverable {
-                    peer,
-                    seq,
-                    why: "the peer was declared down before acknowledging it".into(),
-                });
-                self.counters.undeliverable += 1;
-            }
-            // Keep its incarnation: frames of its old life that arrive late are stale.
-            self.peers.insert(peer, Peer { inc: p.inc, ..Peer::default() });
-        }
+        // Its incarnation is kept: frames of its old life that arrive late are stale.
+        self.give_up(peer, "the peer was declared down before acknowledging it");
     }
 
     /// Takes the messages delivered since the last call, in order per peer.

@@ -132,6 +132,15 @@ pub enum Health {
     Down,
 }
 
+/// A foca member state as a [`Health`].
+fn health_of(s: foca::State) -> Health {
+    match s {
+        foca::State::Alive => Health::Alive,
+        foca::State::Suspect => Health::Suspect,
+        foca::State::Down => Health::Down,
+    }
+}
+
 /// A change of a member's health, as this host saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Event {
@@ -434,21 +443,13 @@ impl Membership {
             .iter_membership_state()
             .filter(|m| {
                 let known = self.members.get(&m.id().host);
-                let h = match m.state() {
-                    foca::State::Alive => Health::Alive,
-                    foca::State::Suspect => Health::Suspect,
-                    foca::State::Down => Health::Down,
-                };
+                let h = health_of(m.state());
                 known.is_none_or(|k| k.health != h || k.id.incarnation != m.id().incarnation)
             })
             .map(|m| (m.id().clone(), m.state()))
             .collect();
         for (id, s) in changed {
-            let h = match s {
-                foca::State::Alive => Health::Alive,
-                foca::State::Suspect => Health::Suspect,
-                foca::State::Down => Health::Down,
-            };
+            let h = health_of(s);
             let newest =
                 self.members.get(&id.host).is_none_or(|m| m.id.incarnation <= id.incarnation);
             if newest {

@@ -289,7 +289,7 @@ impl PathStats {
             PathState::Ok
         };
         // Answering without a loss since when (small probes).
-        let last_loss = small.iter().filter(|o| o.rtt.is_none()).map(|o| o.at).max();
+        let last_loss = small_lost_at.iter().max().copied();
         let clean_since = small
             .iter()
             .filter(|o| o.rtt.is_some() && last_loss.is_none_or(|l| o.at > l))

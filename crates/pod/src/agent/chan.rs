@@ -160,6 +160,25 @@ impl ChanIo {
         }
     }
 
+    /// `peer` is known in its life `boot`: an older life's unacknowledged messages are
+    /// undeliverable.
+    pub(crate) fn peer_up(&mut self, peer: u16, boot: u64) {
+        self.channels.peer_up(peer, boot);
+        self.keep_lost();
+    }
+
+    /// `peer` is given up: its unacknowledged messages are undeliverable.
+    pub(crate) fn peer_down(&mut self, peer: u16) {
+        self.channels.peer_down(peer);
+        self.keep_lost();
+    }
+
+    /// Moves what the channels reported undeliverable to where the agent takes it from.
+    fn keep_lost(&mut self) {
+        let lost = self.channels.take_undeliverable();
+        self.undeliverable.extend(lost);
+    }
+
     /// Takes route changes into account: the channels of peers whose route changed send
     /// everything in flight again.
     pub(crate) fn apply(&mut self, pod: &Pod, changes: Vec<Change>, unix_ms: u64) {
@@ -173,7 +192,7 @@ impl ChanIo {
                 why: c.why,
             });
         }
-        self.undeliverable.extend(self.channels.take_undeliverable());
+        self.keep_lost();
     }
 
     /// Moves frames: the channels' (and those to relay) onto their hops' QPs; asks for the
@@ -394,7 +413,7 @@ impl ChanIo {
             if usize::from(f.dst) == self.me {
                 self.channels.on_frame(&f);
                 self.delivered.extend(self.channels.take_delivered());
-                self.undeliverable.extend(self.channels.take_undeliverable());
+                self.keep_lost();
             } else {
                 self.relayed += 1;
                 self.forward.push_back(f);

@@ -132,8 +132,14 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
     let mut buf = vec![0u8; size];
     let mut last_tick = t0;
     let drain_limit = seconds + Duration::from_secs(15);
-    let down = |agent: &PodAgent, p: usize| {
-        agent.status().members.iter().any(|m| m.index == p && m.health == pod::member::Health::Down)
+    // The hosts the membership has declared down.
+    let down_hosts = |agent: &PodAgent| -> Vec<usize> {
+        let s = agent.status();
+        s.members
+            .iter()
+            .filter(|m| m.health == pod::member::Health::Down)
+            .map(|m| m.index)
+            .collect()
     };
     let mut spent = 0.0f64;
     let mut turn = 0usize;
@@ -147,13 +153,7 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
         };
         if now.duration_since(dead_at) >= Duration::from_millis(200) {
             dead_at = now;
-            dead_now = agent
-                .status()
-                .members
-                .iter()
-                .filter(|m| m.health == pod::member::Health::Down)
-                .map(|m| m.index)
-                .collect();
+            dead_now = down_hosts(&agent);
         }
         // Send, a message per live peer in turn, while windows have room and the rate allows.
         let live: Vec<usize> = to.iter().copied().filter(|p| !dead_now.contains(p)).collect();
@@ -248,7 +248,7 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
         if !sending {
             // Done when every live peer has acknowledged everything and said what it sent.
             let settled = tally.iter().all(|(&p, t)| {
-                let dead = down(&agent, p);
+                let dead = dead_now.contains(&p);
                 let out_done = !to.contains(&p) || agent.pending(p) == 0 || dead;
                 let in_done = !from.contains(&p) || t.told.is_some() || dead;
                 out_done && in_done
@@ -260,10 +260,9 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
     }
     bar.finish_and_clear();
     // Whatever is still queued to a host that is down will never be delivered: say so.
-    for &p in &to {
-        if down(&agent, p) {
-            agent.give_up(p);
-        }
+    let dead = down_hosts(&agent);
+    for &p in to.iter().filter(|p| dead.contains(p)) {
+        agent.give_up(p);
     }
     for u in agent.take_undeliverable() {
         if let Some(t) = tally.get_mut(&usize::from(u.peer)) {
@@ -271,12 +270,6 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let status = agent.status();
-    let dead: Vec<usize> = status
-        .members
-        .iter()
-        .filter(|m| m.health == pod::member::Health::Down)
-        .map(|m| m.index)
-        .collect();
     let mut ok = true;
     let mut peers = Vec::new();
     for (&p, t) in &tally {
