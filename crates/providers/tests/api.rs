@@ -208,6 +208,45 @@ fn a_completion_channel_blocks_until_the_completion() {
     drop(sender.join().unwrap());
 }
 
+/// A thread that waited for completion events drives the device meanwhile (its progress
+/// thread sleeps); once it stops waiting, the progress thread takes the device over within a
+/// millisecond — a peer's WRITEs into it are acknowledged though nobody polls it.
+#[test]
+fn a_device_whose_event_waiter_left_is_served_at_once() {
+    private_netns(0);
+    let (a, b) = common::local_pair(4096);
+    b.qp.post_recv(RecvWr { sgl: vec![b.mr.sge(0, 64).unwrap()].into(), ..RecvWr::new(5) })
+        .unwrap();
+    b.cq.req_notify().unwrap();
+    let waiter = std::thread::spawn(move || {
+        let ev = b.channel.get_cq_event(Some(Duration::from_secs(5)));
+        (b, ev)
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    a.qp.post_send(SendWr {
+        sgl: vec![a.mr.sge(0, 64).unwrap()].into(),
+        ..SendWr::new(1, SendOp::Send)
+    })
+    .unwrap();
+    let (b, ev) = waiter.join().unwrap();
+    assert_eq!(ev, Some(b.cq.id()));
+    assert_eq!(a.next_wc(Duration::from_secs(2)).unwrap().status, WcStatus::Success);
+    // Nobody waits on b or polls it now.
+    std::thread::sleep(Duration::from_millis(20));
+    let op = SendOp::Write { remote_addr: b.mr.addr(), rkey: b.mr.rkey() };
+    for i in 0..5u8 {
+        a.mr.write(0, &[i + 1; 64]).unwrap();
+        let t0 = Instant::now();
+        a.qp.post_send(SendWr { sgl: vec![a.mr.sge(0, 64).unwrap()].into(), ..SendWr::new(2, op) })
+            .unwrap();
+        assert_eq!(a.next_wc(Duration::from_secs(5)).unwrap().status, WcStatus::Success);
+        // A progress thread left asleep would answer only after its longest sleep (1 s).
+        let took = t0.elapsed();
+        assert!(took < Duration::from_millis(300), "WRITE {i} acknowledged after {took:?}");
+    }
+    assert_eq!(b.mr.to_vec(0, 64).unwrap(), vec![5; 64]);
+}
+
 #[test]
 fn an_unreachable_network_is_a_port_error_then_active_again() {
     private_netns(0);

@@ -276,6 +276,12 @@ struct Shared {
     app_active: AtomicU64,
     /// Application threads now waiting in `get_cq_event`, driving the device themselves.
     app_waiters: AtomicU64,
+    /// The progress thread sleeps while those threads drive the device.
+    parked: AtomicBool,
+    /// Wakes the parked progress thread [`LEAVE_GRACE`] after the last of them left, unless
+    /// one came back first (a timerfd: arming and disarming it wakes nobody).
+    park_timer: RawFd,
+    park_armed: AtomicBool,
     /// Wakes those threads when another thread delivers a channel event.
     app_wake_fd: RawFd,
     /// When the progress thread will wake up by itself (ns since `epoch`; MAX: never).
@@ -371,6 +377,19 @@ impl SoftDevice {
             unsafe { libc::close(wake_fd) };
             return Err(Error::Open { device: name, source });
         }
+        // SAFETY: timerfd_create has no memory-safety preconditions; the result is checked.
+        let park_timer = unsafe {
+            libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC)
+        };
+        if park_timer < 0 {
+            let source = std::io::Error::last_os_error();
+            // SAFETY: closes the eventfds opened above, ours alone.
+            unsafe {
+                libc::close(wake_fd);
+                libc::close(app_wake_fd);
+            }
+            return Err(Error::Open { device: name, source });
+        }
         let (rx, batch) = (io::RxBuffers::for_sockets(&io), Vec::with_capacity(io.collect_len(8)));
         let active_mtu = host::local_addrs(&host::default_root())
             .ok()
@@ -418,6 +437,9 @@ impl SoftDevice {
             stop: AtomicBool::new(false),
             app_active: AtomicU64::new(0),
             app_waiters: AtomicU64::new(0),
+            parked: AtomicBool::new(false),
+            park_timer,
+            park_armed: AtomicBool::new(false),
             app_wake_fd,
             sleeping_until: AtomicU64::new(u64::MAX),
             wake_fd,
@@ -456,6 +478,7 @@ impl Drop for SoftDevice {
         unsafe {
             libc::close(self.sh.wake_fd);
             libc::close(self.sh.app_wake_fd);
+            libc::close(self.sh.park_timer);
         }
     }
 }
@@ -471,6 +494,14 @@ fn device_name(ip: IpAddr, port: u16) -> String {
 /// How long the progress thread sleeps while an application thread drives the device; it
 /// takes over after a whole nap in which none did.
 const APP_NAP: Duration = Duration::from_micros(500);
+
+/// The longest the progress thread sleeps at a time while an application thread waits in
+/// `get_cq_event` (this bounds a missed wake-up).
+const PARK_MAX: Duration = Duration::from_secs(1);
+
+/// How long after the last application thread left `get_cq_event` the progress thread
+/// takes over, unless one came back.
+const LEAVE_GRACE: Duration = Duration::from_millis(1);
 
 /// How long a busy device's progress thread keeps receiving without a sleep after the last
 /// datagram, while no application thread polls (nanoseconds).
@@ -662,14 +693,88 @@ impl Shared {
         self.app_active.store(v.wrapping_add(1), Ordering::Relaxed);
     }
 
+    /// Sleeps while an application thread waits in `get_cq_event`: until [`LEAVE_GRACE`]
+    /// after the last one left without another coming back (see [`Shared::app_left`]),
+    /// the device is stopped, or [`PARK_MAX`] passes.
+    fn park(&self) {
+        // The waiting thread serves the engine's timers meanwhile: no kick for this one.
+        self.sleeping_until.store(0, Ordering::Release);
+        self.parked.store(true, Ordering::SeqCst);
+        // Set, then look: a thread leaving meanwhile sees `parked` (and arms the timer) or
+        // this one sees it gone.
+        if self.app_waiters.load(Ordering::SeqCst) > 0 && !self.stop.load(Ordering::Acquire) {
+            let ts = libc::timespec {
+                tv_sec: PARK_MAX.as_secs() as libc::time_t,
+                tv_nsec: libc::c_long::from(PARK_MAX.subsec_nanos() as i32),
+            };
+            let mut fds = [
+                libc::pollfd { fd: self.wake_fd, events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: self.park_timer, events: libc::POLLIN, revents: 0 },
+            ];
+            // SAFETY: `fds` and `ts` live across the call, with their true length.
+            unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &raw const ts, std::ptr::null()) };
+            for f in &fds {
+                if f.revents & libc::POLLIN != 0 {
+                    let mut v: u64 = 0;
+                    // SAFETY: reads 8 bytes into a live u64 from our eventfd or timerfd.
+                    unsafe { libc::read(f.fd, (&raw mut v).cast(), 8) };
+                }
+            }
+        }
+        self.parked.store(false, Ordering::SeqCst);
+    }
+
+    /// Arms (`Some`) or disarms the park timer.
+    fn set_park_timer(&self, after: Option<Duration>) {
+        let after = after.unwrap_or_default();
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: libc::timespec {
+                tv_sec: after.as_secs() as libc::time_t,
+                tv_nsec: libc::c_long::from(after.subsec_nanos() as i32),
+            },
+        };
+        // SAFETY: `spec` lives across the call; the old value is not asked for.
+        unsafe { libc::timerfd_settime(self.park_timer, 0, &raw const spec, std::ptr::null_mut()) };
+    }
+
+    /// An application thread enters `get_cq_event`: it drives the device from now on, so a
+    /// wake-up armed when the last one left is called off.
+    fn app_entered(&self) {
+        self.app_waiters.fetch_add(1, Ordering::SeqCst);
+        if self.park_armed.swap(false, Ordering::SeqCst) {
+            self.set_park_timer(None);
+        }
+    }
+
+    /// An application thread leaves `get_cq_event`. The last one out wakes a parked progress
+    /// thread [`LEAVE_GRACE`] later unless one comes back first — an application that
+    /// waits for events in a loop leaves only to take its completions, and waking the
+    /// progress thread each time would cost a wake-up (and a race for the socket) per event.
+    fn app_left(&self) {
+        if self.app_waiters.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.parked.load(Ordering::SeqCst)
+        {
+            self.park_armed.store(true, Ordering::SeqCst);
+            self.set_park_timer(Some(LEAVE_GRACE));
+        }
+    }
+
     fn progress_loop(&self) {
         let mut seen = self.app_active.load(Ordering::Relaxed);
         while !self.stop.load(Ordering::Acquire) {
-            // An application thread polling its CQ (busy mode) or waiting for a CQ event
-            // (event mode) drives the device; stay out of its way while it does, and until
-            // it has not for a whole nap.
+            // A thread waiting for a CQ event (event mode) drives the device: sleep until the
+            // last such thread leaves `get_cq_event` (it wakes this one), not in naps — an
+            // agent that always waits would otherwise cost a wake-up every nap.
+            if self.app_waiters.load(Ordering::SeqCst) > 0 {
+                self.park();
+                seen = self.app_active.load(Ordering::Relaxed);
+                continue;
+            }
+            // A thread polling its CQ (busy mode) drives it too; stay out of its way while it
+            // does, and until it has not for a whole nap.
             let now_seen = self.app_active.load(Ordering::Relaxed);
-            if self.app_waiters.load(Ordering::Acquire) > 0 || now_seen != seen {
+            if now_seen != seen {
                 seen = now_seen;
                 std::thread::sleep(APP_NAP);
                 continue;
@@ -960,7 +1065,7 @@ impl Provider for SoftDevice {
         // socket and handles what arrives, so a completion reaches it without a second
         // thread's wake-up in between. The progress thread stays away meanwhile.
         let sh = &self.sh;
-        sh.app_waiters.fetch_add(1, Ordering::AcqRel);
+        sh.app_entered();
         DRIVING.set(true);
         let pop =
             || ch.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop_front();
@@ -1020,7 +1125,7 @@ impl Provider for SoftDevice {
         };
         DRIVING.set(false);
         sh.app_drove();
-        sh.app_waiters.fetch_sub(1, Ordering::AcqRel);
+        sh.app_left();
         got
     }
 
