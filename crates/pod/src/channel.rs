@@ -112,6 +112,8 @@ struct Peer {
     expected: u64,
     early: BTreeMap<u64, Vec<u8>>,
     ack_due: bool,
+    /// Messages sent to it or received from it.
+    traffic: u64,
 }
 
 /// Counters of a host's channels.
@@ -143,6 +145,22 @@ pub struct Channels {
 }
 
 impl Channels {
+    /// The peers this host has sent messages to or received messages from.
+    pub fn peers(&self) -> Vec<u16> {
+        self.peers.iter().filter(|(_, p)| p.traffic > 0).map(|(h, _)| *h).collect()
+    }
+
+    /// When [`Channels::poll_frames`] has something to send again (the earliest
+    /// retransmission); `None` when nothing is in flight (nothing to do until a message is
+    /// queued or a frame arrives).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.peers
+            .values()
+            .flat_map(|p| p.unacked.values())
+            .map(|(_, sent)| sent.map_or(Instant::now(), |t| t + self.rto))
+            .min()
+    }
+
     /// Host `me`'s channels, in its incarnation `inc`: at most `window` messages in flight
     /// per peer, sent again after `rto` unacknowledged.
     pub fn new(me: u16, inc: u64, window: usize, rto: Duration) -> Channels {
@@ -163,6 +181,7 @@ impl Channels {
         let p = self.peers.entry(peer).or_default();
         let seq = p.next;
         p.next += 1;
+        p.traffic += 1;
         p.queued.push_back((seq, payload));
         seq
     }
@@ -250,6 +269,7 @@ impl Channels {
             return;
         }
         p.ack_due = true;
+        p.traffic += 1;
         if f.seq < p.expected || p.early.contains_key(&f.seq) {
             self.counters.duplicates += 1;
             return;

@@ -13,7 +13,7 @@
 //! - **Reports**: foca's custom broadcasts carry each host's latest path report (what its
 //!   probes saw), so every host holds the pod's whole path matrix.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::num::{NonZeroU8, NonZeroU32, NonZeroUsize};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -120,6 +120,10 @@ impl Timeouts {
     }
 }
 
+/// How long a datagram is remembered to drop its copies from the other rails.
+pub const SEEN_FOR: Duration = Duration::from_millis(500);
+const SEEN_MAX: usize = 512;
+
 /// How a member stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -225,6 +229,8 @@ struct Rt {
     stretch: u32,
     seq: u64,
     timers: BTreeMap<(Instant, u64), Timer<Id>>,
+    /// Periodic timers fall on this grid (epoch, period): see [`Membership::align`].
+    grid: Option<(Instant, Duration)>,
     out: Vec<(Id, Vec<u8>)>,
     notes: Vec<Note>,
 }
@@ -253,7 +259,23 @@ impl foca::Runtime<Id> for Rt {
 
     fn submit_after(&mut self, event: Timer<Id>, after: Duration) {
         self.seq += 1;
-        let at = self.now + after * (1 + self.stretch);
+        let mut at = self.now + after * (1 + self.stretch);
+        let periodic = matches!(
+            event,
+            Timer::ProbeRandomMember(_)
+                | Timer::PeriodicGossip(_)
+                | Timer::PeriodicAnnounce(_)
+                | Timer::PeriodicAnnounceDown(_)
+        );
+        if let Some((epoch, period)) = self.grid.filter(|(_, p)| periodic && !p.is_zero()) {
+            // The nearest point of the grid still ahead: the period holds on average, and
+            // the host's periodic work shares one wake-up.
+            let since = at.saturating_duration_since(epoch).as_nanos();
+            let p = period.as_nanos();
+            let k = (since + p / 2) / p;
+            let snapped = epoch + Duration::from_nanos((k * p).min(u128::from(u64::MAX)) as u64);
+            at = if snapped > self.now { snapped } else { snapped + period };
+        }
         self.timers.insert((at, self.seq), event);
     }
 }
@@ -278,6 +300,12 @@ pub struct Membership {
     reports: Arc<Mutex<Reports>>,
     version: u64,
     members: BTreeMap<u16, Member>,
+    /// Datagrams seen lately (when, hash): the copies the other rails carry are dropped.
+    seen: VecDeque<(Instant, u64)>,
+    seen_hasher: std::hash::RandomState,
+    copies: u64,
+    /// Moves whenever a member is added or its identity or health changes.
+    changes: u64,
     events: Vec<Event>,
     /// The largest lateness of a timer seen, and how many fired late.
     worst_late: Duration,
@@ -312,6 +340,7 @@ impl Membership {
                 stretch: 0,
                 seq: 0,
                 timers: BTreeMap::new(),
+                grid: None,
                 out: Vec::new(),
                 notes: Vec::new(),
             },
@@ -319,6 +348,10 @@ impl Membership {
             lhm: 0,
             reports,
             version: 0,
+            changes: 0,
+            seen: VecDeque::new(),
+            seen_hasher: std::hash::RandomState::new(),
+            copies: 0,
             members: BTreeMap::new(),
             events: Vec::new(),
             worst_late: Duration::ZERO,
@@ -344,6 +377,26 @@ impl Membership {
 
     /// A membership datagram arrived.
     pub fn handle_datagram(&mut self, data: &[u8], now: Instant) -> Result<(), Error> {
+        // Every rail carries a copy of each message: the second copy is dropped here (foca
+        // would answer a ping twice, on every rail). A datagram repeated byte for byte
+        // within the window tells foca nothing new.
+        let h = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut x = self.seen_hasher.build_hasher();
+            x.write(data);
+            x.finish()
+        };
+        while self.seen.front().is_some_and(|(t, _)| now.saturating_duration_since(*t) > SEEN_FOR) {
+            self.seen.pop_front();
+        }
+        if self.seen.iter().any(|(_, s)| *s == h) {
+            self.copies += 1;
+            return Ok(());
+        }
+        if self.seen.len() >= SEEN_MAX {
+            self.seen.pop_front();
+        }
+        self.seen.push_back((now, h));
         self.rt.now = now;
         self.rt.stretch = self.lhm;
         let r = self.foca.handle_data(data, &mut self.rt);
@@ -407,6 +460,26 @@ impl Membership {
         self.reports.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
+    /// Puts foca's periodic timers (its probe of a random member, gossip, announcements) on
+    /// the points `epoch + k × period`: with the host's own periodic work on the same grid
+    /// (its probe rounds), a period costs one wake-up instead of one per timer.
+    pub fn align(&mut self, epoch: Instant, period: Duration) {
+        self.rt.grid = Some((epoch, period));
+    }
+
+    /// Datagrams dropped as copies of one handled within [`SEEN_FOR`] (one per rail but
+    /// the first, typically).
+    pub fn copies(&self) -> u64 {
+        self.copies
+    }
+
+    /// A count that moves whenever [`Membership::members`] changes (a member added, or
+    /// its identity or health changed): what is derived from the members need be derived
+    /// again only then.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
     /// The members this host knows, itself excluded.
     pub fn members(&self) -> &BTreeMap<u16, Member> {
         &self.members
@@ -467,6 +540,9 @@ impl Membership {
             Some(m) if m.id.incarnation > id.incarnation => {}
             Some(m) => {
                 let changed = m.health != health;
+                if changed || m.id != id {
+                    self.changes += 1;
+                }
                 m.id = id;
                 if changed {
                     m.health = health;
@@ -475,6 +551,7 @@ impl Membership {
                 }
             }
             None => {
+                self.changes += 1;
                 self.members.insert(host, Member { id, health, since: now });
                 self.events.push(Event { at: now, host, health });
             }
@@ -498,6 +575,8 @@ mod tests {
         slow: Vec<u16>,
         slow_every: Duration,
         last_run: Vec<Instant>,
+        copies: bool,
+        sent: u64,
     }
 
     fn id(h: u16) -> Id {
@@ -529,7 +608,19 @@ mod tests {
                 slow: vec![],
                 slow_every: Duration::ZERO,
                 last_run: vec![t0; n as usize],
+                copies: false,
+                sent: 0,
             }
+        }
+
+        /// A pod whose hosts put their periodic timers on a `period` grid from the start.
+        fn aligned(n: u16, period: Duration) -> Sim {
+            let mut s = Sim::new(n);
+            let t0 = s.t0;
+            for m in &mut s.ms {
+                m.align(t0, period);
+            }
+            s
         }
 
         fn step(&mut self, dt: Duration) {
@@ -557,7 +648,12 @@ mod tests {
                 }
                 let _ = self.ms[h].handle_timeouts(now);
                 while let Some((to, d)) = self.ms[h].poll_transmit() {
+                    self.sent += 1;
                     if !self.dead.contains(&to.host) {
+                        if self.copies {
+                            // The other rail's copy, a little later.
+                            self.flight.push((now + Duration::from_micros(80), to.host, d.clone()));
+                        }
                         self.flight.push((now + Duration::from_micros(50), to.host, d));
                     }
                 }
@@ -634,6 +730,52 @@ mod tests {
         assert!(d.iter().all(|(_, of)| *of == 2), "a healthy host was declared down: {d:?}");
         assert!(s.ms[2].lateness().0 > 0, "the starvation was seen");
         assert!(s.ms[2].local_health() > 0);
+    }
+
+    #[test]
+    fn a_copy_of_each_datagram_from_another_rail_is_handled_once() {
+        let run = |copies: bool| {
+            let mut s = Sim::new(6);
+            s.copies = copies;
+            s.run(Duration::from_secs(3));
+            for a in 0..6 {
+                for b in (0..6).filter(|&b| b != a) {
+                    assert_eq!(s.health(a, b), Some(Health::Alive), "{a} sees {b}");
+                }
+            }
+            (s.sent, s.ms.iter().map(Membership::copies).sum::<u64>())
+        };
+        let (once, none) = run(false);
+        let (twice, dropped) = run(true);
+        // Alone, a datagram repeats byte for byte only rarely (a repeated announce).
+        assert!(none * 50 <= once, "{none} of {once} dropped without copies");
+        // Every copy that arrived was dropped, and none was answered: a copy per rail does
+        // not multiply the answers (a ping answered twice would be).
+        assert!(dropped as f64 >= 0.9 * twice as f64, "{dropped} of {twice}");
+        assert!((twice as f64) < 1.1 * once as f64, "sent {twice} with copies, {once} without");
+    }
+
+    #[test]
+    fn periodic_timers_fall_on_the_probe_rounds_grid() {
+        let period = Duration::from_millis(100);
+        let mut s = Sim::aligned(6, period);
+        s.run(Duration::from_millis(1500));
+        let mut periodic = 0;
+        for m in &s.ms {
+            for ((at, _), t) in &m.rt.timers {
+                if matches!(t, Timer::ProbeRandomMember(_) | Timer::PeriodicGossip(_)) {
+                    periodic += 1;
+                    let off = at.duration_since(s.t0).as_nanos() % period.as_nanos();
+                    assert_eq!(off, 0, "{t:?} at {:?}", at.duration_since(s.t0));
+                }
+            }
+        }
+        assert!(periodic >= 6, "{periodic} periodic timers");
+        for a in 0..6 {
+            for b in (0..6).filter(|&b| b != a) {
+                assert_eq!(s.health(a, b), Some(Health::Alive), "{a} sees {b}");
+            }
+        }
     }
 
     #[test]

@@ -195,6 +195,17 @@ impl ChanIo {
         self.keep_lost();
     }
 
+    /// When [`ChanIo::pump`] has something to do by itself: a retransmission or a
+    /// connection attempt due (`None`: nothing until woken — a message queued, a frame, a
+    /// completion or a route change).
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        let retry = self.conns.values().filter_map(|c| match c.state {
+            ConnState::Connecting { last_try, .. } => Some(last_try + RETRY),
+            _ => None,
+        });
+        retry.chain(self.channels.next_deadline()).min()
+    }
+
     /// Moves frames: the channels' (and those to relay) onto their hops' QPs; asks for the
     /// hops not connected yet.
     pub(crate) fn pump(&mut self, pod: &Pod, rails: &[RailIo], ud: UdSend<'_>, now: Instant) {
