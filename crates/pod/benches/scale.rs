@@ -69,7 +69,7 @@ fn simulate(n: usize) -> Figures {
         let mut p = Prober::new(&pod, h, cfg, t0);
         // Enough rounds for the rotation to visit every other ToR.
         let mut now = t0;
-        for _ in 0..((n / 16) / cfg.max_inter_tor + 2) * 4 {
+        for _ in 0..((n / 16) / cfg.calm_inter_tor + 2) * 4 {
             for o in p.poll(now, &[pod::probe::NO_ADDR; 2], &[1, 2]) {
                 p.on_reply(&o.packet.answer(0, 0), now + Duration::from_micros(20));
             }

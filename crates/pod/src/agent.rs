@@ -30,7 +30,8 @@ use crate::channel::{ChannelCounters, Delivered, Undeliverable};
 use crate::locate::{self, Finding};
 use crate::member::{Health, Id, Membership, Timeouts};
 use crate::probe::{
-    self, Answered, LoopHealth, Lost, Outgoing, Packet, PathState, ProbeConfig, Prober, Report,
+    self, Answered, JudgedPath, LoopHealth, Lost, Outgoing, Packet, PathState, ProbeConfig, Prober,
+    Report,
 };
 use crate::route::PathView;
 
@@ -41,8 +42,9 @@ pub const CONTROL_PORT: u16 = 7946;
 /// A peer declared down this long has its unacknowledged channel messages reported
 /// undeliverable (one that comes back as the same life sooner loses nothing).
 pub const DOWN_GRACE: Duration = Duration::from_secs(2);
-/// An unchanged report is broadcast again this often.
-pub const REPUBLISH: Duration = Duration::from_secs(5);
+/// An unchanged report is broadcast again this often (a host that comes up has everyone's
+/// again at once: each host republishes when it sees one come up).
+pub const REPUBLISH: Duration = Duration::from_secs(30);
 /// Bytes of a UD receive's GRH area.
 const GRH: usize = 40;
 /// Receives posted per rail.
@@ -521,6 +523,7 @@ impl PodAgent {
 
     fn shutdown(&mut self) {
         self.inner.stop.store(true, Ordering::Relaxed);
+        self.inner.wake();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -681,13 +684,22 @@ fn chan_loop(inner: &Inner, woken: UnixDatagram) {
     let ud = |r: usize, b: &[u8], to: IpAddr, q: u32, port: u16| {
         send_bytes(inner, r, b, b.len(), to, q, port)
     };
+    let mut due = None;
     while !inner.stop.load(Ordering::Relaxed) {
         {
+            // Until woken, or the next retransmission or connection attempt is due (and at
+            // least once a second: the stop flag).
+            let wait = due.map_or(Duration::from_secs(1), |d: Instant| {
+                d.saturating_duration_since(Instant::now()).min(Duration::from_secs(1))
+            });
+            let ms = u16::try_from(wait.as_millis() + 1).unwrap_or(1000);
             let mut fds = [PollFd::new(woken.as_fd(), PollFlags::POLLIN)];
-            let _ = nix::poll::poll(&mut fds, PollTimeout::from(20u8));
+            let _ = nix::poll::poll(&mut fds, PollTimeout::from(ms));
         }
         while woken.recv(&mut wbuf).is_ok() {}
-        lock(&inner.chan).pump(pod, &inner.rails, &ud, Instant::now());
+        let mut c = lock(&inner.chan);
+        c.pump(pod, &inner.rails, &ud, Instant::now());
+        due = c.next_deadline();
     }
 }
 
@@ -718,9 +730,13 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
         .filter(|&h| h != me)
         .map(|h| Id { host: h as u16, incarnation: 0, boot: 0, addrs: ctl_addrs(h), qpns: vec![] })
         .collect();
+    // foca's periodic timers and the reports on the probe rounds' grid: a round is one
+    // wake-up.
+    let epoch = lock(&inner.prober).epoch();
+    m.align(epoch, cfg.probe.period);
     let _ = m.join(&seeds, start);
     let mut rx = vec![0u8; 65536];
-    let mut next_report = start;
+    let mut next_report = epoch;
     let mut next_join = start + Duration::from_secs(1);
     let mut control_bytes = 0u64;
     let mut unreachable: BTreeSet<usize> = (0..n).filter(|&h| h != me).collect();
@@ -729,6 +745,20 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
     let mut first_seen: BTreeMap<(String, String), Instant> = BTreeMap::new();
     let mut down_since: BTreeMap<u16, Instant> = BTreeMap::new();
     let mut last_published: Vec<u8> = Vec::new();
+    let mut published_loop = LoopHealth::default();
+    let mut republish = false;
+    let mut decoded: BTreeMap<u16, (u64, Report)> = BTreeMap::new();
+    let mut members_seen = u64::MAX;
+    // Localization reads only the members' health and the reports: it runs again only
+    // when either changes.
+    struct Located {
+        health: BTreeMap<u16, Health>,
+        key: Vec<(u16, u64)>,
+        reports: BTreeMap<u16, Report>,
+        found: Vec<Finding>,
+    }
+    let mut located: Option<Located> = None;
+    let mut path_names: BTreeMap<(usize, Dev), String> = BTreeMap::new();
     let mut published_at = start;
     nice(-10);
     let mut events: VecDeque<EventRecord> = VecDeque::new();
@@ -752,9 +782,9 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
             .flatten()
             .min()
             .unwrap_or(now)
-            .min(now + Duration::from_millis(50));
+            .min(now + cfg.probe.period);
         let wait = due.saturating_duration_since(now);
-        {
+        let readable: Vec<bool> = {
             let mut fds: Vec<PollFd> =
                 sockets.iter().map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN)).collect();
             let t = PollTimeout::try_from(
@@ -762,7 +792,8 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
             )
             .unwrap_or(PollTimeout::ZERO);
             let _ = nix::poll::poll(&mut fds, t);
-        }
+            fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect()
+        };
         let now = Instant::now();
         // How late the loop ran against its own deadline: this host's CPU, not the network.
         let lag = now.saturating_duration_since(due);
@@ -771,7 +802,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
             lag_window.pop_front();
         }
         // Every datagram first, then the timers.
-        for s in &sockets {
+        for (s, _) in sockets.iter().zip(&readable).filter(|(_, r)| **r) {
             while let Ok((len, _)) = s.recv_from(&mut rx) {
                 let _ = m.handle_datagram(&rx[..len], now);
             }
@@ -804,6 +835,8 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
                     down_since.entry(e.host).or_insert(now);
                 }
                 _ => {
+                    // A host up (or back): it has no reports yet.
+                    republish |= e.health == Health::Alive;
                     down_since.remove(&e.host);
                     if let Some(x) = m.members().get(&e.host) {
                         lock(&inner.chan).peer_up(e.host, x.id.boot);
@@ -821,29 +854,28 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
             lock(&inner.chan).peer_down(h);
         }
 
-        {
+        // What follows from the members, again only when they change.
+        if m.changes() != members_seen {
+            members_seen = m.changes();
             let known: BTreeMap<usize, Vec<u32>> =
                 m.members().iter().map(|(h, x)| (usize::from(*h), x.id.qpns.clone())).collect();
-            let mut c = lock(&inner.chan);
-            if c.probe_qpns != known {
-                c.probe_qpns = known;
+            lock(&inner.chan).probe_qpns = known;
+            let now_unreachable: BTreeSet<usize> = (0..n)
+                .filter(|&h| h != me)
+                .filter(|h| {
+                    m.members().get(&(*h as u16)).is_none_or(|x| {
+                        x.health == Health::Down || x.id.qpns.len() < pod.hosts[*h].rails.len()
+                    })
+                })
+                .collect();
+            if now_unreachable != unreachable {
+                unreachable = now_unreachable;
+                lock(&inner.prober).set_down(&unreachable.iter().copied().collect::<Vec<_>>());
             }
         }
-        let now_unreachable: BTreeSet<usize> = (0..n)
-            .filter(|&h| h != me)
-            .filter(|h| {
-                m.members().get(&(*h as u16)).is_none_or(|x| {
-                    x.health == Health::Down || x.id.qpns.len() < pod.hosts[*h].rails.len()
-                })
-            })
-            .collect();
         // Probes.
         let (out, lost, per_round) = {
             let mut p = lock(&inner.prober);
-            if now_unreachable != unreachable {
-                unreachable = now_unreachable;
-                p.set_down(&unreachable.iter().copied().collect::<Vec<_>>());
-            }
             let out = p.poll(now, &addrs, &qpns);
             (out, p.take_lost(), p.per_round())
         };
@@ -870,7 +902,10 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
         if now < next_report {
             continue;
         }
-        next_report = now + cfg.report_every;
+        // On the grid (the rounds' epoch), a late report not made up.
+        while next_report <= now {
+            next_report += cfg.report_every.max(Duration::from_millis(1));
+        }
         let worst = lag_window.iter().map(|(_, l)| *l).max().unwrap_or_default();
         let late =
             lag_window.iter().filter(|(_, l)| l.as_millis() >= u128::from(probe::LATE_MS)).count();
@@ -879,52 +914,89 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
             worst_lag_ms: worst.as_millis().min(u128::from(u32::MAX)) as u32,
             late_pct: (100 * late / lag_window.len().max(1)) as u8,
         };
-        // Broadcast when the report changes, and every few seconds (a host that joins late
-        // learns everyone's).
-        let report = lock(&inner.prober).broadcast(host_loop);
+        // The peers this host has traffic for are probed every round; every other ToR is
+        // while something is wrong anywhere (a loss here, a failing path in a report).
+        let hot: Vec<usize> =
+            lock(&inner.chan).channels.peers().into_iter().map(usize::from).collect();
+        let elsewhere = located.as_ref().is_some_and(|l| {
+            l.reports.values().any(|r| r.paths.iter().any(|p| p.state != PathState::Ok))
+        });
+        // Each path judged once for the report, the routes and the status.
+        let (judged, report) = {
+            let mut p = lock(&inner.prober);
+            p.set_hot(&hot);
+            let alert = elsewhere || p.any_loss();
+            p.set_alert(alert);
+            let judged = p.judge_all();
+            let report = p.broadcast_of(&judged, host_loop);
+            (judged, report)
+        };
+        // Broadcast when the report changes, when a host came up (it learns everyone's) and
+        // every [`REPUBLISH`]. A starved loop's figures move all the time: while it stays
+        // starved they go out only with another change (what localization reads is that it
+        // is starved).
+        let mut report = report;
+        let due = republish || now.duration_since(published_at) >= REPUBLISH;
+        if !due && report.host_loop.starved() && published_loop.starved() {
+            report.host_loop = published_loop;
+        }
         let bytes = report.encode();
-        if bytes != last_published || now.duration_since(published_at) >= REPUBLISH {
+        if due || bytes != last_published {
             let _ = m.publish(bytes.clone());
             last_published = bytes;
             published_at = now;
+            published_loop = report.host_loop;
+            republish = false;
         }
-        let reports: BTreeMap<u16, Report> = m
-            .reports()
-            .into_iter()
-            .filter_map(|(h, (_, b))| Report::decode(&b).map(|r| (h, r)))
-            .filter(|(h, _)| {
-                usize::from(*h) == me
-                    || m.members().get(h).is_some_and(|x| x.health != Health::Down)
-            })
-            .collect();
+        // Reports decoded once per version.
+        let raw = m.reports();
+        decoded.retain(|h, _| raw.contains_key(h));
+        for (h, (version, b)) in raw {
+            if decoded.get(&h).is_none_or(|(v, _)| *v != version) {
+                match Report::decode(&b) {
+                    Some(r) => decoded.insert(h, (version, r)),
+                    None => decoded.remove(&h),
+                };
+            }
+        }
         let mut health: BTreeMap<u16, Health> =
             m.members().iter().map(|(h, x)| (*h, x.health)).collect();
         health.insert(me as u16, Health::Alive);
+        // The reports of the hosts not down, by version: what localization reads.
+        let key: Vec<(u16, u64)> = decoded
+            .iter()
+            .filter(|(h, _)| health.get(h).is_some_and(|x| *x != Health::Down))
+            .map(|(h, (v, _))| (*h, *v))
+            .collect();
+        if located.as_ref().is_none_or(|l| l.health != health || l.key != key) {
+            let reports: BTreeMap<u16, Report> =
+                key.iter().filter_map(|(h, _)| Some((*h, decoded.get(h)?.1.clone()))).collect();
+            let found = locate::locate(pod, me, &health, &reports);
+            located = Some(Located { health: health.clone(), key, reports, found });
+        }
+        let Some(Located { reports, found, .. }) = &located else { continue };
         // Routes from this host's own paths (not the settled findings: traffic moves at
         // once) and the others' reports.
-        let views: BTreeMap<(usize, Dev), PathView> = {
-            let p = lock(&inner.prober);
-            p.paths()
-                .map(|(k, st)| {
-                    let j = st.judge();
-                    // Other ports only where losses split by port (an ECMP path): a dead
-                    // path's ports that answered before it died carry nothing now.
-                    let split = j.ports.is_split();
-                    let carried = if split { j.ports.carried } else { vec![] };
-                    let v = PathView {
-                        state: j.state,
-                        carried,
-                        lost: j.ports.lost,
-                        clean_since: j.clean_since,
-                    };
-                    (*k, v)
-                })
-                .collect()
-        };
+        let views: BTreeMap<(usize, Dev), PathView> = judged
+            .iter()
+            .map(|jp| {
+                let j = &jp.judged;
+                // Other ports only where losses split by port (an ECMP path): a dead path's
+                // ports that answered before it died carry nothing now.
+                let carried = if j.ports.is_split() { j.ports.carried.clone() } else { vec![] };
+                let v = PathView {
+                    state: j.state,
+                    carried,
+                    lost: j.ports.lost.clone(),
+                    clean_since: j.clean_since,
+                };
+                (jp.key, v)
+            })
+            .collect();
         {
             let alive = |h: usize| health.get(&(h as u16)).is_some_and(|x| *x != Health::Down);
             let mut c = lock(&inner.chan);
-            let changes = c.table.update(now, &views, &reports, &alive);
+            let changes = c.table.update(now, &views, reports, &alive);
             let moved = !changes.is_empty();
             c.apply(pod, changes, unix_ms());
             drop(c);
@@ -932,7 +1004,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
                 inner.wake();
             }
         }
-        let raw = locate::locate(pod, me, &health, &reports);
+        let raw = found.clone();
         first_seen.retain(|k, _| raw.iter().any(|f| (&f.kind, &f.component) == (&k.0, &k.1)));
         let now_findings: Vec<Finding> = raw
             .into_iter()
@@ -965,7 +1037,9 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
         let status = build_status(
             inner,
             &m,
-            &reports,
+            reports,
+            &judged,
+            &mut path_names,
             &findings,
             &events,
             host_loop,
@@ -990,6 +1064,8 @@ fn build_status(
     inner: &Inner,
     m: &Membership,
     reports: &BTreeMap<u16, Report>,
+    judged: &[JudgedPath],
+    path_names: &mut BTreeMap<(usize, Dev), String>,
     findings: &[Finding],
     events: &VecDeque<EventRecord>,
     host_loop: LoopHealth,
@@ -1028,27 +1104,24 @@ fn build_status(
         }
     }
 
-    let my_paths: Vec<MyPath> = {
-        let p = lock(&inner.prober);
-        p.paths()
-            .map(|((rail, d), st)| {
-                let j = st.judge();
-                MyPath {
-                    path: format!(
-                        "{} -> {}",
-                        pod.name(Dev { host: me, rail: *rail }),
-                        pod.name(*d)
-                    ),
-                    state: j.state,
-                    sent: st.sent[0],
-                    lost: st.lost[0],
-                    large_sent: st.sent[1],
-                    large_lost: st.lost[1],
-                    rtt_p50_us: j.rtt_p50.map_or(0, |d| d.as_micros() as u32),
-                }
-            })
-            .collect()
-    };
+    let my_paths: Vec<MyPath> = judged
+        .iter()
+        .map(|jp| {
+            let (rail, d) = jp.key;
+            let path = path_names.entry(jp.key).or_insert_with(|| {
+                format!("{} -> {}", pod.name(Dev { host: me, rail }), pod.name(d))
+            });
+            MyPath {
+                path: path.clone(),
+                state: jp.judged.state,
+                sent: jp.sent[0],
+                lost: jp.lost[0],
+                large_sent: jp.sent[1],
+                large_lost: jp.lost[1],
+                rtt_p50_us: jp.judged.rtt_p50.map_or(0, |d| d.as_micros() as u32),
+            }
+        })
+        .collect();
     // The median round trip of this host's paths (the broadcasts leave `ok` paths' out).
     let mut rtts: Vec<u32> =
         my_paths.iter().map(|p: &MyPath| p.rtt_p50_us).filter(|r| *r > 0).collect();

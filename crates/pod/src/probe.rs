@@ -34,9 +34,15 @@ pub struct ProbeConfig {
     pub large: usize,
     /// How far back a path's outcomes are judged.
     pub window: Duration,
-    /// Other ToRs each rail probes per round, at most (in turn when its rail has more): the
-    /// probes per host stay bounded as a pod grows.
+    /// Other ToRs each rail probes per round, at most (in turn when its rail has more),
+    /// while something is wrong (see [`Prober::set_alert`]): the probes per host stay
+    /// bounded as a pod grows.
     pub max_inter_tor: usize,
+    /// Other ToRs each rail probes per round while the pod is healthy (in turn): a healthy
+    /// pod is watched at a fraction of the cost, and the first loss seen anywhere brings
+    /// every ToR back into each round to locate it (the peers a host has traffic for are
+    /// probed every round regardless, see [`Prober::set_hot`]).
+    pub calm_inter_tor: usize,
 }
 
 impl Default for ProbeConfig {
@@ -49,6 +55,7 @@ impl Default for ProbeConfig {
             large: 4096,
             window: Duration::from_secs(5),
             max_inter_tor: 16,
+            calm_inter_tor: 1,
         }
     }
 }
@@ -194,6 +201,8 @@ pub struct PathStats {
     /// Probes lost, small and large.
     pub lost: [u64; 2],
     recent: VecDeque<Outcome>,
+    /// Small probes lost among `recent`.
+    recent_small_lost: usize,
     /// Per (port, near-MTU): its last two outcomes in the window (when, answered).
     by_port: BTreeMap<(u16, bool), VecDeque<(Instant, bool)>>,
     /// The last split of the small probes' losses by port, and when it was seen: a path
@@ -301,8 +310,11 @@ impl PathStats {
             state,
             small: (small.len() as u32, lost_small as u32),
             large: (large.len() as u32, lost_large as u32),
+            // How losses fall over the ports: only where there are losses (most paths have
+            // none, and a split of none is empty).
             ports: {
-                let now_split = self.split(false);
+                let now_split =
+                    if lost_small > 0 { self.split(false) } else { PortSplit::default() };
                 match &self.sticky {
                     Some((st, at))
                         if !now_split.is_split()
@@ -314,7 +326,11 @@ impl PathStats {
                     _ => now_split,
                 }
             },
-            large_ports: self.split(true),
+            large_ports: if large.iter().any(|o| o.rtt.is_none()) {
+                self.split(true)
+            } else {
+                PortSplit::default()
+            },
             rtt_p50: rtts.get(rtts.len() / 2).copied(),
             clean_since,
         }
@@ -332,10 +348,15 @@ impl PathStats {
                 continue;
             }
             let last_at = h.back().map(|(t, _)| *t);
-            match h.iter().map(|(_, a)| *a).collect::<Vec<bool>>()[..] {
-                [false, false] => out.lost.push(*port),
-                [false, true] => out.flaky += 1,
-                [true] | [true, true] if since.is_none_or(|s| last_at.is_some_and(|t| t > s)) => {
+            // The last two outcomes (`by_port` keeps no more).
+            let first = h.front().map(|(_, a)| *a);
+            let last = h.get(1).map(|(_, a)| *a);
+            match (first, last) {
+                (Some(false), Some(false)) => out.lost.push(*port),
+                (Some(false), Some(true)) => out.flaky += 1,
+                (Some(true), None | Some(true))
+                    if since.is_none_or(|s| last_at.is_some_and(|t| t > s)) =>
+                {
                     out.carried.push(*port)
                 }
                 // One loss not confirmed yet (its retry is on the way), or an answer from
@@ -365,6 +386,19 @@ pub struct Judged {
     /// Since when every small probe has been answered (the first answer after the last
     /// loss in the window; `None`: none answered since).
     pub clean_since: Option<Instant>,
+}
+
+/// A path of this host's, judged (see [`Prober::judge_all`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JudgedPath {
+    /// (this host's rail, the device probed).
+    pub key: (usize, Dev),
+    /// Its judgement over the window.
+    pub judged: Judged,
+    /// Probes sent since the start, small and near-MTU.
+    pub sent: [u64; 2],
+    /// Probes lost since the start, small and near-MTU.
+    pub lost: [u64; 2],
 }
 
 /// One path in a host's report.
@@ -555,6 +589,10 @@ pub struct Prober {
     targets: Vec<(Vec<Dev>, Vec<Vec<Dev>>)>,
     /// Hosts not probed (down).
     skip: Vec<usize>,
+    /// Hosts this host has traffic for: their devices are probed every round.
+    hot: Vec<usize>,
+    /// Something is wrong somewhere: every other ToR in each round.
+    alert: bool,
     large_turn: Vec<usize>,
     /// The next port of each path's rotation (small, near-MTU).
     cursor: HashMap<(usize, Dev, bool), usize>,
@@ -627,6 +665,8 @@ impl Prober {
             paths: BTreeMap::new(),
             targets,
             skip: Vec::new(),
+            hot: Vec::new(),
+            alert: false,
             large_turn: vec![0; rails],
             cursor: HashMap::new(),
             lost: Vec::new(),
@@ -651,12 +691,38 @@ impl Prober {
         self.pending.retain(|_, p| !hosts.contains(&p.dst.host));
     }
 
+    /// When the first round was due: rounds fall on `epoch + k × period`.
+    pub fn epoch(&self) -> Instant {
+        self.epoch
+    }
+
+    /// Whether something is wrong in the pod (a loss on one of this host's paths, or a
+    /// failing path in another host's report): while it is, each rail probes up to
+    /// [`ProbeConfig::max_inter_tor`] other ToRs per round, else
+    /// [`ProbeConfig::calm_inter_tor`].
+    pub fn set_alert(&mut self, alert: bool) {
+        self.alert = alert;
+    }
+
+    /// Whether any path of this host's lost a probe within the window.
+    pub fn any_loss(&self) -> bool {
+        self.paths.values().any(|st| st.recent.iter().any(|o| o.rtt.is_none()))
+    }
+
+    /// Probes the devices of `hosts` every round (the peers this host has traffic for: a
+    /// route moves off a failed path as soon as this host's own probes see it), besides the
+    /// other ToRs' devices in turn.
+    pub fn set_hot(&mut self, hosts: &[usize]) {
+        self.hot = hosts.to_vec();
+    }
+
     /// This round's targets of rail `r`.
     fn round_targets(&self, r: usize) -> Vec<Dev> {
         let (mesh, others) = &self.targets[r];
         let k = self.round as usize;
         let mut out: Vec<Dev> = mesh.clone();
-        let take = self.cfg.max_inter_tor.max(1).min(others.len());
+        let per = if self.alert { self.cfg.max_inter_tor } else { self.cfg.calm_inter_tor };
+        let take = per.max(1).min(others.len());
         // This round's ToRs (all of them in a small pod), and a device of each in turn.
         let first = if others.is_empty() { 0 } else { (k * take) % others.len() };
         let turn = if others.is_empty() { 0 } else { (k * take) / others.len() };
@@ -664,6 +730,11 @@ impl Prober {
             let ds = &others[(first + i) % others.len()];
             ds[(turn + (first + i) / others.len()) % ds.len()]
         }));
+        for d in others.iter().flatten() {
+            if self.hot.contains(&d.host) && !out.contains(d) {
+                out.push(*d);
+            }
+        }
         out.retain(|d| !self.skip.contains(&d.host));
         out
     }
@@ -817,12 +888,14 @@ impl Prober {
         }
         let horizon = now.checked_sub(self.cfg.window).unwrap_or(self.epoch);
         st.recent.push_back(Outcome { at: p.sent, port: p.port, large: p.large, rtt });
+        st.recent_small_lost += usize::from(!p.large && rtt.is_none());
         let h = st.by_port.entry((p.port, p.large)).or_default();
         h.push_back((p.sent, rtt.is_some()));
         while h.len() > 2 || h.front().is_some_and(|(t, _)| *t < horizon) {
             h.pop_front();
         }
-        if !p.large {
+        // Only a path with small losses in its window can split (most have none).
+        if !p.large && st.recent_small_lost > 0 {
             let sp = st.split(false);
             if sp.is_split() {
                 st.sticky = Some((sp, p.sent));
@@ -832,7 +905,8 @@ impl Prober {
             // Sent again on the same port next round: a loss that repeats is the port's path.
             self.retry.push((p.rail, p.dst, p.port, p.large));
         }
-        while st.recent.front().is_some_and(|o| o.at < horizon) {
+        while let Some(o) = st.recent.front().filter(|o| o.at < horizon) {
+            st.recent_small_lost -= usize::from(!o.large && o.rtt.is_none());
             st.recent.pop_front();
         }
     }
@@ -842,11 +916,25 @@ impl Prober {
         self.paths.iter()
     }
 
+    /// Every path judged once, with its counters: what a report, the routes and a status
+    /// are all made from (judging walks each path's window; do it once per report).
+    pub fn judge_all(&self) -> Vec<JudgedPath> {
+        self.paths
+            .iter()
+            .map(|(k, st)| JudgedPath { key: *k, judged: st.judge(), sent: st.sent, lost: st.lost })
+            .collect()
+    }
+
     /// What this host broadcasts: its report with the figures of `ok` paths left out, so
     /// that a pod where nothing changes broadcasts the same bytes (and need not, but every
     /// few seconds).
     pub fn broadcast(&self, host_loop: LoopHealth) -> Report {
-        let mut r = self.report(host_loop);
+        self.broadcast_of(&self.judge_all(), host_loop)
+    }
+
+    /// [`Prober::broadcast`] from paths already judged.
+    pub fn broadcast_of(&self, judged: &[JudgedPath], host_loop: LoopHealth) -> Report {
+        let mut r = self.report_of(judged, host_loop);
         for p in r.paths.iter_mut().filter(|p| p.state == PathState::Ok) {
             p.small = (0, 0);
             p.large = (0, 0);
@@ -861,11 +949,14 @@ impl Prober {
 
     /// This host's report of its paths (ports listed for paths that are not `ok`).
     pub fn report(&self, host_loop: LoopHealth) -> Report {
-        let paths = self
-            .paths
+        self.report_of(&self.judge_all(), host_loop)
+    }
+
+    /// [`Prober::report`] from paths already judged.
+    pub fn report_of(&self, judged: &[JudgedPath], host_loop: LoopHealth) -> Report {
+        let paths = judged
             .iter()
-            .map(|((rail, d), st)| {
-                let j = st.judge();
+            .map(|JudgedPath { key: (rail, d), judged: j, .. }| {
                 let cap = |v: &[u16]| v.iter().copied().take(16).collect::<Vec<u16>>();
                 let (lost, ok) = match j.state {
                     PathState::Dead => (cap(&j.ports.lost), vec![]),
@@ -946,16 +1037,17 @@ mod tests {
     }
 
     #[test]
-    fn each_rail_probes_its_tor_mesh_and_every_other_tor_of_its_rail_from_rotating_ports() {
+    fn each_rail_probes_its_tor_mesh_and_the_other_tors_of_its_rail_in_turn_from_rotating_ports() {
         let pod = pod(8, 2, 2);
         let t0 = Instant::now();
         let mut p = Prober::new(&pod, 2, ProbeConfig::default(), t0);
         let addrs = ["10.1.2.1".parse().unwrap(), "10.2.2.1".parse().unwrap()];
         let mut seen: BTreeMap<Dev, std::collections::BTreeSet<u16>> = BTreeMap::new();
-        for k in 0..64 {
+        for k in 0..128 {
             let out = p.poll(t0 + p.cfg.period * k, &addrs, &[11, 12]);
-            // Per rail: 1 ToR-mesh peer + 3 other ToRs, small; 1 near-MTU.
-            assert_eq!(out.iter().filter(|o| !o.packet.large).count(), 8, "round {k}");
+            // Per rail: 1 ToR-mesh peer + 1 of the 3 other ToRs in turn (a healthy pod),
+            // small; 1 near-MTU.
+            assert_eq!(out.iter().filter(|o| !o.packet.large).count(), 4, "round {k}");
             assert_eq!(out.iter().filter(|o| o.packet.large).count(), 2);
             for o in &out {
                 assert_eq!(o.dst.rail, o.rail, "rail-aligned");
@@ -971,8 +1063,47 @@ mod tests {
         for (d, ports) in &seen {
             assert_eq!(ports.len(), 16, "{d:?}: {ports:?}");
         }
-        assert_eq!(p.per_round(), (8, 2));
+        assert_eq!(p.per_round(), (4, 2));
         assert!(p.report(LoopHealth::default()).paths.iter().all(|r| r.state == PathState::Ok));
+        assert!(!p.any_loss());
+        // Something wrong somewhere: every other ToR in each round, until it clears.
+        p.set_alert(true);
+        let out = p.poll(t0 + p.cfg.period * 128, &addrs, &[11, 12]);
+        assert_eq!(out.iter().filter(|o| !o.packet.large).count(), 8);
+        assert_eq!(p.per_round(), (8, 2));
+        p.set_alert(false);
+        assert_eq!(p.per_round(), (4, 2));
+        // A probe unanswered is a loss in the window.
+        p.poll(t0 + p.cfg.period * 134, &addrs, &[11, 12]);
+        assert!(p.any_loss());
+    }
+
+    #[test]
+    fn the_peers_a_host_has_traffic_for_are_probed_every_round() {
+        let pod = pod(16, 2, 2);
+        let t0 = Instant::now();
+        let mut p = Prober::new(&pod, 0, ProbeConfig { large: 0, ..Default::default() }, t0);
+        let addrs = ["10.1.0.1".parse().unwrap(), "10.2.0.1".parse().unwrap()];
+        let hot = [5, 12];
+        p.set_hot(&hot);
+        for k in 0..20 {
+            let out = p.poll(t0 + p.cfg.period * k, &addrs, &[11, 12]);
+            for h in hot {
+                for r in 0..2 {
+                    let hit = out.iter().filter(|o| o.dst == Dev { host: h, rail: r }).count();
+                    assert_eq!(hit, 1, "round {k}: h{h}.r{r} probed once");
+                }
+            }
+            // Besides: the ToR-mesh peer and another ToR per rail (it may be a hot one's).
+            assert!((2 * 3..=2 * 4).contains(&out.len()), "round {k}: {}", out.len());
+            for o in &out {
+                p.on_reply(&o.packet.answer(5, 5), t0 + p.cfg.period * k).unwrap();
+            }
+        }
+        // Without traffic, a peer of another ToR is probed only in its turn.
+        p.set_hot(&[]);
+        let out = p.poll(t0 + p.cfg.period * 20, &addrs, &[11, 12]);
+        assert_eq!(out.len(), 2 * 2);
     }
 
     #[test]

@@ -414,6 +414,13 @@ pub(crate) struct PodOpts {
     /// Bytes of the near-MTU probe sent each round per rail (0: none); at most 4096.
     #[arg(long, value_name = "BYTES", default_value_t = 4096, requires = "pod")]
     pub(crate) probe_large: usize,
+
+    /// Other ToRs each rail probes per round while the pod is healthy, in turn (a device of
+    /// each); from the first loss seen anywhere, every other ToR (up to 16) in each round
+    /// until it clears. Every device under the rail's own ToR, and every peer this host has
+    /// pod-channel traffic for, is probed every round regardless.
+    #[arg(long, value_name = "N", default_value_t = pod::probe::ProbeConfig::default().calm_inter_tor, requires = "pod")]
+    pub(crate) probe_tors: usize,
 }
 
 /// `podnet pod` subcommands.

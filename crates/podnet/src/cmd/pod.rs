@@ -93,6 +93,10 @@ pub(crate) fn agent_config(path: &std::path::Path, o: &PodOpts) -> anyhow::Resul
     let mut cfg = AgentConfig::new(pod, me);
     cfg.control_port = o.pod_port;
     cfg.probe.large = o.probe_large;
+    if o.probe_tors == 0 {
+        bail!("--probe-tors must be at least 1");
+    }
+    cfg.probe.calm_inter_tor = o.probe_tors;
     cfg.probe.period = period;
     cfg.timeouts.probe_period = period;
     cfg.timeouts.probe_rtt = period * 2 / 5;
