@@ -51,6 +51,8 @@ const GRH: usize = 40;
 const RECVS: usize = 256;
 /// Send buffers per rail.
 const SENDS: usize = 128;
+/// A probe QP's sends are signaled one in this many.
+const SIGNAL_EVERY: usize = 16;
 
 /// How the agent runs.
 #[derive(Debug, Clone)]
@@ -65,7 +67,9 @@ pub struct AgentConfig {
     pub timeouts: Timeouts,
     /// The prober's.
     pub probe: ProbeConfig,
-    /// How often this host's report is broadcast and the pod's faults located.
+    /// How often this host's report is broadcast and the pod's faults located (half as
+    /// often while the pod is calm: nothing lost anywhere and no channel traffic here; at
+    /// once when a member's health changes).
     pub report_every: Duration,
     /// How long a finding must stand before it is shown (a host that left: at once; a
     /// single pair's path, or paths that lose some probes rather than all: five times this)
@@ -268,7 +272,7 @@ struct RailIo {
     recv: MemoryRegion,
     send: MemoryRegion,
     slot: usize,
-    free: Mutex<Vec<usize>>,
+    free: Mutex<SendSlots>,
     addr: IpAddr,
 }
 
@@ -352,7 +356,7 @@ fn open_rail(pod: &Pod, me: usize, r: usize, probe: &ProbeConfig) -> Result<Rail
         recv,
         send,
         slot,
-        free: Mutex::new((0..SENDS).collect()),
+        free: Mutex::new(SendSlots { free: (0..SENDS).collect(), ..SendSlots::default() }),
         addr,
     })
 }
@@ -618,10 +622,36 @@ fn rail_loop(inner: &Inner, r: usize) {
                     }
                 }
                 _ => {
-                    // A send finished (or failed): its buffer is free.
+                    // A send finished (or failed): its buffer is free, and those of the
+                    // unsignaled sends posted before it.
                     let slot = (wc.wr_id >> 32) as usize;
-                    lock(&rail.free).push(slot);
+                    lock(&rail.free).completed(slot);
                 }
+            }
+        }
+    }
+}
+
+/// A rail's send buffers: free, and in flight in the order they were posted.
+#[derive(Debug, Default)]
+struct SendSlots {
+    free: Vec<usize>,
+    inflight: VecDeque<usize>,
+    /// Sends posted since the last signaled one.
+    unsignaled: usize,
+}
+
+impl SendSlots {
+    /// The send in `slot` completed: it and every send posted before it are done (a QP
+    /// completes its sends in order).
+    fn completed(&mut self, slot: usize) {
+        if !self.inflight.contains(&slot) {
+            return;
+        }
+        while let Some(s) = self.inflight.pop_front() {
+            self.free.push(s);
+            if s == slot {
+                break;
             }
         }
     }
@@ -656,7 +686,9 @@ fn send_bytes(
     if bytes.len() > rail.slot || len > rail.slot {
         return false;
     }
-    let Some(slot) = lock(&rail.free).pop() else {
+    // Held while posting: the slots in flight are in the order the QP completes them.
+    let mut slots = lock(&rail.free);
+    let Some(slot) = slots.free.pop() else {
         return false;
     };
     let at = slot * rail.slot;
@@ -668,10 +700,15 @@ fn send_bytes(
         rail.send.lkey(),
     );
     wr.ud = Some(dest.from_udp_source_port(port).unwrap_or(dest));
-    if ok && rail.qp.post_send(wr).is_ok() {
+    // One completion per SIGNAL_EVERY sends (or when buffers run short) frees them all: a
+    // completion per probe would wake the rail's thread for nothing.
+    wr.signaled = slots.unsignaled + 1 >= SIGNAL_EVERY || slots.free.len() < SIGNAL_EVERY;
+    if ok && rail.qp.post_send(wr.clone()).is_ok() {
+        slots.inflight.push_back(slot);
+        slots.unsignaled = if wr.signaled { 0 } else { slots.unsignaled + 1 };
         return true;
     }
-    lock(&rail.free).push(slot);
+    slots.free.push(slot);
     false
 }
 
@@ -749,6 +786,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
     let mut republish = false;
     let mut decoded: BTreeMap<u16, (u64, Report)> = BTreeMap::new();
     let mut members_seen = u64::MAX;
+    let mut calm = false;
     // Localization reads only the members' health and the reports: it runs again only
     // when either changes.
     struct Located {
@@ -825,7 +863,9 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
                 }
             }
         }
-        for e in m.take_events() {
+        let member_events = m.take_events();
+        let members_moved = !member_events.is_empty();
+        for e in member_events {
             let name = pod.hosts.get(usize::from(e.host)).map_or("?", |h| h.name.as_str());
             record(&mut events, "member", format!("{name} {}", health_word(e.health)));
             match e.health {
@@ -899,12 +939,15 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
         for l in &lost {
             inner.observer.lost(pod, l);
         }
-        if now < next_report {
+        // A member's change is shown at once; otherwise a report every `report_every`, or
+        // every other one while the pod is calm (nothing lost anywhere, no traffic here).
+        if now < next_report && !members_moved {
             continue;
         }
+        let every = cfg.report_every.max(Duration::from_millis(1)) * if calm { 2 } else { 1 };
         // On the grid (the rounds' epoch), a late report not made up.
         while next_report <= now {
-            next_report += cfg.report_every.max(Duration::from_millis(1));
+            next_report += every;
         }
         let worst = lag_window.iter().map(|(_, l)| *l).max().unwrap_or_default();
         let late =
@@ -927,6 +970,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
             p.set_hot(&hot);
             let alert = elsewhere || p.any_loss();
             p.set_alert(alert);
+            calm = !alert && hot.is_empty();
             let judged = p.judge_all();
             let report = p.broadcast_of(&judged, host_loop);
             (judged, report)

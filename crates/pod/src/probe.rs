@@ -778,7 +778,10 @@ impl Prober {
             for d in &ts {
                 out.push(self.probe(now, r, *d, false, addr, qpn));
             }
-            if self.cfg.large > HEADER && !ts.is_empty() {
+            // Near-MTU probes: in a healthy pod each rail's every other round (the rails in
+            // turn), in every round while something is wrong.
+            let large_round = self.alert || (self.round as usize + r).is_multiple_of(2);
+            if self.cfg.large > HEADER && !ts.is_empty() && large_round {
                 let t = self.large_turn[r];
                 self.large_turn[r] += 1;
                 out.push(self.probe(now, r, ts[t % ts.len()], true, addr, qpn));
@@ -989,10 +992,16 @@ impl Prober {
         Report { host: self.me as u16, host_loop, paths }
     }
 
-    /// How many probes this host sends per round, small and near-MTU.
+    /// How many probes this host sends per round, small and near-MTU (in a healthy pod a
+    /// rail's near-MTU probe goes every other round, the rails in turn).
     pub fn per_round(&self) -> (usize, usize) {
         let small: usize = (0..self.targets.len()).map(|r| self.round_targets(r).len()).sum();
-        let large = if self.cfg.large > HEADER { self.targets.len() } else { 0 };
+        let rails = self.targets.len();
+        let large = match (self.cfg.large > HEADER, self.alert) {
+            (false, _) => 0,
+            (true, true) => rails,
+            (true, false) => rails.div_ceil(2),
+        };
         (small, large)
     }
 }
@@ -1046,9 +1055,9 @@ mod tests {
         for k in 0..128 {
             let out = p.poll(t0 + p.cfg.period * k, &addrs, &[11, 12]);
             // Per rail: 1 ToR-mesh peer + 1 of the 3 other ToRs in turn (a healthy pod),
-            // small; 1 near-MTU.
+            // small; a near-MTU probe every other round, the rails in turn.
             assert_eq!(out.iter().filter(|o| !o.packet.large).count(), 4, "round {k}");
-            assert_eq!(out.iter().filter(|o| o.packet.large).count(), 2);
+            assert_eq!(out.iter().filter(|o| o.packet.large).count(), 1);
             for o in &out {
                 assert_eq!(o.dst.rail, o.rail, "rail-aligned");
                 assert_ne!(o.dst.host, 2);
@@ -1063,16 +1072,17 @@ mod tests {
         for (d, ports) in &seen {
             assert_eq!(ports.len(), 16, "{d:?}: {ports:?}");
         }
-        assert_eq!(p.per_round(), (4, 2));
+        assert_eq!(p.per_round(), (4, 1));
         assert!(p.report(LoopHealth::default()).paths.iter().all(|r| r.state == PathState::Ok));
         assert!(!p.any_loss());
         // Something wrong somewhere: every other ToR in each round, until it clears.
         p.set_alert(true);
         let out = p.poll(t0 + p.cfg.period * 128, &addrs, &[11, 12]);
         assert_eq!(out.iter().filter(|o| !o.packet.large).count(), 8);
+        assert_eq!(out.iter().filter(|o| o.packet.large).count(), 2);
         assert_eq!(p.per_round(), (8, 2));
         p.set_alert(false);
-        assert_eq!(p.per_round(), (4, 2));
+        assert_eq!(p.per_round(), (4, 1));
         // A probe unanswered is a loss in the window.
         p.poll(t0 + p.cfg.period * 134, &addrs, &[11, 12]);
         assert!(p.any_loss());

@@ -1,10 +1,11 @@
 //! `podnet agent --pod PLAN` (the pod monitor inside the agent: its series and /pod) and
 //! `podnet pod status`.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -40,20 +41,48 @@ fn labels(pod: &Pod, rail: Dev, peer: Dev, large: bool) -> Labels {
 struct Obs {
     me: usize,
     series: Arc<Series>,
+    /// Each path's series, looked up once (a lookup formats and hashes its labels).
+    paths: Mutex<HashMap<PathKey, PathSeries>>,
+}
+
+/// (this host's rail, peer host, peer rail, near-MTU).
+type PathKey = (usize, usize, usize, bool);
+
+/// One path's series (clones share the family's metric).
+#[derive(Clone)]
+struct PathSeries {
+    rtt: Histogram,
+    sent: Counter,
+    lost: Counter,
+}
+
+impl Obs {
+    fn path(&self, pod: &Pod, rail: usize, dst: Dev, large: bool) -> PathSeries {
+        let key = (rail, dst.host, dst.rail, large);
+        let mut paths = self.paths.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        paths
+            .entry(key)
+            .or_insert_with(|| {
+                let l = labels(pod, Dev { host: self.me, rail }, dst, large);
+                PathSeries {
+                    rtt: self.series.rtt.get_or_create(&l).clone(),
+                    sent: self.series.sent.get_or_create(&l).clone(),
+                    lost: self.series.lost.get_or_create(&l).clone(),
+                }
+            })
+            .clone()
+    }
 }
 
 impl Observer for Obs {
     fn answered(&self, pod: &Pod, a: &Answered) {
-        let l = labels(pod, Dev { host: self.me, rail: a.rail }, a.dst, a.large);
-        self.series.rtt.get_or_create(&l).observe(a.rtt.as_secs_f64());
+        self.path(pod, a.rail, a.dst, a.large).rtt.observe(a.rtt.as_secs_f64());
     }
     fn lost(&self, pod: &Pod, x: &Lost) {
-        let l = labels(pod, Dev { host: self.me, rail: x.rail }, x.dst, x.large);
-        self.series.lost.get_or_create(&l).inc();
+        self.path(pod, x.rail, x.dst, x.large).lost.inc();
     }
     fn sent(&self, pod: &Pod, o: &Outgoing) {
-        let l = labels(pod, Dev { host: self.me, rail: o.rail }, o.dst, o.packet.large);
-        self.series.sent.get_or_create(&l).inc();
+        self.path(pod, o.rail, o.dst, o.packet.large).sent.inc();
     }
 }
 
@@ -152,7 +181,7 @@ impl Monitor {
             sent: Family::default(),
             lost: Family::default(),
         });
-        let obs = Arc::new(Obs { me, series: series.clone() });
+        let obs = Arc::new(Obs { me, series: series.clone(), paths: Mutex::default() });
         let agent = PodAgent::start(cfg, obs).context("cannot start the pod monitor")?;
         eprintln!(
             "podnet agent: watching pod host {} ({me} of {}), membership on UDP port {}",
