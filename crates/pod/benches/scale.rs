@@ -2,8 +2,9 @@
 //! 16 to 1,000 hosts (2 rails, 16 hosts per ToR, 100 ms probe period), in virtual time — no
 //! sockets, so the figures are the protocol's, not this machine's. Per host: the membership
 //! datagrams (SWIM probes, gossip, and the path reports every host broadcasts when they
-//! change and every 5 s), the RDMA probes and their answers, and how long a dead host takes
-//! to be declared down everywhere.
+//! change, when a host comes up and every 30 s — the measured window holds no periodic
+//! republish), the RDMA probes of a healthy pod and their answers, and how long a dead host
+//! takes to be declared down everywhere.
 //!
 //! `cargo bench -p podnet-pod --bench scale` (or `-- 16 64` for some sizes only).
 
@@ -64,19 +65,27 @@ fn simulate(n: usize) -> Figures {
     // Each host's broadcast report with every path probed and ok (a healthy pod).
     let cfg = ProbeConfig::default();
     let mut reports = Vec::new();
-    let mut per_round = (0, 0);
+    // Probes per round, small and near-MTU, on average (host 0's).
+    let mut per_round = (0.0, 0.0);
     for h in 0..n {
         let mut p = Prober::new(&pod, h, cfg, t0);
         // Enough rounds for the rotation to visit every other ToR.
         let mut now = t0;
-        for _ in 0..((n / 16) / cfg.calm_inter_tor + 2) * 4 {
+        let rounds = ((n / 16) / cfg.calm_inter_tor + 2) * 4;
+        let mut sent = (0usize, 0usize);
+        for _ in 0..rounds {
             for o in p.poll(now, &[pod::probe::NO_ADDR; 2], &[1, 2]) {
+                if o.packet.large {
+                    sent.1 += 1;
+                } else {
+                    sent.0 += 1;
+                }
                 p.on_reply(&o.packet.answer(0, 0), now + Duration::from_micros(20));
             }
             now += cfg.period;
         }
         if h == 0 {
-            per_round = p.per_round();
+            per_round = (sent.0 as f64 / rounds as f64, sent.1 as f64 / rounds as f64);
         }
         reports.push(p.broadcast(LoopHealth::default()).encode());
     }
@@ -148,10 +157,9 @@ fn simulate(n: usize) -> Figures {
     let members_bps = sent_bytes as f64 * 8.0 / measure.as_secs_f64() / n as f64;
     let rounds = 1.0 / cfg.period.as_secs_f64();
     // A probe and its answer: this host sends its probes and answers as many.
-    let probe_small_bps =
-        2.0 * per_round.0 as f64 * rounds * (HEADER + ROCE_UD_OVERHEAD) as f64 * 8.0;
-    let probe_large_bps = per_round.1 as f64 * rounds * (cfg.large + ROCE_UD_OVERHEAD) as f64 * 8.0
-        + per_round.1 as f64 * rounds * (HEADER + ROCE_UD_OVERHEAD) as f64 * 8.0;
+    let probe_small_bps = 2.0 * per_round.0 * rounds * (HEADER + ROCE_UD_OVERHEAD) as f64 * 8.0;
+    let probe_large_bps = per_round.1 * rounds * (cfg.large + ROCE_UD_OVERHEAD) as f64 * 8.0
+        + per_round.1 * rounds * (HEADER + ROCE_UD_OVERHEAD) as f64 * 8.0;
     Figures { report_bytes, members_bps, probe_small_bps, probe_large_bps, detect: down_everywhere }
 }
 

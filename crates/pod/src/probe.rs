@@ -778,9 +778,9 @@ impl Prober {
             for d in &ts {
                 out.push(self.probe(now, r, *d, false, addr, qpn));
             }
-            // Near-MTU probes: in a healthy pod each rail's every other round (the rails in
-            // turn), in every round while something is wrong.
-            let large_round = self.alert || (self.round as usize + r).is_multiple_of(2);
+            // Near-MTU probes: in a healthy pod each rail's every fourth round (two rails in
+            // turn: one every other round), in every round while something is wrong.
+            let large_round = self.alert || (self.round as usize + 2 * r).is_multiple_of(4);
             if self.cfg.large > HEADER && !ts.is_empty() && large_round {
                 let t = self.large_turn[r];
                 self.large_turn[r] += 1;
@@ -993,14 +993,14 @@ impl Prober {
     }
 
     /// How many probes this host sends per round, small and near-MTU (in a healthy pod a
-    /// rail's near-MTU probe goes every other round, the rails in turn).
+    /// rail's near-MTU probe goes every fourth round, the rails in turn: at most this many).
     pub fn per_round(&self) -> (usize, usize) {
         let small: usize = (0..self.targets.len()).map(|r| self.round_targets(r).len()).sum();
         let rails = self.targets.len();
         let large = match (self.cfg.large > HEADER, self.alert) {
             (false, _) => 0,
             (true, true) => rails,
-            (true, false) => rails.div_ceil(2),
+            (true, false) => rails.div_ceil(4),
         };
         (small, large)
     }
@@ -1055,9 +1055,9 @@ mod tests {
         for k in 0..128 {
             let out = p.poll(t0 + p.cfg.period * k, &addrs, &[11, 12]);
             // Per rail: 1 ToR-mesh peer + 1 of the 3 other ToRs in turn (a healthy pod),
-            // small; a near-MTU probe every other round, the rails in turn.
+            // small; near-MTU: a rail's every fourth round, the rails in turn.
             assert_eq!(out.iter().filter(|o| !o.packet.large).count(), 4, "round {k}");
-            assert_eq!(out.iter().filter(|o| o.packet.large).count(), 1);
+            assert_eq!(out.iter().filter(|o| o.packet.large).count(), usize::from(k % 2 == 0));
             for o in &out {
                 assert_eq!(o.dst.rail, o.rail, "rail-aligned");
                 assert_ne!(o.dst.host, 2);
