@@ -507,6 +507,21 @@ const LEAVE_GRACE: Duration = Duration::from_millis(1);
 /// datagram, while no application thread polls (nanoseconds).
 const LINGER_NS: u64 = 2_000_000;
 
+/// `d` as a `timespec` (for `ppoll` and `timerfd_settime`).
+fn timespec(d: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+    }
+}
+
+/// Empties an eventfd or timerfd that polled readable (the count is not needed).
+fn drain_counter(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64 from a descriptor of ours.
+    unsafe { libc::read(fd, (&raw mut v).cast(), 8) };
+}
+
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -703,22 +718,15 @@ impl Shared {
         // Set, then look: a thread leaving meanwhile sees `parked` (and arms the timer) or
         // this one sees it gone.
         if self.app_waiters.load(Ordering::SeqCst) > 0 && !self.stop.load(Ordering::Acquire) {
-            let ts = libc::timespec {
-                tv_sec: PARK_MAX.as_secs() as libc::time_t,
-                tv_nsec: libc::c_long::from(PARK_MAX.subsec_nanos() as i32),
-            };
+            let ts = timespec(PARK_MAX);
             let mut fds = [
                 libc::pollfd { fd: self.wake_fd, events: libc::POLLIN, revents: 0 },
                 libc::pollfd { fd: self.park_timer, events: libc::POLLIN, revents: 0 },
             ];
             // SAFETY: `fds` and `ts` live across the call, with their true length.
             unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &raw const ts, std::ptr::null()) };
-            for f in &fds {
-                if f.revents & libc::POLLIN != 0 {
-                    let mut v: u64 = 0;
-                    // SAFETY: reads 8 bytes into a live u64 from our eventfd or timerfd.
-                    unsafe { libc::read(f.fd, (&raw mut v).cast(), 8) };
-                }
+            for f in fds.iter().filter(|f| f.revents & libc::POLLIN != 0) {
+                drain_counter(f.fd);
             }
         }
         self.parked.store(false, Ordering::SeqCst);
@@ -726,13 +734,9 @@ impl Shared {
 
     /// Arms (`Some`) or disarms the park timer.
     fn set_park_timer(&self, after: Option<Duration>) {
-        let after = after.unwrap_or_default();
         let spec = libc::itimerspec {
-            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
-            it_value: libc::timespec {
-                tv_sec: after.as_secs() as libc::time_t,
-                tv_nsec: libc::c_long::from(after.subsec_nanos() as i32),
-            },
+            it_interval: timespec(Duration::ZERO),
+            it_value: timespec(after.unwrap_or_default()),
         };
         // SAFETY: `spec` lives across the call; the old value is not asked for.
         unsafe { libc::timerfd_settime(self.park_timer, 0, &raw const spec, std::ptr::null_mut()) };
@@ -763,9 +767,9 @@ impl Shared {
     fn progress_loop(&self) {
         let mut seen = self.app_active.load(Ordering::Relaxed);
         while !self.stop.load(Ordering::Acquire) {
-            // A thread waiting for a CQ event (event mode) drives the device: sleep until the
-            // last such thread leaves `get_cq_event` (it wakes this one), not in naps — an
-            // agent that always waits would otherwise cost a wake-up every nap.
+            // A thread waiting for a CQ event (event mode) drives the device: sleep until
+            // shortly after the last such thread left `get_cq_event` for good (see `park`),
+            // not in naps — an agent that always waits would otherwise cost a wake-up a nap.
             if self.app_waiters.load(Ordering::SeqCst) > 0 {
                 self.park();
                 seen = self.app_active.load(Ordering::Relaxed);
@@ -817,10 +821,7 @@ impl Shared {
                     Some(busy_cap.map_or(w, |c| c.min(w)))
                 }
             };
-            let ts = wait.map(|w| libc::timespec {
-                tv_sec: w.as_secs() as libc::time_t,
-                tv_nsec: libc::c_long::from(w.subsec_nanos() as i32),
-            });
+            let ts = wait.map(timespec);
             let tsp = ts.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
             // SAFETY: `fds` and `ts` live across the call, with their true length.
             unsafe {
@@ -828,9 +829,7 @@ impl Shared {
             };
             self.sleeping_until.store(0, Ordering::Release);
             if fds[1].revents & libc::POLLIN != 0 {
-                let mut v: u64 = 0;
-                // SAFETY: reads 8 bytes into a live u64 from our eventfd.
-                unsafe { libc::read(self.wake_fd, (&raw mut v).cast(), 8) };
+                drain_counter(self.wake_fd);
             }
         }
     }
@@ -1104,10 +1103,7 @@ impl Provider for SoftDevice {
                 let w = Duration::from_nanos(t.saturating_sub(sh.now().0));
                 wait = Some(wait.map_or(w, |x| x.min(w)));
             }
-            let ts = wait.map(|w| libc::timespec {
-                tv_sec: w.as_secs() as libc::time_t,
-                tv_nsec: libc::c_long::from(w.subsec_nanos() as i32),
-            });
+            let ts = wait.map(timespec);
             let tsp = ts.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
             let mut fds = [
                 libc::pollfd { fd: sh.io.rx_fd(), events: libc::POLLIN, revents: 0 },
@@ -1118,9 +1114,7 @@ impl Provider for SoftDevice {
                 libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, tsp, std::ptr::null())
             };
             if fds[1].revents & libc::POLLIN != 0 {
-                let mut v: u64 = 0;
-                // SAFETY: reads 8 bytes into a live u64 from our eventfd.
-                unsafe { libc::read(sh.app_wake_fd, (&raw mut v).cast(), 8) };
+                drain_counter(sh.app_wake_fd);
             }
         };
         DRIVING.set(false);
