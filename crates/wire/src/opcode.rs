@@ -522,6 +522,15 @@ impl Opcode {
             None => false,
         }
     }
+
+    /// Whether a packet with this opcode carries exactly the path MTU of payload: the FIRST
+    /// and MIDDLE packets of a message (IBTA 9.7.2 has a responder reject any other length).
+    pub const fn fills_path_mtu(self) -> bool {
+        match self.operation() {
+            Some(op) => !op.is_last_or_only(),
+            None => false,
+        }
+    }
 }
 
 impl fmt::Debug for Opcode {

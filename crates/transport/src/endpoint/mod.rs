@@ -325,8 +325,53 @@ impl<M: Memory> Endpoint<M> {
 }
 
 impl<M: Memory> Endpoint<M> {
-    /// Takes a received RoCEv2 UDP payload (BTH … ICRC).
+    /// Takes a received RoCEv2 UDP payload (BTH … ICRC), or a GSO run of them seen as one
+    /// IPv4 datagram (see [`Endpoint::gso_run_segment`]).
     pub fn handle_datagram(&mut self, now: Instant, meta: &RecvMeta<'_>, bytes: &[u8]) {
+        match (self.gso_run_segment(meta, bytes), meta.ip_header) {
+            (Some(seg), Some(h)) if h.len() <= 60 => {
+                // Segment k left with the Identification of the first plus k, as Linux's GSO
+                // numbers them (and as it would have reached a wire); the ICRC of each covers
+                // its own, so each is checked with it, as if it came alone.
+                let mut ip = [0u8; 60];
+                let ip = &mut ip[..h.len()];
+                ip.copy_from_slice(h);
+                let id0 = u16::from_be_bytes([h[4], h[5]]);
+                for (k, segment) in bytes.chunks(seg).enumerate() {
+                    ip[4..6].copy_from_slice(&id0.wrapping_add(k as u16).to_be_bytes());
+                    self.handle_packet(now, &RecvMeta { ip_header: Some(ip), ..*meta }, segment);
+                }
+            }
+            _ => self.handle_packet(now, meta, bytes),
+        }
+    }
+
+    /// The segment size of a GSO run that reached this device as one IPv4 datagram, or
+    /// `None` if `bytes` is one packet.
+    ///
+    /// Over loopback or a veth, a UDP GSO send reaches the receiver unsegmented, and a raw
+    /// socket (the one that shows IPv4 headers) does not segment it. A run is told from a
+    /// packet without guessing: its first packet is a FIRST or MIDDLE one, which carries
+    /// exactly the QP's path MTU — a datagram longer than that is several packets, each of
+    /// that packet's size but the last. A sender makes runs only of such packets (podnet's
+    /// soft device does); a run of anything else is one datagram that fails its checks.
+    fn gso_run_segment(&self, meta: &RecvMeta<'_>, bytes: &[u8]) -> Option<usize> {
+        let ipv4 = meta.ip_header.and_then(|h| h.first()).is_some_and(|b| b >> 4 == 4);
+        if !ipv4 {
+            return None;
+        }
+        let pkt = bth::Packet::new_checked(bytes).ok()?;
+        let op = pkt.opcode();
+        if !op.fills_path_mtu() {
+            return None;
+        }
+        let qp = self.qps.get(&pkt.dest_qp())?;
+        let seg = roce::header_len(op) + qp.mtu() as usize + roce::ICRC_LEN;
+        (bytes.len() > seg).then_some(seg)
+    }
+
+    /// Takes one received RoCEv2 packet.
+    fn handle_packet(&mut self, now: Instant, meta: &RecvMeta<'_>, bytes: &[u8]) {
         let Ok(pkt) = roce::Packet::new_checked(bytes) else {
             self.dev.counters.dropped_pkts += 1;
             return;

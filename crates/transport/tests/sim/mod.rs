@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use transport::{
     Access, CqId, Endpoint, EndpointConfig, Instant, ModifyQp, MrInfo, Mtu, Path, PdId, QKey,
-    QpCaps, QpState, QpType, Qpn, RecvMeta, VecMemory,
+    QpCaps, QpState, QpType, Qpn, RecvMeta, Transmit, VecMemory,
 };
 use wire::Psn;
 use wire::icrc::PseudoHeader;
@@ -57,6 +57,11 @@ pub struct Faults {
     pub delay: Duration,
     /// Drop everything (a vanished peer).
     pub partition: bool,
+    /// Each node sends IPv4 GSO runs as podnet's soft device does, and they arrive whole, as
+    /// over loopback: consecutive packets to one peer, the first a FIRST or MIDDLE one, of
+    /// its size but the last (at most 64, 65,000 bytes), one datagram whose packet k carries
+    /// the IP Identification of the first plus k. The faults apply to the datagram.
+    pub gso: bool,
 }
 
 impl Faults {
@@ -71,6 +76,7 @@ impl Faults {
             ce: 0.0,
             delay: Duration::from_micros(5),
             partition: false,
+            gso: false,
         }
     }
 }
@@ -115,6 +121,8 @@ pub struct Net {
     /// Packets put on the wire, and dropped by the fault model.
     pub sent: u64,
     pub dropped: u64,
+    /// Datagrams that held a GSO run of more than one packet ([`Faults::gso`]).
+    pub runs: u64,
     /// Node `.0`: let `.1` more packets through, then drop the next `.2`, whatever the fault
     /// model says.
     pub drop_next: Option<(usize, u32, u32)>,
@@ -159,6 +167,7 @@ impl Net {
             ip_id: 0,
             sent: 0,
             dropped: 0,
+            runs: 0,
             drop_next: None,
             log: Vec::new(),
             log_ports: Vec::new(),
@@ -216,61 +225,83 @@ impl Net {
     /// Moves every ready packet onto the wire.
     fn transmit(&mut self) {
         for i in 0..self.nodes.len() {
-            while let Some(t) = self.nodes[i].poll_transmit(self.now) {
-                let Some(to) = self.node_of(t.dst) else { continue };
-                let mut payload = t.payload;
-                let Some(h) = self.seal(i, to, t.tos, (t.src_port, t.dst_port), &mut payload)
-                else {
-                    continue;
-                };
-                self.sent += 1;
-                if self.keep_log {
-                    self.log.push((i, to, payload.clone()));
-                    self.log_ports.push(t.src_port);
-                }
-                if let Some((from, skip, n)) = self.drop_next
-                    && from == i
-                {
-                    if skip > 0 {
-                        self.drop_next = Some((from, skip - 1, n));
-                    } else {
-                        self.drop_next = if n > 1 { Some((from, 0, n - 1)) } else { None };
-                        self.dropped += 1;
-                        continue;
-                    }
-                }
-                let f = self.faults;
-                if f.partition || self.rng.chance(f.loss) {
-                    self.dropped += 1;
-                    continue;
-                }
-                let copies = if self.rng.chance(f.dup) { 2 } else { 1 };
-                for _ in 0..copies {
-                    let mut p = payload.clone();
-                    if self.rng.chance(f.corrupt) {
-                        let bit = self.rng.below(p.len() as u64 * 8);
-                        p[(bit / 8) as usize] ^= 1 << (bit % 8);
-                    }
-                    let mut at = self.now + f.delay;
-                    if self.rng.chance(f.reorder) {
-                        at = at
-                            + Duration::from_nanos(
-                                self.rng.below(f.reorder_by.as_nanos() as u64 + 1),
-                            );
-                    }
-                    let ecn = if self.rng.chance(f.ce) { 3 } else { t.tos & 3 };
-                    self.seq += 1;
-                    self.queue.push(Reverse(InFlight {
-                        at,
-                        seq: self.seq,
-                        to,
-                        ip: h,
-                        src_port: t.src_port,
-                        ecn,
-                        payload: p,
-                    }));
-                }
+            let mut ready: Vec<Transmit> =
+                std::iter::from_fn(|| self.nodes[i].poll_transmit(self.now)).collect();
+            let mut at = 0;
+            while at < ready.len() {
+                let n = if self.faults.gso { gso_run(&ready[at..]) } else { 1 };
+                self.put_on_wire(i, &mut ready[at..at + n]);
+                at += n;
             }
+        }
+    }
+
+    /// Seals `run` (packets of one GSO run, or one packet) and puts it on the wire as one
+    /// datagram, through the fault model.
+    fn put_on_wire(&mut self, i: usize, run: &mut [Transmit]) {
+        let (dst, tos, src_port) = (run[0].dst, run[0].tos, run[0].src_port);
+        let Some(to) = self.node_of(dst) else { return };
+        let mut payload = Vec::new();
+        let mut first = None;
+        for u in run.iter_mut() {
+            let mut p = std::mem::take(&mut u.payload);
+            let Some(h) = self.seal(i, to, u.tos, (u.src_port, u.dst_port), &mut p) else {
+                return;
+            };
+            first.get_or_insert(h);
+            self.sent += 1;
+            if self.keep_log {
+                self.log.push((i, to, p.clone()));
+                self.log_ports.push(u.src_port);
+            }
+            if payload.is_empty() {
+                payload = p;
+            } else {
+                payload.extend_from_slice(&p);
+            }
+        }
+        let Some(h) = first else { return };
+        if run.len() > 1 {
+            self.runs += 1;
+        }
+        if let Some((from, skip, n)) = self.drop_next
+            && from == i
+        {
+            if skip > 0 {
+                self.drop_next = Some((from, skip - 1, n));
+            } else {
+                self.drop_next = if n > 1 { Some((from, 0, n - 1)) } else { None };
+                self.dropped += 1;
+                return;
+            }
+        }
+        let f = self.faults;
+        if f.partition || self.rng.chance(f.loss) {
+            self.dropped += 1;
+            return;
+        }
+        let copies = if self.rng.chance(f.dup) { 2 } else { 1 };
+        for _ in 0..copies {
+            let mut p = payload.clone();
+            if self.rng.chance(f.corrupt) {
+                let bit = self.rng.below(p.len() as u64 * 8);
+                p[(bit / 8) as usize] ^= 1 << (bit % 8);
+            }
+            let mut at = self.now + f.delay;
+            if self.rng.chance(f.reorder) {
+                at = at + Duration::from_nanos(self.rng.below(f.reorder_by.as_nanos() as u64 + 1));
+            }
+            let ecn = if self.rng.chance(f.ce) { 3 } else { tos & 3 };
+            self.seq += 1;
+            self.queue.push(Reverse(InFlight {
+                at,
+                seq: self.seq,
+                to,
+                ip: h,
+                src_port,
+                ecn,
+                payload: p,
+            }));
         }
     }
 
@@ -338,6 +369,33 @@ impl Net {
             }
         }
     }
+}
+
+/// How many of `ready`'s head packets form one IPv4 GSO run, as podnet's soft device groups
+/// them (at least 1).
+fn gso_run(ready: &[Transmit]) -> usize {
+    let t = &ready[0];
+    let seg = t.payload.len();
+    if !t.payload.first().is_some_and(|&b| wire::Opcode(b).fills_path_mtu()) {
+        return 1;
+    }
+    let (mut n, mut bytes) = (1, seg);
+    while let Some(u) = ready.get(n) {
+        let len = u.payload.len();
+        if n == 64
+            || u.dst != t.dst
+            || u.tos != t.tos
+            || u.src_port != t.src_port
+            || ready[n - 1].payload.len() != seg
+            || len > seg
+            || bytes + len > 65_000
+        {
+            break;
+        }
+        bytes += len;
+        n += 1;
+    }
+    n
 }
 
 /// One side of a connection: its QP, CQs, PD and a registered buffer.
