@@ -129,8 +129,10 @@ const MAX_PACKET: usize = 4096 + 64;
 
 /// Cuts a datagram whose ICRC failed into the packets of a GSO run, if it is one: equal
 /// segments (the last may be shorter), each starting with a BTH to the same QP and each with
-/// a good ICRC over its own IP and UDP headers (the lengths are the segment's, the rest the
-/// datagram's). RoCEv2 packets are multiples of 4 bytes, so only those sizes are tried.
+/// a good ICRC over its own IP and UDP headers (the lengths are the segment's, on IPv4 the
+/// Identification the datagram's plus the segment's index, as Linux's GSO numbers them; the
+/// rest the datagram's). RoCEv2 packets are multiples of 4 bytes, so only those sizes are
+/// tried.
 fn split_gso<'a>(index: u64, edge: &Frame<'a>) -> Option<Vec<Record<'a>>> {
     let data = &edge.roce[..edge.roce_len];
     let total = data.len();
@@ -148,7 +150,7 @@ fn split_gso<'a>(index: u64, edge: &Frame<'a>) -> Option<Vec<Record<'a>>> {
         let last = total - (count - 1) * seg;
         let plausible =
             last >= min && last.is_multiple_of(4) && (1..count).all(|k| same_qp(k * seg));
-        if plausible && (0..count).all(|k| segment_icrc_ok(edge, &data[cut(k).0..cut(k).1])) {
+        if plausible && (0..count).all(|k| segment_icrc_ok(edge, k, &data[cut(k).0..cut(k).1])) {
             let records = (0..count)
                 .map(|k| {
                     let bytes = &data[cut(k).0..cut(k).1];
@@ -182,10 +184,17 @@ fn split_gso<'a>(index: u64, edge: &Frame<'a>) -> Option<Vec<Record<'a>>> {
     None
 }
 
-/// Checks one segment's ICRC with the IP and UDP lengths it had on the wire.
-fn segment_icrc_ok(edge: &Frame<'_>, bytes: &[u8]) -> bool {
-    wire::icrc::PseudoHeader::captured(edge.ip.header, edge.udp.header)
-        .and_then(|h| h.for_each_segment().verify(bytes))
+/// Checks the ICRC of segment `k` with the IP and UDP lengths (and IPv4 Identification) it
+/// had on the wire.
+fn segment_icrc_ok(edge: &Frame<'_>, k: usize, bytes: &[u8]) -> bool {
+    let h = edge.ip.header;
+    wire::icrc::PseudoHeader::captured(h, edge.udp.header)
+        .and_then(|mut p| {
+            if p.is_ipv4() {
+                p.set_ipv4_id(u16::from_be_bytes([h[4], h[5]]).wrapping_add(k as u16));
+            }
+            p.for_each_segment().verify(bytes)
+        })
         .unwrap_or(false)
 }
 

@@ -621,8 +621,8 @@ pub(crate) struct PerfArgs {
     #[arg(long = "tclass", value_name = "TCLASS")]
     pub(crate) tclass: Option<u8>,
 
-    /// Soft devices on IPv6: one datagram per send instead of UDP segmentation offload
-    /// (GSO/GRO), to measure what offload gains.
+    /// Soft devices: one datagram per send instead of UDP segmentation offload (GSO; GRO on
+    /// IPv6), to measure what offload gains.
     #[arg(long = "no-udp-offload")]
     pub(crate) no_udp_offload: bool,
 

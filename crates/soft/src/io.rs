@@ -118,7 +118,9 @@ pub(crate) struct Sockets {
     pub(crate) ip: IpAddr,
     pub(crate) port: u16,
     pub(crate) rx_path: RxPath,
-    /// UDP segmentation offload on send (`UDP_SEGMENT`) and receive (`UDP_GRO`): IPv6 only.
+    /// UDP segmentation offload on send (`UDP_SEGMENT`), and on IPv6 on receive (`UDP_GRO`;
+    /// IPv4 receives through the raw socket, which sees a run unsegmented where nothing
+    /// segmented it, and the transport cuts it).
     pub(crate) offload: bool,
 }
 
@@ -147,7 +149,10 @@ unsafe impl Send for RxBuffers {}
 impl RxBuffers {
     /// Buffers for `s`'s datagrams.
     pub(crate) fn for_sockets(s: &Sockets) -> RxBuffers {
-        let (slot, n) = if s.offload { (GRO_SLOT, GRO_BATCH) } else { (SLOT, BATCH) };
+        // A raw socket takes a peer's GSO run whole (on loopback or a veth), whatever this
+        // device sends.
+        let whole_runs = s.offload || s.rx_path == RxPath::Raw;
+        let (slot, n) = if whole_runs { (GRO_SLOT, GRO_BATCH) } else { (SLOT, BATCH) };
         RxBuffers {
             data: vec![0; slot * n],
             slot,
@@ -271,18 +276,22 @@ impl Sockets {
                 Err(e) => return Err(e),
             }
         }
-        let mut gso = false;
-        if ip.is_ipv6() {
+        let gso = if ip.is_ipv6() {
             // rxe sends IPv6 UDP with checksum 0, which Linux drops unless told otherwise.
             setsockopt_int(fd, libc::IPPROTO_UDP, UDP_NO_CHECK6_RX, 1)?;
             setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
             // Segmentation offload needs UDP checksums (the kernel refuses GSO without), so
             // with it podnet sends them; without it, zero as rxe does. Either is valid RoCE.
-            gso = offload && setsockopt_int(fd, libc::IPPROTO_UDP, UDP_GRO, 1).is_ok();
-            if !gso {
+            let gro = offload && setsockopt_int(fd, libc::IPPROTO_UDP, UDP_GRO, 1).is_ok();
+            if !gro {
                 setsockopt_int(fd, libc::IPPROTO_UDP, UDP_NO_CHECK6_TX, 1)?;
             }
-        }
+            gro
+        } else {
+            // IPv4 UDP carries checksums, which GSO needs; no GRO on the UDP socket (its
+            // datagrams come through the raw socket, or singly to recover their IDs).
+            offload
+        };
         Ok(Sockets { udp, raw, ip, port, rx_path, offload: gso })
     }
 
@@ -432,15 +441,20 @@ impl Sockets {
         if self.offload { GSO_BATCH } else { BATCH }
     }
 
-    /// Sends `batch` (payloads already sealed, sorted by source port), a `sendmmsg` per run
-    /// of one source port; returns how many went out, from the head (the caller keeps the
-    /// rest). `WouldBlock` when the first socket is full and none went.
-    pub(crate) fn send_batch(&self, batch: &[Transmit], ports: &SourcePorts) -> io::Result<usize> {
+    /// Seals and sends `batch` (sorted by source port), a `sendmmsg` per run of one source
+    /// port; returns how many went out, from the head (the caller keeps the rest, to be
+    /// sealed again when they go: an IPv4 ICRC depends on a datagram's place in its GSO run).
+    /// `WouldBlock` when the first socket is full and none went.
+    pub(crate) fn send_batch(
+        &self,
+        batch: &mut [Transmit],
+        ports: &SourcePorts,
+    ) -> io::Result<usize> {
         let mut sent = 0;
         while sent < batch.len() {
             let port = batch[sent].src_port;
             let run = batch[sent..].iter().take_while(|t| t.src_port == port).count();
-            match self.send_run(&batch[sent..sent + run], ports.fd(self, port)) {
+            match self.send_run(&mut batch[sent..sent + run], ports.fd(self, port)) {
                 Ok((n, tried)) => {
                     sent += n;
                     if n < tried {
@@ -455,35 +469,36 @@ impl Sockets {
         Ok(sent)
     }
 
-    /// Sends the head of `batch` with one `sendmmsg` on `fd`; returns how many went out and
-    /// how many it tried (a `sendmmsg` takes [`BATCH`] messages). With segmentation offload,
-    /// runs of datagrams to one destination with one traffic class and one length (the last
-    /// may be shorter) go as one message with `UDP_SEGMENT`: the kernel cuts it into the
-    /// same datagrams, each with its own UDP header, checksum and (already sealed) ICRC.
-    fn send_run(&self, batch: &[Transmit], fd: RawFd) -> io::Result<(usize, usize)> {
+    /// Seals and sends the head of `batch` with one `sendmmsg` on `fd`; returns how many went
+    /// out and how many it tried (a `sendmmsg` takes [`BATCH`] messages). With segmentation
+    /// offload, runs of datagrams to one destination with one traffic class and one length
+    /// (the last may be shorter) go as one message with `UDP_SEGMENT`: the kernel cuts it
+    /// into the same datagrams, each with its own UDP header and checksum, the ICRC sealed
+    /// here. On IPv4 the kernel numbers a run's datagrams' Identifications from the first's
+    /// (0: DF on an unconnected socket), so datagram k is sealed with Identification k; and a
+    /// run starts only with a FIRST or MIDDLE packet (exactly the path MTU long), which is how
+    /// a receiver that sees the run unsegmented (loopback, a veth) knows where to cut it
+    /// (`transport::Endpoint::handle_datagram`).
+    fn send_run(&self, batch: &mut [Transmit], fd: RawFd) -> io::Result<(usize, usize)> {
         // SAFETY: all-zero is a valid value for these plain C structs.
         let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
         // SAFETY: as above.
         let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { zeroed() };
         let mut cmsgs = [[0u64; 8]; BATCH];
-        let mut iovs: Vec<libc::iovec> = batch
-            .iter()
-            .take(self.batch_len())
-            .map(|t| libc::iovec {
-                iov_base: t.payload.as_ptr().cast_mut().cast(),
-                iov_len: t.payload.len(),
-            })
-            .collect();
+        let len = batch.len().min(self.batch_len());
+        let v4 = self.ip.is_ipv4();
         // Group the transmits: (first, count) per message.
         let mut groups: [(usize, usize); BATCH] = [(0, 0); BATCH];
         let mut msgs = 0;
         let mut i = 0;
-        while i < iovs.len() && msgs < BATCH {
+        while i < len && msgs < BATCH {
             let t = &batch[i];
             let seg = t.payload.len();
             let mut n = 1;
             let mut bytes = seg;
-            while self.offload && i + n < iovs.len() && n < GSO_SEGMENTS {
+            let may_lead =
+                !v4 || t.payload.first().is_some_and(|&b| wire::Opcode(b).fills_path_mtu());
+            while self.offload && may_lead && i + n < len && n < GSO_SEGMENTS {
                 let (prev, u) = (&batch[i + n - 1], &batch[i + n]);
                 let len = u.payload.len();
                 if u.dst != t.dst
@@ -502,6 +517,18 @@ impl Sockets {
             msgs += 1;
             i += n;
         }
+        for &(first, n) in &groups[..msgs] {
+            for (k, t) in batch[first..first + n].iter_mut().enumerate() {
+                self.seal(t, k as u16);
+            }
+        }
+        let mut iovs: Vec<libc::iovec> = batch[..i]
+            .iter()
+            .map(|t| libc::iovec {
+                iov_base: t.payload.as_ptr().cast_mut().cast(),
+                iov_len: t.payload.len(),
+            })
+            .collect();
         for (k, &(first, n)) in groups[..msgs].iter().enumerate() {
             let t = &batch[first];
             let namelen = write_sockaddr(&mut addrs[k], t.dst, self.port);
@@ -526,10 +553,12 @@ impl Sockets {
     }
 
     /// Writes the ICRC of `t` as it will be sent: over the IP and UDP headers Linux builds
-    /// for the socket of its source port (IPv4: DF, Identification 0).
-    pub(crate) fn seal(&self, t: &mut Transmit) {
+    /// for the socket of its source port (IPv4: DF, Identification `id`: 0, or the place of
+    /// the datagram in its GSO run).
+    fn seal(&self, t: &mut Transmit, id: u16) {
         // A peer of the other family: nothing will reach it; the send fails later.
-        if let Some(h) = PseudoHeader::between(self.ip, t.dst, t.src_port, self.port) {
+        if let Some(mut h) = PseudoHeader::between(self.ip, t.dst, t.src_port, self.port) {
+            h.set_ipv4_id(id);
             let r = h.seal(&mut t.payload);
             debug_assert!(r.is_ok(), "a transmit too short to seal");
         }

@@ -610,7 +610,6 @@ impl Shared {
                     t
                 } else if let Some(mut t) = st.ep.poll_transmit(now) {
                     st.ports.assign(&self.io, &mut t);
-                    self.io.seal(&mut t);
                     t
                 } else {
                     break;
@@ -629,7 +628,7 @@ impl Shared {
             if seen > 1 {
                 st.batch.sort_by_key(|t| t.src_port);
             }
-            match self.io.send_batch(&st.batch, &st.ports) {
+            match self.io.send_batch(&mut st.batch, &st.ports) {
                 Ok(n) => {
                     self.port_up(st, true);
                     st.requeue(n);

@@ -7,7 +7,7 @@ pub struct SoftOptions {
     pub progress: Progress,
     /// How the device receives on an IPv4 address.
     pub ipv4_receive: Ipv4Receive,
-    /// Whether the device uses UDP segmentation offload on an IPv6 address.
+    /// Whether the device uses UDP segmentation offload.
     pub udp_offload: UdpOffload,
     /// A fault to inject, for tests of what must catch it.
     pub fault: FaultInjection,
@@ -32,12 +32,16 @@ pub struct FaultInjection {
 
 /// UDP segmentation offload for a soft device: one `sendmsg` carries a run of equal-sized
 /// datagrams to one peer (`UDP_SEGMENT`) and one receive takes a run back (`UDP_GRO`), so
-/// the kernel's per-datagram costs are paid once per run. IPv6 only: the IPv4 receive path
-/// is a raw socket (for the Identification the ICRC covers), which sees runs unsegmented on
-/// loopback. With it the device sends UDP checksums, which GSO requires.
+/// the kernel's per-datagram costs are paid once per run. On IPv4 only the send side: the
+/// receive path is a raw socket (for the Identification the ICRC covers), which takes a run
+/// whole where nothing segmented it (loopback, a veth) and the transport cuts it; an IPv4
+/// run starts with a FIRST or MIDDLE packet, exactly the path MTU long, so the cut is known,
+/// and datagram k of a run carries Identification k, as Linux numbers them. With offload an
+/// IPv6 device sends UDP checksums, which GSO requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UdpOffload {
-    /// On IPv6 addresses, when the kernel accepts `UDP_GRO`.
+    /// Send runs on both families; receive them with `UDP_GRO` on IPv6 when the kernel
+    /// accepts it.
     #[default]
     Auto,
     /// Never: one datagram per message, zero IPv6 UDP checksums as rxe sends.

@@ -255,17 +255,20 @@ fn duration_mode_reports_percentiles() {
 #[test]
 fn with_udp_offload_every_packet_on_lo_is_a_valid_rocev2_frame() {
     crate::util::require_tool("tcpdump");
-    // IPv6 soft devices send runs of packets with UDP GSO; a capture on lo sees each run as
-    // one datagram (nothing is segmented on loopback), and `capture decode` must split every
-    // run back into packets whose ICRCs all verify. WRITE 64 KiB (runs of 4 KiB packets) and
-    // 2 B (runs of 36-byte packets), ACKs the other way.
+    // Soft devices send runs of packets with UDP GSO; a capture on lo sees each run as one
+    // datagram (nothing is segmented on loopback), and `capture decode` must split every run
+    // back into packets whose ICRCs all verify (on IPv4, packet k of a run carries the
+    // Identification of the first plus k). WRITE 64 KiB (runs of 4 KiB packets) on both
+    // families, and on IPv6 2 B (runs of 36-byte packets; IPv4 runs only start with a FIRST or
+    // MIDDLE packet), ACKs the other way; each receiver verified every ICRC itself.
     let o = in_netns(
         "ip -6 addr add fd00::1/128 dev lo nodad; ip -6 addr add fd00::2/128 dev lo nodad\n\
          tcpdump -i lo -U -B 65536 -w cap.pcap udp port 4791 2> tcpdump.err & td=$!; sleep 1\n\
-         for s in 65536 2; do\n\
-           $PODNET perf write-bw -s $s -n 300 -d soft:fd00::1 --timeout 20 > /dev/null &\n\
-           sleep 0.3; $PODNET perf write-bw -s $s -n 300 -d soft:fd00::2 --timeout 20 --json fd00::1 || exit 3\n\
-           wait $!\n\
+         for run in '65536 fd00::1 fd00::2' '2 fd00::1 fd00::2' '65536 127.0.0.1 127.0.0.2'; do\n\
+           set -- $run\n\
+           $PODNET perf write-bw -s $1 -n 300 -d soft:$2 --timeout 20 --json > srv.json &\n\
+           sleep 0.3; $PODNET perf write-bw -s $1 -n 300 -d soft:$3 --timeout 20 --json $2 || exit 3\n\
+           wait $! || exit 3; grep receive_checks srv.json\n\
          done\n\
          sleep 1; kill $td; wait $td; cat tcpdump.err\n\
          $PODNET capture decode --json cap.pcap > frames.json 2> summary.txt || exit 4\n\
@@ -281,10 +284,20 @@ fn with_udp_offload_every_packet_on_lo_is_a_valid_rocev2_frame() {
         let i = w.iter().position(|x| *x == key).unwrap();
         w[i + 1].parse().unwrap()
     };
-    // 300 × 16 packets + 300 single packets one way, ACKs the other; the capture need not
-    // hold every one (tcpdump may lag), but what it holds must all be valid.
-    assert!(nums("records") >= 4000, "{out}");
-    assert!(nums("gso") > 300 * 16 / 2, "most packets travelled in GSO runs: {out}");
+    // 2 × 300 × 16 packets + 300 single packets one way, ACKs the other; the capture need
+    // not hold every one (tcpdump may lag), but what it holds must all be valid.
+    assert!(nums("records") >= 8000, "{out}");
+    assert!(nums("gso") > 2 * 300 * 16 / 2, "most packets travelled in GSO runs: {out}");
+    let checks: Vec<Value> = out
+        .lines()
+        .filter(|l| l.contains("receive_checks"))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["receive_checks"].clone())
+        .collect();
+    assert_eq!(checks.len(), 6, "each side of each run reports its receive checks: {out}");
+    for c in &checks {
+        assert!(c["received"].as_u64() > Some(0), "{c}");
+        assert_eq!(c["icrc_verified"], c["received"], "every packet's ICRC verified: {c}");
+    }
     assert_eq!(nums("bad"), 0, "every ICRC verifies: {out}");
     assert!(out.contains("GSO runs, split into packets"), "{out}");
     assert!(out.contains(" 0 bad, 0 unchecked; 0 undecodable"), "{out}");
