@@ -32,13 +32,18 @@ pub struct Finding {
     pub evidence: String,
     /// The paths it explains (`h1.r0 <-> h2.r0`), the first few.
     pub paths: Vec<String>,
-    /// Its paths lose some probes, not every one: the evidence is still arriving, at a rate
-    /// set by the loss (a finding of lost paths is shown after a longer settling time).
+    /// Its paths lose some probes, not every one, or it names one pair from near-MTU probes
+    /// alone: the evidence is still arriving, at a rate set by the loss or by the near-MTU
+    /// probes' (every fourth round while the pod is calm) — such a finding is shown after a
+    /// longer settling time, as a `link` is.
     pub partial: bool,
 }
 
 impl Finding {
     fn from_suspect(s: Suspect, large: bool, partial: bool) -> Finding {
+        // One pair's large frames lost: the first near-MTU probes through a bad link fail a
+        // pair or two before the others through it have been sent; the link's ToR follows.
+        let partial = partial || (large && s.kind == "link");
         let kind = if large && s.kind != "pod" { "mtu".to_string() } else { s.kind };
         let evidence = if large {
             format!(
@@ -435,5 +440,22 @@ mod tests {
         let f = locate(&pod, 0, &alive(8), &r);
         assert_eq!(kinds(&f), [("mtu".into(), "the spine links of rack2-rail0".into())], "{f:?}");
         assert!(f[0].evidence.contains("near-MTU"));
+        assert!(!f[0].partial, "a ToR's links: shown after the usual settling time");
+    }
+
+    #[test]
+    fn large_frames_lost_on_one_pair_wait_longer_for_the_rest() {
+        // The first near-MTU probes through a bad link: one pair has failed so far.
+        let pod = test_pod(8, 1, 2);
+        let mut r = reports(&pod, &|_, _| (PathState::Ok, vec![], vec![]));
+        for rep in r.values_mut().filter(|rep| rep.host == 2) {
+            for p in rep.paths.iter_mut().filter(|p| p.host == 5) {
+                p.state = PathState::LargeLost;
+                p.lost_large_ports = vec![0xf000];
+            }
+        }
+        let f = locate(&pod, 0, &alive(8), &r);
+        assert_eq!(kinds(&f), [("mtu".into(), "h2.r0 <-> h5.r0".into())], "{f:?}");
+        assert!(f[0].partial, "one pair's large frames: settles as long as a link");
     }
 }
