@@ -640,8 +640,12 @@ fn published_benchmarks_are_exported() {
     let out = stdout(&o);
     let (rows, t) = out.split_at(out.find("# HELP").expect("the exposition"));
     promtool(t);
-    let lat: serde_json::Value = serde_json::from_str(rows.lines().next().unwrap()).unwrap();
-    let bw: serde_json::Value = serde_json::from_str(rows.lines().nth(1).unwrap()).unwrap();
+    // Each run's row, then its receive checks.
+    let row = |key: &str| -> serde_json::Value {
+        let line = rows.lines().find(|l| l.contains(key)).expect("the client's row");
+        serde_json::from_str(line).unwrap()
+    };
+    let (lat, bw) = (row("t_avg"), row("BW_average"));
     for (dev, peer) in [("soft:127.0.3.1", "127.0.3.2"), ("soft:127.0.3.2", "127.0.3.1")] {
         let l = [("test", "send-lat"), ("device", dev), ("peer", peer), ("size_bytes", "2")];
         // 400 posts, 399 intervals: every one in the histogram, none lost to the buckets.
