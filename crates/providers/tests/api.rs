@@ -376,10 +376,10 @@ fn the_wire_carries_the_qp_traffic_class_df_and_id_0() {
     let mut err = std::io::BufReader::new(dump.stderr.take().unwrap());
     std::io::BufRead::read_line(&mut err, &mut first).unwrap();
     assert!(first.contains("listening on"), "tcpdump: {first}");
-    let (a, b) = common::local_pair(4096);
+    let (a, b) = common::local_pair(8192);
     a.qp.modify(&verbs::ModifyQp { traffic_class: Some(0x68), ..Default::default() }).unwrap();
     let op = SendOp::Write { remote_addr: b.mr.addr(), rkey: b.mr.rkey() };
-    a.qp.post_send(SendWr { sgl: vec![a.mr.sge(0, 3000).unwrap()].into(), ..SendWr::new(1, op) })
+    a.qp.post_send(SendWr { sgl: vec![a.mr.sge(0, 8192).unwrap()].into(), ..SendWr::new(1, op) })
         .unwrap();
     assert_eq!(a.next_wc(Duration::from_secs(2)).unwrap().status, WcStatus::Success);
     std::thread::sleep(Duration::from_millis(300));
@@ -393,15 +393,15 @@ fn the_wire_carries_the_qp_traffic_class_df_and_id_0() {
     let text = String::from_utf8_lossy(&text.stdout).to_string();
     let _ = std::fs::remove_file(&pcap);
     let headers: Vec<&str> = text.lines().filter(|l| l.contains("proto UDP")).collect();
-    // 3 WRITE packets at MTU 1024 from A — the FIRST (1,056 bytes) and the MIDDLE (1,040)
-    // as one GSO run, which loopback never segments (segmented, they would carry IDs 0 and
-    // 1), then the LAST — and one ACK from B.
+    // 8 WRITE packets at MTU 1024 from A — the FIRST (1,056 bytes) alone, the 6 MIDDLE and
+    // the LAST (1,040 each) as one GSO run, which loopback never segments (segmented, they
+    // would carry IDs 0 to 6) — and one ACK from B.
     assert_eq!(headers.len(), 3, "{text}");
     let from_a = headers.iter().filter(|l| l.contains("tos 0x68,")).count();
     assert_eq!(from_a, 2, "A's packets carry DSCP 26:\n{text}");
-    assert!(text.contains("UDP, length 2096"), "the FIRST and MIDDLE in one datagram:\n{text}");
+    assert!(text.contains("UDP, length 7280"), "7 packets in one datagram:\n{text}");
     assert!(headers.iter().all(|l| l.contains("id 0,") && l.contains("flags [DF]")), "{text}");
-    assert_eq!(b.ctx.counters().rcvd_pkts, 3);
+    assert_eq!(b.ctx.counters().rcvd_pkts, 8);
     assert_eq!(b.ctx.counters().icrc_errors, 0);
 }
 

@@ -42,6 +42,8 @@ const GRO_SLOT: usize = 65536;
 const GRO_BATCH: usize = 16;
 /// Datagrams per GSO send (the kernel's `UDP_MAX_SEGMENTS` is 64 before Linux 6.2).
 const GSO_SEGMENTS: usize = 64;
+/// The fewest datagrams sent as one GSO run.
+const MIN_RUN: usize = 4;
 /// Bytes of UDP payload per GSO send (an IPv6 payload length is 16 bits).
 const GSO_BYTES: usize = 65_000;
 
@@ -476,9 +478,10 @@ impl Sockets {
     /// into the same datagrams, each with its own UDP header and checksum, the ICRC sealed
     /// here. On IPv4 the kernel numbers a run's datagrams' Identifications from the first's
     /// (0: DF on an unconnected socket), so datagram k is sealed with Identification k; and a
-    /// run starts only with a FIRST or MIDDLE packet (exactly the path MTU long), which is how
-    /// a receiver that sees the run unsegmented (loopback, a veth) knows where to cut it
-    /// (`transport::Endpoint::handle_datagram`).
+    /// run starts only with a packet whose length its headers give (a FIRST or MIDDLE packet,
+    /// an RDMA WRITE ONLY, a READ request, an atomic, an ACK: `wire::roce::len_from_headers`),
+    /// which is how a receiver that sees the run unsegmented (loopback, a veth) knows where
+    /// to cut it (`transport::Endpoint::handle_datagram`).
     fn send_run(&self, batch: &mut [Transmit], fd: RawFd) -> io::Result<(usize, usize)> {
         // SAFETY: all-zero is a valid value for these plain C structs.
         let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
@@ -497,7 +500,7 @@ impl Sockets {
             let mut n = 1;
             let mut bytes = seg;
             let may_lead =
-                !v4 || t.payload.first().is_some_and(|&b| wire::Opcode(b).fills_path_mtu());
+                !v4 || t.payload.first().is_some_and(|&b| wire::Opcode(b).len_in_headers());
             while self.offload && may_lead && i + n < len && n < GSO_SEGMENTS {
                 let (prev, u) = (&batch[i + n - 1], &batch[i + n]);
                 let len = u.payload.len();
@@ -512,6 +515,12 @@ impl Sockets {
                 }
                 bytes += len;
                 n += 1;
+            }
+            // A run of two or three goes as single datagrams: what a latency-bound exchange
+            // sends (a reply and an ACK) reaches the peer sooner that way, its first datagram
+            // taken while the next is still being sent.
+            if n < MIN_RUN {
+                n = 1;
             }
             groups[msgs] = (i, n);
             msgs += 1;

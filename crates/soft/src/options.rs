@@ -35,8 +35,8 @@ pub struct FaultInjection {
 /// the kernel's per-datagram costs are paid once per run. On IPv4 only the send side: the
 /// receive path is a raw socket (for the Identification the ICRC covers), which takes a run
 /// whole where nothing segmented it (loopback, a veth) and the transport cuts it; an IPv4
-/// run starts with a FIRST or MIDDLE packet, exactly the path MTU long, so the cut is known,
-/// and datagram k of a run carries Identification k, as Linux numbers them. With offload an
+/// run starts with a packet whose length its headers give (a FIRST or MIDDLE packet, an RDMA
+/// WRITE ONLY, a READ request, an atomic, an ACK), so the cut is known, and datagram k of a run carries Identification k, as Linux numbers them. With offload an
 /// IPv6 device sends UDP checksums, which GSO requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UdpOffload {

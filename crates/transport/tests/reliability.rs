@@ -221,9 +221,10 @@ macro_rules! rc_tests {
     )*};
 }
 
-/// The multi-packet operations with IPv4 GSO runs seen whole by the receiver (as over
-/// loopback or a veth): each run is cut at the path MTU and each packet checked alone, so a
-/// flipped bit costs one packet, not a run, and every message still arrives exactly once.
+/// IPv4 GSO runs seen whole by the receiver (as over loopback or a veth) — of FIRST and
+/// MIDDLE packets, WRITE ONLYs, READ requests, atomics and ACKs: each run is cut where its
+/// first packet's headers say and each packet checked alone, so a flipped bit costs one
+/// packet, not a run, and every message still arrives exactly once.
 macro_rules! rc_gso_tests {
     ($($name:ident: $op:expr,)*) => {$(
         #[test]
@@ -238,7 +239,9 @@ macro_rules! rc_gso_tests {
 rc_gso_tests! {
     rc_send_in_gso_runs: Op::Send,
     rc_write_in_gso_runs: Op::Write,
+    rc_write_with_imm_in_gso_runs: Op::WriteImm,
     rc_read_in_gso_runs: Op::Read,
+    rc_fetch_add_in_gso_runs: Op::FetchAdd,
 }
 
 rc_tests! {

@@ -531,6 +531,18 @@ impl Opcode {
             None => false,
         }
     }
+
+    /// Whether the length of a packet with this opcode follows from its headers and the path
+    /// MTU ([`crate::roce::len_from_headers`]): a FIRST or MIDDLE packet, an RDMA WRITE ONLY
+    /// (its RETH's DMA length) and a packet without payload (a READ request, an atomic, an
+    /// ACK). A SEND ONLY or a LAST packet is as long as the datagram that carries it says.
+    pub const fn len_in_headers(self) -> bool {
+        match self.operation() {
+            Some(Operation::RdmaWriteOnly | Operation::RdmaWriteOnlyWithImmediate) => true,
+            Some(op) => !op.is_last_or_only() || !self.has_payload(),
+            None => false,
+        }
+    }
 }
 
 impl fmt::Debug for Opcode {

@@ -12,6 +12,25 @@ pub const fn header_len(opcode: Opcode) -> usize {
     bth::HEADER_LEN + opcode.ext_headers().len()
 }
 
+/// The length of the packet at the head of `bytes` as its headers tell it
+/// ([`Opcode::len_in_headers`]), with `path_mtu` for a FIRST or MIDDLE packet; `None` for a
+/// packet whose length only its datagram knows, or when its headers are not all there. What
+/// cuts a run of packets received as one datagram (UDP GSO, unsegmented) at the right place.
+pub fn len_from_headers(bytes: &[u8], path_mtu: usize) -> Option<usize> {
+    let op = bth::Packet::new_checked(bytes).ok()?.opcode();
+    if !op.len_in_headers() {
+        return None;
+    }
+    let payload = if op.fills_path_mtu() {
+        path_mtu
+    } else if op.has_payload() {
+        usize::try_from(Packet::new_checked(bytes).ok()?.reth()?.dma_len).ok()?
+    } else {
+        0
+    };
+    Some(header_len(op) + payload + usize::from(pad_for(payload)) + ICRC_LEN)
+}
+
 /// Pad bytes that align a payload of `len` bytes to 4.
 pub const fn pad_for(len: usize) -> u8 {
     ((4 - (len % 4)) % 4) as u8
@@ -367,6 +386,43 @@ mod tests {
         assert_eq!(back, Repr { bth: bth::Repr { pad_count: 3, ..r.bth }, ..r });
         assert_eq!(Repr::parse_headers(&buf[..28]).unwrap(), back);
         assert!(Repr::parse_headers(&buf[..27]).is_err());
+    }
+
+    #[test]
+    fn a_packets_length_from_its_headers() {
+        let packet = |op: u8, reth: Option<u32>, payload: usize| {
+            let mut r = Repr::new(bth::Repr::new(Opcode(op), Qpn::new(0x12), Psn::new(7)));
+            r.reth = reth.map(|dma_len| Reth { va: 0x1000, rkey: RKey(1), dma_len });
+            if r.bth.opcode.ext_headers().contains(ExtHeaders::AETH) {
+                r.aeth = Some(Aeth { syndrome: 0, msn: 1 });
+            }
+            if r.bth.opcode.ext_headers().contains(ExtHeaders::IMMDT) {
+                r.immdt = Some(ImmDt { value: 9 });
+            }
+            let mut buf = vec![0u8; r.buffer_len(payload)];
+            r.emit(&vec![0u8; payload], &mut buf).unwrap();
+            buf
+        };
+        // RC WRITE FIRST and SEND MIDDLE: the path MTU, whatever the datagram holds after.
+        let mut run = packet(0x06, Some(8192), 1024);
+        run.extend(packet(0x07, None, 1024));
+        assert_eq!(len_from_headers(&run, 1024), Some(12 + 16 + 1024 + 4));
+        assert_eq!(len_from_headers(&packet(0x01, None, 256), 256), Some(12 + 256 + 4));
+        // WRITE ONLY (and with immediate): the RETH's length, padded.
+        assert_eq!(len_from_headers(&packet(0x0a, Some(2), 2), 4096), Some(12 + 16 + 2 + 2 + 4));
+        assert_eq!(
+            len_from_headers(&packet(0x0b, Some(5), 5), 4096),
+            Some(12 + 16 + 4 + 5 + 3 + 4)
+        );
+        // READ request and ACK: headers and ICRC.
+        assert_eq!(len_from_headers(&packet(0x0c, Some(1 << 20), 0), 4096), Some(12 + 16 + 4));
+        assert_eq!(len_from_headers(&packet(0x11, None, 0), 4096), Some(12 + 4 + 4));
+        // SEND ONLY, WRITE LAST, a READ response's last: only the datagram knows.
+        for op in [0x04, 0x08, 0x0f] {
+            assert_eq!(len_from_headers(&packet(op, None, 8), 4096), None, "{op:#x}");
+        }
+        // A WRITE ONLY cut before its RETH tells nothing.
+        assert_eq!(len_from_headers(&packet(0x0a, Some(2), 2)[..20], 4096), None);
     }
 
     #[test]

@@ -351,22 +351,19 @@ impl<M: Memory> Endpoint<M> {
     ///
     /// Over loopback or a veth, a UDP GSO send reaches the receiver unsegmented, and a raw
     /// socket (the one that shows IPv4 headers) does not segment it. A run is told from a
-    /// packet without guessing: its first packet is a FIRST or MIDDLE one, which carries
-    /// exactly the QP's path MTU — a datagram longer than that is several packets, each of
-    /// that packet's size but the last. A sender makes runs only of such packets (podnet's
-    /// soft device does); a run of anything else is one datagram that fails its checks.
+    /// packet without guessing: its first packet is one whose length its headers give
+    /// ([`roce::len_from_headers`]: a FIRST or MIDDLE packet carries exactly the QP's path
+    /// MTU, an RDMA WRITE ONLY its RETH's length, a READ request, an atomic or an ACK no
+    /// payload) — a datagram longer than that is several packets, each of that packet's size
+    /// but the last. A sender leads runs only with such packets (podnet's soft device does);
+    /// a run led by another is one datagram that fails its checks.
     fn gso_run_segment(&self, meta: &RecvMeta<'_>, bytes: &[u8]) -> Option<usize> {
         let ipv4 = meta.ip_header.and_then(|h| h.first()).is_some_and(|b| b >> 4 == 4);
         if !ipv4 {
             return None;
         }
-        let pkt = bth::Packet::new_checked(bytes).ok()?;
-        let op = pkt.opcode();
-        if !op.fills_path_mtu() {
-            return None;
-        }
-        let qp = self.qps.get(&pkt.dest_qp())?;
-        let seg = roce::header_len(op) + qp.mtu() as usize + roce::ICRC_LEN;
+        let qp = self.qps.get(&bth::Packet::new_checked(bytes).ok()?.dest_qp())?;
+        let seg = roce::len_from_headers(bytes, qp.mtu() as usize)?;
         (bytes.len() > seg).then_some(seg)
     }
 

@@ -57,10 +57,12 @@ pub struct Faults {
     pub delay: Duration,
     /// Drop everything (a vanished peer).
     pub partition: bool,
-    /// Each node sends IPv4 GSO runs as podnet's soft device does, and they arrive whole, as
-    /// over loopback: consecutive packets to one peer, the first a FIRST or MIDDLE one, of
-    /// its size but the last (at most 64, 65,000 bytes), one datagram whose packet k carries
-    /// the IP Identification of the first plus k. The faults apply to the datagram.
+    /// Each node sends IPv4 GSO runs as podnet's soft device does (of two packets or more,
+    /// where the device makes them of four or more), and they arrive whole, as
+    /// over loopback: consecutive packets to one peer, the first one whose length its
+    /// headers give (`wire::roce::len_from_headers`), of its size but the last (at most 64,
+    /// 65,000 bytes), one datagram whose packet k carries the IP Identification of the first
+    /// plus k. The faults apply to the datagram.
     pub gso: bool,
 }
 
@@ -376,7 +378,7 @@ impl Net {
 fn gso_run(ready: &[Transmit]) -> usize {
     let t = &ready[0];
     let seg = t.payload.len();
-    if !t.payload.first().is_some_and(|&b| wire::Opcode(b).fills_path_mtu()) {
+    if !t.payload.first().is_some_and(|&b| wire::Opcode(b).len_in_headers()) {
         return 1;
     }
     let (mut n, mut bytes) = (1, seg);
