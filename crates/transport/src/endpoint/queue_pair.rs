@@ -195,6 +195,8 @@ pub(super) struct Responder {
     pub(super) last_cnp: Option<Instant>,
     /// UD: the last PSN accepted from each (address, source QP), to drop duplicates.
     pub(super) ud_seen: HashMap<(IpAddr, Qpn), Psn>,
+    /// A plain ACK waited once for a request of this QP to go first.
+    pub(super) ack_waited: bool,
 }
 
 impl QueuePair {

@@ -41,7 +41,26 @@ impl<M: Memory> Endpoint<M> {
             let qpn = self.active.pop_front()?;
             let Some(qp) = self.qps.get_mut(&qpn) else { continue };
             qp.queued = false;
-            let t = self.next_response(qpn).or_else(|| self.next_request(qpn, now));
+            // A plain ACK lets one request of its QP go first: when both leave in one batch
+            // (a reply posted right after a receive completed), the peer takes the request —
+            // what its application waits for — before the ACK, not after it. Once only, so
+            // a stream of requests never holds an ACK back for more than one packet.
+            let ack_first = qp.resp.ack_waited
+                || !matches!(
+                    qp.resp.resp_out.front(),
+                    Some(RespOut::Ack { syndrome: ACK_SYNDROME, .. })
+                );
+            let t = if ack_first {
+                self.next_response(qpn).or_else(|| self.next_request(qpn, now))
+            } else {
+                match self.next_request(qpn, now) {
+                    Some(t) => Some(t),
+                    None => self.next_response(qpn),
+                }
+            };
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                qp.resp.ack_waited = !ack_first && qp.resp.resp_out.front().is_some();
+            }
             if let Some(t) = t {
                 self.mark(qpn);
                 self.dev.counters.sent_pkts += 1;
