@@ -1013,3 +1013,36 @@ fn forged_packets_are_dropped_by_reason_before_their_icrc_is_computed() {
     net.nodes[0].post_send(a.qpn, write(2, &b, BUF_ADDR, 64, &a)).unwrap();
     assert_eq!(next_wc(&mut net, 0, &a, Duration::from_secs(1)).unwrap().status, WcStatus::Success);
 }
+
+/// A message asks for an ACK (AckReq) when its completion will be looked for — a signaled
+/// WQE — and at least every 16th unsignaled one: a latency loop that signals one send in 16
+/// costs its peer one ACK in 16. Every message is still acknowledged (ACKs are cumulative).
+#[test]
+fn unsignaled_messages_ask_for_an_ack_one_in_sixteen() {
+    let (mut net, a, b) = rc_pair(Params::default());
+    net.keep_log = true;
+    for i in 0..40u64 {
+        let mut wr = write(i, &b, BUF_ADDR + 64 * i, 64, &a);
+        // One in 20 signaled: the 20th and the 40th.
+        wr.signaled = i % 20 == 19;
+        net.nodes[0].post_send(a.qpn, wr).unwrap();
+        net.advance(Duration::from_micros(20));
+    }
+    let asked: Vec<u64> = net
+        .log
+        .iter()
+        .filter(|(from, _, _)| *from == 0)
+        .enumerate()
+        .filter(|(_, (_, _, p))| p[8] & 0x80 != 0) // BTH byte 8: AckReq
+        .map(|(i, _)| i as u64)
+        .collect();
+    // The 16th unsignaled (15), the signaled 20th (19), 16 later (35), the signaled 40th.
+    assert_eq!(asked, [15, 19, 35, 39]);
+    let acks = net.log.iter().filter(|(from, _, _)| *from == 1).count();
+    assert_eq!(acks, 4, "one ACK per AckReq");
+    for id in [19, 39] {
+        let wc = next_wc(&mut net, 0, &a, Duration::from_millis(1)).expect("a completion");
+        assert_eq!((wc.wr_id, wc.status), (id, WcStatus::Success));
+    }
+    assert_eq!(net.nodes[0].counters().retransmitted_pkts, 0);
+}

@@ -102,6 +102,8 @@ pub(super) struct Requester {
     /// Oldest unacknowledged PSN.
     pub(super) una: Psn,
     pub(super) packets_since_ackreq: u32,
+    /// Messages ended without AckReq since the last packet that had it.
+    pub(super) wqes_since_ackreq: u32,
     pub(super) retry_left: u8,
     pub(super) rnr_left: u8,
     pub(super) timer: Option<Instant>,

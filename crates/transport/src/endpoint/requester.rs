@@ -144,6 +144,7 @@ impl<M: Memory> Endpoint<M> {
         let mut gather_at = None;
         let mut consumed = 1u32;
         let mut last_of_wqe = false;
+        let signaled = w.wr.signaled;
         let mut r;
         match w.wr.op {
             SendOp::Send
@@ -243,14 +244,25 @@ impl<M: Memory> Endpoint<M> {
             let fills = psn.diff(qp.req.una) + 1 >= qp.req.send_window as i32
                 || (!is_read_or_atomic
                     && self.dev.cqs.send_inflight + mtu >= self.cfg.send_window_device);
+            // The end of a message asks for an ACK when the application will look for its
+            // completion (a signaled WQE), and at least every UNSIGNALED_ACK_EVERY messages:
+            // an unsignaled message's ACK only frees its slot, which the next ACK does as
+            // well (ACKs are cumulative), so a latency loop that signals one send in 16 costs
+            // its peer one ACK in 16, not one per message.
+            let end_asks =
+                last_of_wqe && (signaled || qp.req.wqes_since_ackreq + 1 >= UNSIGNALED_ACK_EVERY);
+            if last_of_wqe {
+                qp.req.wqes_since_ackreq += 1;
+            }
             if is_read_or_atomic
-                || last_of_wqe
+                || end_asks
                 || retransmit
                 || fills
                 || qp.req.packets_since_ackreq >= every
             {
                 r.bth.ack_req = true;
                 qp.req.packets_since_ackreq = 0;
+                qp.req.wqes_since_ackreq = 0;
             }
         }
         let t = match gather_at {
@@ -427,3 +439,7 @@ fn read_credit(qp: &QueuePair, cqs: &CqTable, cfg: &EndpointConfig, want: u32) -
         0
     }
 }
+
+/// Unsignaled messages sent in a row without asking for an ACK, at most: their slots in the
+/// send queue come back with the next ACK.
+const UNSIGNALED_ACK_EVERY: u32 = 16;
