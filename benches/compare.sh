@@ -56,7 +56,10 @@ PY
 }
 med() { for _ in $(seq "$RUNS"); do "$@"; done | median; }
 # cpu CMD...: runs CMD; appends the user + system seconds it and its children took to $work/cpu.
-cpu() { ( "$@"; times | tail -1 | awk '{print $1, $2}' | sed 's/[ms]/ /g' | awk '{print $1 * 60 + $2 + $3 * 60 + $4}' >> "$work/cpu" ); }
+cpu() { # (`times` in a pipe would report the pipe's subshell, not this one)
+  ( "$@"; t=$(mktemp); times > "$t"
+    tail -1 "$t" | sed 's/[ms]/ /g' | awk '{print $1 * 60 + $2 + $3 * 60 + $4}' >> "$work/cpu"; rm -f "$t" )
+}
 # bwcpu FAMILY ARGS...: MB/s of one pinned podnet bandwidth pair, and CPU seconds per GB moved
 # (both processes) into $work/cpugb.
 bwcpu() {
@@ -74,9 +77,10 @@ iperf() { # [NETNS_SERVER NETNS_CLIENT ADDRESS]: MB/s (2^20 bytes, as perftest's
   local srv=$!
   sleep 0.3
   local bw
-  bw=$(cpu "${ns_c[@]}" taskset -c 1 iperf3 -c "$addr" -p 5201 -t "$SECS" -J |
-    python3 -c "import json,sys; print(json.load(sys.stdin)['end']['sum_received']['bits_per_second']/8/2**20)")
+  # Into a file, read after: a reader started beside a pinned run takes CPU from it.
+  cpu "${ns_c[@]}" taskset -c 1 iperf3 -c "$addr" -p 5201 -t "$SECS" -J > "$work/iperf.json"
   wait $srv
+  bw=$(python3 -c "import json; print(json.load(open('$work/iperf.json'))['end']['sum_received']['bits_per_second']/8/2**20)")
   python3 -c "import sys; s=sum(float(l) for l in open('$work/cpu')); print(s / ($bw * 2**20 * $SECS / 1e9))" >> "$work/cpugb"
   echo "$bw"
 }
@@ -84,8 +88,8 @@ cpugb() { median < "$work/cpugb"; : > "$work/cpugb"; }
 unpinned() { PAIR_CORES=none perf "$@"; } # FAMILY KEY ARGS...: a podnet pair on any core
 sp_server() { taskset -c 0 sockperf server -i "$1" -p 11111 "${@:2}" >/dev/null 2>&1 & echo $!; }
 sp_lat() {
-  taskset -c 1 sockperf ping-pong -i "$1" -p 11111 -m 16 -t "$SECS" "${@:2}" 2>&1 |
-    awk '/percentile 50.000/ {print $NF}'
+  taskset -c 1 sockperf ping-pong -i "$1" -p 11111 -m 16 -t "$SECS" "${@:2}" > "$work/sp.txt" 2>&1
+  awk '/percentile 50.000/ {print $NF}' "$work/sp.txt"
 }
 pingpong() { # FAMILY: usec per iteration of podnet pingpong -s 65536
   local s=127.0.0.1 c=127.0.0.2
@@ -93,9 +97,9 @@ pingpong() { # FAMILY: usec per iteration of podnet pingpong -s 65536
   taskset -c 0 "$PODNET" pingpong -d soft:$s -s 65536 -n 2000 --json >/dev/null &
   local srv=$!
   sleep 0.3
-  taskset -c 1 "$PODNET" pingpong -d soft:$c -s 65536 -n 2000 --json $s |
-    python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['usec_per_iter'])"
+  taskset -c 1 "$PODNET" pingpong -d soft:$c -s 65536 -n 2000 --json $s > "$work/pp.json"
   wait $srv
+  python3 -c "import json; print(json.loads(open('$work/pp.json').readline())['usec_per_iter'])"
 }
 
 : > "$work/cpugb"
@@ -116,19 +120,20 @@ srv=$(sp_server 127.0.0.1 --nonblocked); sleep 0.5
 R[splat]=$(med sp_lat 127.0.0.1 --nonblocked); kill $srv; wait $srv 2>/dev/null || true
 srv=$(sp_server 127.0.0.1); sleep 0.5
 R[splatb]=$(med sp_lat 127.0.0.1); kill $srv; wait $srv 2>/dev/null || true
-# Two namespaces over a veth: podnet's pair and iperf3 between 10.77.0.1 and 10.77.0.2.
+# Two namespaces over a veth with jumbo frames (as a RoCE fabric runs: a 4096-byte RoCE MTU
+# needs more than 1500): podnet's pair and iperf3 between 10.77.0.1 and 10.77.0.2.
 ip netns add cmp-a; ip netns add cmp-b
 ip link add va netns cmp-a type veth peer name vb netns cmp-b
 ip -n cmp-a addr add 10.77.0.1/24 dev va; ip -n cmp-b addr add 10.77.0.2/24 dev vb
-ip -n cmp-a link set va up; ip -n cmp-b link set vb up
+ip -n cmp-a link set va mtu 9000 up; ip -n cmp-b link set vb mtu 9000 up
 ip -n cmp-a link set lo up; ip -n cmp-b link set lo up; sleep 1
 veth() {
   ip netns exec cmp-a taskset -c 0 "$PODNET" perf write-bw -s 65536 -d soft:10.77.0.1 -D "$SECS" --json --timeout 30 >/dev/null &
   local srv=$!
   sleep 0.3
-  ip netns exec cmp-b taskset -c 1 "$PODNET" perf write-bw -s 65536 -d soft:10.77.0.2 -D "$SECS" --json --timeout 30 10.77.0.1 |
-    python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['BW_average'])"
+  ip netns exec cmp-b taskset -c 1 "$PODNET" perf write-bw -s 65536 -d soft:10.77.0.2 -D "$SECS" --json --timeout 30 10.77.0.1 > "$work/veth.json"
   wait $srv
+  python3 -c "import json; print(json.loads(open('$work/veth.json').readline())['BW_average'])"
 }
 R[veth]=$(med veth)
 R[vethtcp]=$(med iperf cmp-a cmp-b 10.77.0.1); : > "$work/cpugb"
