@@ -278,10 +278,15 @@ struct Shared {
     app_waiters: AtomicU64,
     /// The progress thread sleeps while those threads drive the device.
     parked: AtomicBool,
-    /// Wakes the parked progress thread [`LEAVE_GRACE`] after the last of them left, unless
-    /// one came back first (a timerfd: arming and disarming it wakes nobody).
+    /// Wakes the parked progress thread [`LEAVE_GRACE`] after the last of them left; if one
+    /// came back meanwhile, it parks again (a timerfd, armed at most once a grace: setting a
+    /// timer costs a hypervisor exit in a VM, ~3 µs, too much to pay per event).
     park_timer: RawFd,
     park_armed: AtomicBool,
+    /// When the last waiting application thread left `get_cq_event` (ns since `epoch`).
+    left_at: AtomicU64,
+    /// When an application thread last entered `get_cq_event` (ns since `epoch`).
+    entered_at: AtomicU64,
     /// Wakes those threads when another thread delivers a channel event.
     app_wake_fd: RawFd,
     /// When the progress thread will wake up by itself (ns since `epoch`; MAX: never).
@@ -440,6 +445,8 @@ impl SoftDevice {
             parked: AtomicBool::new(false),
             park_timer,
             park_armed: AtomicBool::new(false),
+            left_at: AtomicU64::new(0),
+            entered_at: AtomicU64::new(0),
             app_wake_fd,
             sleeping_until: AtomicU64::new(u64::MAX),
             wake_fd,
@@ -709,14 +716,26 @@ impl Shared {
 
     /// Sleeps while an application thread waits in `get_cq_event`: until [`LEAVE_GRACE`]
     /// after the last one left without another coming back (see [`Shared::app_left`]),
-    /// the device is stopped, or [`PARK_MAX`] passes.
+    /// the device is stopped or kicked, or [`PARK_MAX`] passes.
     fn park(&self) {
         // The waiting thread serves the engine's timers meanwhile: no kick for this one.
         self.sleeping_until.store(0, Ordering::Release);
         self.parked.store(true, Ordering::SeqCst);
         // Set, then look: a thread leaving meanwhile sees `parked` (and arms the timer) or
-        // this one sees it gone.
-        if self.app_waiters.load(Ordering::SeqCst) > 0 && !self.stop.load(Ordering::Acquire) {
+        // this one sees it gone and when it left.
+        while !self.stop.load(Ordering::Acquire) {
+            if self.app_waiters.load(Ordering::SeqCst) == 0 {
+                let since = self.now().0.saturating_sub(self.left_at.load(Ordering::SeqCst));
+                let grace = LEAVE_GRACE.as_nanos() as u64;
+                if since >= grace {
+                    break;
+                }
+                // Left less than a grace ago (and maybe came and left again since the
+                // timer was armed): sleep out the rest.
+                if !self.park_armed.swap(true, Ordering::SeqCst) {
+                    self.set_park_timer(Duration::from_nanos(grace - since));
+                }
+            }
             let ts = timespec(PARK_MAX);
             let mut fds = [
                 libc::pollfd { fd: self.wake_fd, events: libc::POLLIN, revents: 0 },
@@ -724,29 +743,40 @@ impl Shared {
             ];
             // SAFETY: `fds` and `ts` live across the call, with their true length.
             unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &raw const ts, std::ptr::null()) };
-            for f in fds.iter().filter(|f| f.revents & libc::POLLIN != 0) {
-                drain_counter(f.fd);
+            let [kick, timer] = fds.map(|f| f.revents & libc::POLLIN != 0);
+            if timer {
+                drain_counter(self.park_timer);
+                self.park_armed.store(false, Ordering::SeqCst);
+            }
+            if kick {
+                drain_counter(self.wake_fd);
+                break;
             }
         }
         self.parked.store(false, Ordering::SeqCst);
     }
 
-    /// Arms (`Some`) or disarms the park timer.
-    fn set_park_timer(&self, after: Option<Duration>) {
-        let spec = libc::itimerspec {
-            it_interval: timespec(Duration::ZERO),
-            it_value: timespec(after.unwrap_or_default()),
-        };
+    /// Arms the park timer to fire once, `after` from now (zero: disarms it).
+    fn set_park_timer(&self, after: Duration) {
+        let spec =
+            libc::itimerspec { it_interval: timespec(Duration::ZERO), it_value: timespec(after) };
         // SAFETY: `spec` lives across the call; the old value is not asked for.
         unsafe { libc::timerfd_settime(self.park_timer, 0, &raw const spec, std::ptr::null_mut()) };
     }
 
-    /// An application thread enters `get_cq_event`: it drives the device from now on, so a
-    /// wake-up armed when the last one left is called off.
+    /// An application thread enters `get_cq_event`: it drives the device from now on. A
+    /// wake-up armed when the last one left is called off only when events are sparse (the
+    /// last entry a grace ago or more: an agent waiting for probes) — where events are dense
+    /// (a latency loop) calling it off would set a timer per event, so it stays armed and the
+    /// parked thread, woken at most once a grace, sees a waiter and parks again.
     fn app_entered(&self) {
         self.app_waiters.fetch_add(1, Ordering::SeqCst);
-        if self.park_armed.swap(false, Ordering::SeqCst) {
-            self.set_park_timer(None);
+        let now = self.now().0;
+        let before = self.entered_at.swap(now, Ordering::Relaxed);
+        if now.saturating_sub(before) >= LEAVE_GRACE.as_nanos() as u64
+            && self.park_armed.swap(false, Ordering::SeqCst)
+        {
+            self.set_park_timer(Duration::ZERO);
         }
     }
 
@@ -755,11 +785,11 @@ impl Shared {
     /// waits for events in a loop leaves only to take its completions, and waking the
     /// progress thread each time would cost a wake-up (and a race for the socket) per event.
     fn app_left(&self) {
-        if self.app_waiters.fetch_sub(1, Ordering::SeqCst) == 1
-            && self.parked.load(Ordering::SeqCst)
-        {
-            self.park_armed.store(true, Ordering::SeqCst);
-            self.set_park_timer(Some(LEAVE_GRACE));
+        if self.app_waiters.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.left_at.store(self.now().0, Ordering::SeqCst);
+            if self.parked.load(Ordering::SeqCst) && !self.park_armed.swap(true, Ordering::SeqCst) {
+                self.set_park_timer(LEAVE_GRACE);
+            }
         }
     }
 
