@@ -259,8 +259,8 @@ fn with_udp_offload_every_packet_on_lo_is_a_valid_rocev2_frame() {
     // datagram (nothing is segmented on loopback), and `capture decode` must split every run
     // back into packets whose ICRCs all verify (on IPv4, packet k of a run carries the
     // Identification of the first plus k). WRITE 64 KiB (runs of 4 KiB packets) on both
-    // families, and on IPv6 2 B (runs of 36-byte packets; IPv4 runs only start with a FIRST or
-    // MIDDLE packet), ACKs the other way; each receiver verified every ICRC itself.
+    // families, and on IPv6 2 B (runs of 36-byte packets), ACKs the other way; each receiver
+    // verified every ICRC itself.
     let o = in_netns(
         "ip -6 addr add fd00::1/128 dev lo nodad; ip -6 addr add fd00::2/128 dev lo nodad\n\
          tcpdump -i lo -U -B 65536 -w cap.pcap udp port 4791 2> tcpdump.err & td=$!; sleep 1\n\

@@ -50,16 +50,16 @@ impl<M: Memory> Endpoint<M> {
                     qp.resp.resp_out.front(),
                     Some(RespOut::Ack { syndrome: ACK_SYNDROME, .. })
                 );
-            let t = if ack_first {
-                self.next_response(qpn).or_else(|| self.next_request(qpn, now))
+            let (t, ack_waited) = if ack_first {
+                (self.next_response(qpn).or_else(|| self.next_request(qpn, now)), false)
             } else {
                 match self.next_request(qpn, now) {
-                    Some(t) => Some(t),
-                    None => self.next_response(qpn),
+                    Some(t) => (Some(t), true),
+                    None => (self.next_response(qpn), false),
                 }
             };
             if let Some(qp) = self.qps.get_mut(&qpn) {
-                qp.resp.ack_waited = !ack_first && qp.resp.resp_out.front().is_some();
+                qp.resp.ack_waited = ack_waited;
             }
             if let Some(t) = t {
                 self.mark(qpn);
