@@ -39,20 +39,37 @@ netns_up
 work=$(mktemp -d)
 trap 'rm -rf "$work"; ip netns del cmp-a 2>/dev/null || true; ip netns del cmp-b 2>/dev/null || true' EXIT
 : > "$work/unverified"
-# perf FAMILY KEY ARGS...: one pinned podnet pair; prints the client's KEY. Counts a run where
-# either side took a packet whose ICRC it did not verify.
+# verified WHAT FILE...: records WHAT in $work/unverified unless every side's JSON in the
+# FILEs (perf's receive_checks lines, pingpong's row with its device counters) says its device
+# took packets and verified the ICRC of each.
+verified() {
+  local what=$1; shift
+  python3 - "$@" <<'PY' || echo "$what" >> "$work/unverified"
+import json, sys
+sides = 0
+for f in sys.argv[1:]:
+    for l in open(f):
+        v = json.loads(l)
+        if "receive_checks" in v:
+            c = v["receive_checks"]
+            ok = c["received"] > 0 and c["icrc_verified"] == c["received"]
+        elif "counters" in v:
+            c = v["counters"]
+            ok = c.get("rcvd_pkts", 0) > 0 and c.get("icrc_unverified", 0) == 0 \
+                and c.get("icrc_errors", 0) == 0
+        else:
+            continue
+        sides += 1
+        if not ok:
+            sys.exit(1)
+sys.exit(0 if sides == 2 else 1)
+PY
+}
+# perf FAMILY KEY ARGS...: one pinned podnet pair; prints the client's KEY.
 perf() {
   local fam=$1 key=$2; shift 2
   PAIR_CHECKS=$work/checks pair "$PODNET" "$fam" "$key" "$SECS" "$@"
-  if ! python3 - "$work/checks" <<'PY'
-import json, sys
-ok = True
-for l in open(sys.argv[1]):
-    c = json.loads(l)["receive_checks"]
-    ok &= c["received"] > 0 and c["icrc_verified"] == c["received"]
-sys.exit(0 if ok else 1)
-PY
-  then echo "$fam $*" >> "$work/unverified"; fi
+  verified "$fam $*" "$work/checks"
 }
 med() { for _ in $(seq "$RUNS"); do "$@"; done | median; }
 # cpu CMD...: runs CMD; appends the user + system seconds it and its children took to $work/cpu.
@@ -60,13 +77,17 @@ cpu() { # (`times` in a pipe would report the pipe's subshell, not this one)
   ( "$@"; t=$(mktemp); times > "$t"
     tail -1 "$t" | sed 's/[ms]/ /g' | awk '{print $1 * 60 + $2 + $3 * 60 + $4}' >> "$work/cpu"; rm -f "$t" )
 }
+# per_gb MB/S: the CPU seconds in $work/cpu per GB moved at MB/S for SECS, into $work/cpugb.
+per_gb() {
+  python3 -c "s = sum(float(l) for l in open('$work/cpu')); print(s / ($1 * 2**20 * $SECS / 1e9))" >> "$work/cpugb"
+}
 # bwcpu FAMILY ARGS...: MB/s of one pinned podnet bandwidth pair, and CPU seconds per GB moved
 # (both processes) into $work/cpugb.
 bwcpu() {
   : > "$work/cpu"
   local bw
   bw=$(cpu perf "$@")
-  python3 -c "import sys; s=sum(float(l) for l in open('$work/cpu')); print(s / ($bw * 2**20 * $SECS / 1e9))" >> "$work/cpugb"
+  per_gb "$bw"
   echo "$bw"
 }
 iperf() { # [NETNS_SERVER NETNS_CLIENT ADDRESS]: MB/s (2^20 bytes, as perftest's column)
@@ -81,7 +102,7 @@ iperf() { # [NETNS_SERVER NETNS_CLIENT ADDRESS]: MB/s (2^20 bytes, as perftest's
   cpu "${ns_c[@]}" taskset -c 1 iperf3 -c "$addr" -p 5201 -t "$SECS" -J > "$work/iperf.json"
   wait $srv
   bw=$(python3 -c "import json; print(json.load(open('$work/iperf.json'))['end']['sum_received']['bits_per_second']/8/2**20)")
-  python3 -c "import sys; s=sum(float(l) for l in open('$work/cpu')); print(s / ($bw * 2**20 * $SECS / 1e9))" >> "$work/cpugb"
+  per_gb "$bw"
   echo "$bw"
 }
 cpugb() { median < "$work/cpugb"; : > "$work/cpugb"; }
@@ -94,11 +115,12 @@ sp_lat() {
 pingpong() { # FAMILY: usec per iteration of podnet pingpong -s 65536
   local s=127.0.0.1 c=127.0.0.2
   if [ "$1" = 6 ]; then s=fd00::1 c=fd00::2; fi
-  taskset -c 0 "$PODNET" pingpong -d soft:$s -s 65536 -n 2000 --json >/dev/null &
+  taskset -c 0 "$PODNET" pingpong -d soft:$s -s 65536 -n 2000 --json > "$work/pps.json" &
   local srv=$!
   sleep 0.3
   taskset -c 1 "$PODNET" pingpong -d soft:$c -s 65536 -n 2000 --json $s > "$work/pp.json"
   wait $srv
+  verified "$1 pingpong" "$work/pp.json" "$work/pps.json"
   python3 -c "import json; print(json.loads(open('$work/pp.json').readline())['usec_per_iter'])"
 }
 
@@ -128,11 +150,12 @@ ip -n cmp-a addr add 10.77.0.1/24 dev va; ip -n cmp-b addr add 10.77.0.2/24 dev 
 ip -n cmp-a link set va mtu 9000 up; ip -n cmp-b link set vb mtu 9000 up
 ip -n cmp-a link set lo up; ip -n cmp-b link set lo up; sleep 1
 veth() {
-  ip netns exec cmp-a taskset -c 0 "$PODNET" perf write-bw -s 65536 -d soft:10.77.0.1 -D "$SECS" --json --timeout 30 >/dev/null &
+  ip netns exec cmp-a taskset -c 0 "$PODNET" perf write-bw -s 65536 -d soft:10.77.0.1 -D "$SECS" --json --timeout 30 > "$work/veths.json" &
   local srv=$!
   sleep 0.3
   ip netns exec cmp-b taskset -c 1 "$PODNET" perf write-bw -s 65536 -d soft:10.77.0.2 -D "$SECS" --json --timeout 30 10.77.0.1 > "$work/veth.json"
   wait $srv
+  verified "veth write-bw" "$work/veth.json" "$work/veths.json"
   python3 -c "import json; print(json.loads(open('$work/veth.json').readline())['BW_average'])"
 }
 R[veth]=$(med veth)
