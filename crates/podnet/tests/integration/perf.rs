@@ -777,3 +777,36 @@ fn ud_sends_from_a_third_process_are_reported_under_data_validation() {
     let (messages, errors) = (n(" messages"), n(" errors"));
     assert!(errors >= 1 && errors <= sent && errors < messages / 10, "{summary} ({sent} forged)");
 }
+
+#[test]
+fn receive_checks_report_packets_whose_icrc_was_not_fully_verified() {
+    // Without CAP_NET_RAW an IPv4 soft device receives through its UDP socket and recovers
+    // each packet's IP Identification from the ICRC, a 16-bit check only: the server's
+    // receive checks must count those packets as unverified, not verified. The client keeps
+    // its raw socket and verifies everything.
+    let o = in_netns(
+        "ip addr add 127.0.5.1/8 dev lo; ip addr add 127.0.5.2/8 dev lo\n\
+         setpriv --inh-caps=-net_raw --bounding-set=-net_raw \
+           $PODNET perf write-bw -s 4096 -n 200 -d soft:127.0.5.1 --timeout 20 --json > srv.json &\n\
+         sleep 0.5; $PODNET perf write-bw -s 4096 -n 200 -d soft:127.0.5.2 --timeout 20 --json 127.0.5.1 || exit 3\n\
+         wait $! || exit 4; grep receive_checks srv.json",
+    );
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    let checks: Vec<Value> = out
+        .lines()
+        .filter(|l| l.contains("receive_checks"))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["receive_checks"].clone())
+        .collect();
+    assert_eq!(checks.len(), 2, "{out}");
+    let (client, server) = (&checks[0], &checks[1]);
+    assert_eq!(client["icrc_verified"], client["received"], "{client}");
+    let n = |k: &str| server[k].as_u64().unwrap();
+    assert!(n("received") >= 200, "{server}");
+    assert_eq!(
+        n("icrc_unverified"),
+        n("received"),
+        "every packet recovered, none verified: {server}"
+    );
+    assert_eq!(n("icrc_verified"), 0, "{server}");
+}
