@@ -946,6 +946,39 @@ struct Round<'a> {
     target_check: bool,
 }
 
+/// How long the last packets of a UC run may take to land once they stopped coming.
+const LANDING_GRACE: Duration = Duration::from_millis(500);
+
+/// Waits until each UC QP of `side` expects the PSN its peer's requester sends next: a UC
+/// WRITE completes at the initiator when it is sent, so the initiator's counts can come
+/// before the last packets were taken off this side's socket. Gives up once the expected
+/// PSNs stop moving for [`LANDING_GRACE`] (packets lost: the check that follows reports
+/// them). RC needs no wait: its completions follow the responder's ACKs.
+fn wait_landed(side: &Side<'_>, sent_up_to: &[Psn]) -> Result<(), Error> {
+    let mut last: Vec<Option<Psn>> = vec![None; side.qps.len()];
+    let mut moved_at = std::time::Instant::now();
+    loop {
+        let mut behind = false;
+        for ((qp, &want), seen) in side.qps.iter().zip(sent_up_to).zip(&mut last) {
+            if qp.qp_type() != QpType::Uc {
+                continue;
+            }
+            let at = qp.query()?.1.rq_psn;
+            if at != want {
+                behind = true;
+            }
+            if *seen != Some(at) {
+                *seen = Some(at);
+                moved_at = std::time::Instant::now();
+            }
+        }
+        if !behind || moved_at.elapsed() > LANDING_GRACE {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// podnet's data-validation step after each size (both sides podnet). For WRITE bandwidth
 /// and atomics the initiator first sends how many operations each QP completed and the
 /// target checks its buffer; then the sides swap what they found, so each reports both.
@@ -959,19 +992,25 @@ fn settle(
     // A side that did not measure waits for the one that did.
     if initiator { talk.active() } else { talk.passive() }.map_err(exchange::Error::Io)?;
     if target_check {
-        let len = 8 * side.qps.len();
+        // Per QP: the operations it completed and the PSN its requester sends next.
+        let len = 12 * side.qps.len();
         let mut counts_msg = vec![0u8; len];
         if initiator {
-            for (c, n) in counts_msg.chunks_mut(8).zip(completed) {
-                c.copy_from_slice(&n.to_be_bytes());
+            for ((c, n), qp) in counts_msg.chunks_mut(12).zip(completed).zip(side.qps) {
+                c[..8].copy_from_slice(&n.to_be_bytes());
+                c[8..].copy_from_slice(&qp.query()?.1.sq_psn.get().to_be_bytes());
             }
         }
         let theirs = talk.ch.swap(&counts_msg, len)?;
-        let counts: Vec<u64> =
-            theirs.chunks(8).map(|c| u64::from_be_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+        let word = |c: &[u8], r: std::ops::Range<usize>| {
+            c.get(r).map_or(0, |b| b.iter().fold(0u64, |v, &x| v << 8 | u64::from(x)))
+        };
+        let counts: Vec<u64> = theirs.chunks(12).map(|c| word(c, 0..8)).collect();
+        let psns: Vec<Psn> = theirs.chunks(12).map(|c| Psn::new(word(c, 8..12) as u32)).collect();
         // The peer initiated when it sent counts: check what it did to this side.
         if counts.iter().any(|&c| c > 0) {
             found.merge(&if op == BwOp::Write {
+                wait_landed(side, &psns)?;
                 engine::check_written(side, size, seeds.peer, &counts)
             } else {
                 let v = engine::check_atomics(side, &counts);

@@ -134,8 +134,11 @@ pub(crate) struct RxBuffers {
     slot: usize,
     hdrs: Box<[libc::mmsghdr; BATCH]>,
     addrs: Box<[libc::sockaddr_storage; BATCH]>,
-    cmsgs: Box<[[u64; 8]; BATCH]>,
+    cmsgs: Box<[[u64; 12]; BATCH]>,
     iovs: Box<[libc::iovec; BATCH]>,
+    /// Datagrams the receiving socket dropped since it opened, for want of buffer room: the
+    /// kernel's count (`SO_RXQ_OVFL`), as the last datagram received carried it.
+    pub(crate) socket_drops: u64,
 }
 
 impl std::fmt::Debug for RxBuffers {
@@ -162,8 +165,9 @@ impl RxBuffers {
             hdrs: Box::new(unsafe { zeroed() }),
             // SAFETY: as above.
             addrs: Box::new(unsafe { zeroed() }),
-            cmsgs: Box::new([[0u64; 8]; BATCH]),
+            cmsgs: Box::new([[0u64; 12]; BATCH]),
             iovs: Box::new([libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; BATCH]),
+            socket_drops: 0,
         }
     }
 }
@@ -294,6 +298,10 @@ impl Sockets {
             // datagrams come through the raw socket, or singly to recover their IDs).
             offload
         };
+        let rx = raw.as_ref().unwrap_or(&udp).as_raw_fd();
+        // Datagrams dropped for want of buffer room are counted (a UC or UD loss here is
+        // the receiver falling behind, not the network).
+        setsockopt_int(rx, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1)?;
         Ok(Sockets { udp, raw, ip, port, rx_path, offload: gso })
     }
 
@@ -342,7 +350,7 @@ impl Sockets {
     ) -> io::Result<usize> {
         let slot = bufs.slot;
         let slots = (bufs.data.len() / slot).min(BATCH);
-        let RxBuffers { data, hdrs, addrs, cmsgs, iovs, .. } = bufs;
+        let RxBuffers { data, hdrs, addrs, cmsgs, iovs, socket_drops, .. } = bufs;
         for (i, chunk) in data.chunks_mut(slot).take(slots).enumerate() {
             iovs[i] = libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: slot };
             let h = &mut hdrs[i].msg_hdr;
@@ -351,7 +359,7 @@ impl Sockets {
             h.msg_iov = &raw mut iovs[i];
             h.msg_iovlen = 1;
             h.msg_control = cmsgs[i].as_mut_ptr().cast();
-            h.msg_controllen = size_of::<[u64; 8]>();
+            h.msg_controllen = size_of::<[u64; 12]>();
             h.msg_flags = 0;
         }
         // SAFETY: every header points at buffers (`iovs`, `addrs`, `cmsgs`, `data`) that
@@ -370,6 +378,10 @@ impl Sockets {
             return if e.kind() == io::ErrorKind::WouldBlock { Ok(0) } else { Err(e) };
         }
         let n = n as usize;
+        if n > 0 {
+            // The count rides on every datagram; the last one's is the newest.
+            *socket_drops = (*socket_drops).max(cmsg_drops(&hdrs[n - 1].msg_hdr));
+        }
         for i in 0..n {
             let len = hdrs[i].msg_len as usize;
             let data = &data[i * slot..i * slot + len.min(slot)];
@@ -680,6 +692,23 @@ fn write_cmsgs(h: &mut libc::msghdr, v4: bool, tos: u8, seg: Option<u16>) -> usi
 
 /// The TOS / traffic class a received datagram carried (0 when absent), and the segment size
 /// of a coalesced one (`UDP_GRO`).
+/// The socket's drop count (`SO_RXQ_OVFL`) in a received datagram's control messages, 0
+/// where none is.
+fn cmsg_drops(h: &libc::msghdr) -> u64 {
+    // SAFETY: `h` was filled by recvmmsg: its control buffer and length describe valid
+    // control messages, which the CMSG macros walk within bounds.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_RXQ_OVFL {
+                return u64::from(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<u32>()));
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    0
+}
+
 fn cmsg_tos_and_gro(h: &libc::msghdr) -> (u8, Option<usize>) {
     let (mut tos, mut seg) = (0, None);
     // SAFETY: `h` was filled by recvmmsg: its control buffer and length describe valid

@@ -1264,6 +1264,7 @@ impl Provider for SoftDevice {
         let st = lock(&self.sh.state);
         let mut c = st.ep.counters().clone();
         c.icrc_unverified += st.driver.icrc_unverified;
+        c.rx_socket_drops += st.rx.socket_drops;
         c
     }
 }

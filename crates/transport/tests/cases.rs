@@ -1046,3 +1046,34 @@ fn unsignaled_messages_ask_for_an_ack_one_in_sixteen() {
     }
     assert_eq!(net.nodes[0].counters().retransmitted_pkts, 0);
 }
+
+/// `query_qp` reports how far a connection got (as rxe and mlx5 do): the PSN the requester
+/// sends next and the PSN the responder expects next, so that a UC initiator's peer can tell
+/// whether the last packets landed. A lost last packet leaves the responder one behind.
+#[test]
+fn query_qp_reports_the_next_psns_of_both_directions() {
+    let mut net = Net::new(2, 7, Faults { delay: Duration::from_micros(5), ..Faults::default() });
+    let a = side(&mut net, 0, QpType::Uc, BUF);
+    let b = side(&mut net, 1, QpType::Uc, BUF);
+    let p = Params::default();
+    connect(&mut net, &a, &b, p);
+    let psns = |net: &Net, s: &Side| {
+        let (_, attr) = net.nodes[s.node].query_qp(s.qpn).unwrap();
+        (attr.sq_psn.get(), attr.rq_psn.get())
+    };
+    assert_eq!(psns(&net, &a), (p.psn_a, p.psn_b));
+    assert_eq!(psns(&net, &b), (p.psn_b, p.psn_a));
+    // Three 10,000-byte WRITEs at MTU 4096: three packets each.
+    for i in 0..3 {
+        net.nodes[0].post_send(a.qpn, write(i, &b, BUF_ADDR, 10_000, &a)).unwrap();
+    }
+    net.run_until(Duration::from_millis(10), |_| false);
+    assert_eq!(psns(&net, &a), (p.psn_a + 9, p.psn_b));
+    assert_eq!(psns(&net, &b), (p.psn_b, p.psn_a + 9));
+    // The next WRITE's last packet is lost: the responder expects it still.
+    net.drop_next = Some((0, 2, 1));
+    net.nodes[0].post_send(a.qpn, write(3, &b, BUF_ADDR, 10_000, &a)).unwrap();
+    net.run_until(Duration::from_millis(10), |_| false);
+    assert_eq!(psns(&net, &a).0, p.psn_a + 12);
+    assert_eq!(psns(&net, &b).1, p.psn_a + 11, "one behind the lost packet");
+}

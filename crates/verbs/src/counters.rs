@@ -59,6 +59,10 @@ counters! {
     /// Packets whose ICRC could not be checked (the driver had no IP header); must stay 0 on a
     /// default soft path.
     icrc_unverified,
+    /// Datagrams the soft provider's receiving socket dropped for want of buffer room (the
+    /// kernel's `SO_RXQ_OVFL` count): the receiver fell behind. Reliable QPs resend them;
+    /// on UC and UD they are lost. 0 on other providers.
+    rx_socket_drops,
     /// Packets dropped before the transport took them: unknown destination QP, not from a
     /// connected QP's peer, wrong transport or state, malformed (each reason below too).
     dropped_pkts,

@@ -496,19 +496,21 @@ pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
 
 /// What this side's soft device received during the run and how much of it had its ICRC
 /// checked: every packet taken must have been (an IPv4 Identification recovered from the
-/// ICRC leaves a 16-bit check only, counted as unverified).
+/// ICRC leaves a 16-bit check only, counted as unverified); and how many datagrams the
+/// receiving socket dropped because this side fell behind (lost for good on UC and UD).
 fn print_receive_checks(args: &PerfArgs, p: &Printer<'_>, a: &Counters, b: &Counters) {
     let d = |f: fn(&Counters) -> u64| f(b).saturating_sub(f(a));
     let taken = d(|c| c.rcvd_pkts);
     let (errors, unverified) = (d(|c| c.icrc_errors), d(|c| c.icrc_unverified));
     let verified = taken.saturating_sub(unverified);
+    let overflow = d(|c| c.rx_socket_drops);
     if args.json {
         let j = json!({"receive_checks": {"received": taken + errors, "icrc_verified": verified,
-            "icrc_unverified": unverified, "icrc_errors": errors}});
+            "icrc_unverified": unverified, "icrc_errors": errors, "socket_drops": overflow}});
         p.out(&j.to_string());
     } else if args.output.is_none() {
         p.out(&format!(
-            " Received: {} packets, {verified} with a verified ICRC, {unverified} unverified, {errors} ICRC errors",
+            " Received: {} packets, {verified} with a verified ICRC, {unverified} unverified, {errors} ICRC errors, {overflow} dropped by a full receive socket",
             taken + errors
         ));
     }

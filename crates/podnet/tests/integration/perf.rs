@@ -810,3 +810,38 @@ fn receive_checks_report_packets_whose_icrc_was_not_fully_verified() {
     );
     assert_eq!(n("icrc_verified"), 0, "{server}");
 }
+
+/// A receiver that falls behind loses UC packets at its socket, and says so: with the
+/// smallest receive buffer (through the fault hook) a 64 KiB UC WRITE run overflows the
+/// server's socket; its receive checks count the drops, data validation fails on both sides
+/// and both exit non-zero, within the landing grace (no hang waiting for what was lost).
+#[test]
+fn a_receiver_that_falls_behind_reports_its_socket_drops() {
+    crate::util::require_fault_injection();
+    let args = "write-bw -c UC -s 65536 -n 400 --data-validation --json --timeout 20";
+    let o = in_netns(&format!(
+        "PODNET_FAULT_RCVBUF=4096 $PODNET perf {args} > srv.json 2> srv.err & sleep 0.3\n\
+         t0=$(date +%s%N); $PODNET perf {args} localhost > cli.json 2> cli.err; c=$?\n\
+         wait $!; s=$?; t1=$(date +%s%N)\n\
+         echo \"client $c server $s ms $(( (t1 - t0) / 1000000 ))\"; cat srv.json cli.json"
+    ));
+    let out = stdout(&o);
+    let what = format!("{out}{}", stderr(&o));
+    let status = out.lines().next().unwrap_or("");
+    let words: Vec<&str> = status.split(' ').collect();
+    assert_eq!(words.get(..4), Some(&["client", "1", "server", "1"][..]), "{what}");
+    let ms: u64 = words.get(5).and_then(|w| w.parse().ok()).expect("elapsed ms");
+    assert!(ms < 5_000, "the run ended in {ms} ms: {what}");
+    let lines: Vec<Value> =
+        out.lines().skip(1).filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let checks: Vec<&Value> = lines.iter().filter_map(|v| v.get("receive_checks")).collect();
+    let server = checks.first().expect("the server's receive checks");
+    let drops = server["socket_drops"].as_u64().unwrap_or(0);
+    assert!(drops > 0, "the server's socket drops are counted: {what}");
+    let received = server["received"].as_u64().unwrap_or(u64::MAX);
+    assert!(received + drops <= 400 * 16, "{server}");
+    for v in lines.iter().filter_map(|v| v.get("data_validation")) {
+        assert_eq!(v["ok"], false, "{what}");
+        assert!(v["errors"].as_u64().unwrap_or(0) > 0, "{what}");
+    }
+}

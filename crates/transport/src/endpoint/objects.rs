@@ -271,8 +271,20 @@ impl<M: Memory> Endpoint<M> {
     }
 
     /// A QP's state and attributes.
+    ///
+    /// Once the QP is ready to receive, `rq_psn` is the PSN its responder expects next and
+    /// `sq_psn` the PSN its requester sends next, as rxe and mlx5 report them: how far the
+    /// two sides of a UC or RC connection got.
     pub fn query_qp(&self, qpn: Qpn) -> Result<(QpState, QpAttr), Error> {
-        self.qps.get(&qpn).map(|q| (q.state, q.attr)).ok_or(Error::NoQp(qpn))
+        let q = self.qps.get(&qpn).ok_or(Error::NoQp(qpn))?;
+        let mut attr = q.attr;
+        if matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            attr.rq_psn = q.resp.epsn;
+        }
+        if matches!(q.state, QpState::Rts | QpState::Sqd) {
+            attr.sq_psn = q.req.next_psn;
+        }
+        Ok((q.state, attr))
     }
 
     /// Changes a QP's state and attributes (`ibv_modify_qp`).
