@@ -10,7 +10,7 @@
 mod io;
 mod options;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::RawFd;
@@ -30,6 +30,9 @@ use verbs::{
     AsyncEvent, DeviceAttr, Error, ErrorKind, Gid, GidEntry, GidType, LinkLayer, PhysState,
     PortAttr, PortState, Provider, QpSpec, Result,
 };
+
+/// Maps looked up per packet: foldhash, not SipHash (their keys are the device's own).
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 pub use io::RxPath as ReceivePath;
 pub use options::{FaultInjection, Ipv4Receive, Progress, SoftOptions, UdpOffload};
@@ -426,7 +429,7 @@ impl SoftDevice {
                         ..SoftMemory::default()
                     },
                 ),
-                cqs: HashMap::new(),
+                cqs: HashMap::default(),
                 armed: Vec::new(),
                 channels: Vec::new(),
                 rx,
