@@ -44,6 +44,12 @@ const GRO_SLOT: usize = 65536;
 const GRO_BATCH: usize = 16;
 /// Datagrams per GSO send (the kernel's `UDP_MAX_SEGMENTS` is 64 before Linux 6.2).
 const GSO_SEGMENTS: usize = 64;
+/// Datagrams up to this long go in a GSO run as one copied buffer, not an iovec each.
+const SMALL: usize = 512;
+thread_local! {
+    /// Where runs of small datagrams are gathered for one `sendmmsg`.
+    static STAGING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 /// The fewest datagrams sent as one GSO run.
 const MIN_RUN: usize = 4;
 /// Bytes of UDP payload per GSO send (an IPv6 payload length is 16 bits).
@@ -550,34 +556,63 @@ impl Sockets {
                 self.seal(t, k as u16);
             }
         }
-        let mut iovs: Vec<libc::iovec> = batch[..i]
+        // A run of small datagrams goes as one buffer (copied here: the kernel's cost per
+        // iovec is more than a copy of a hundred bytes); larger ones as an iovec each.
+        let small = |&(first, n): &(usize, usize)| n > 1 && batch[first].payload.len() <= SMALL;
+        let staged: usize = groups[..msgs]
             .iter()
-            .map(|t| libc::iovec {
-                iov_base: t.payload.as_ptr().cast_mut().cast(),
-                iov_len: t.payload.len(),
+            .filter(|g| small(g))
+            .map(|&(first, n)| {
+                batch[first..first + n].iter().map(|t| t.payload.len()).sum::<usize>()
             })
-            .collect();
-        for (k, &(first, n)) in groups[..msgs].iter().enumerate() {
-            let t = &batch[first];
-            let namelen = write_sockaddr(&mut addrs[k], t.dst, self.port);
-            let h = &mut hdrs[k].msg_hdr;
-            h.msg_name = (&raw mut addrs[k]).cast();
-            h.msg_namelen = namelen;
-            h.msg_iov = iovs[first..].as_mut_ptr();
-            h.msg_iovlen = n;
-            h.msg_control = cmsgs[k].as_mut_ptr().cast();
-            let seg = (n > 1).then_some(t.payload.len() as u16);
-            h.msg_controllen = write_cmsgs(h, t.dst.is_ipv4(), t.tos, seg);
-        }
-        // SAFETY: every header points at buffers that live until the call returns (`iovs`,
-        // `addrs`, `cmsgs`, the payloads in `batch`), with their true sizes; the kernel only
-        // reads them.
-        let rc = unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), msgs as u32, 0) };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let sum = |g: &[(usize, usize)]| g.iter().map(|g| g.1).sum();
-        Ok((sum(&groups[..rc as usize]), sum(&groups[..msgs])))
+            .sum();
+        STAGING.with_borrow_mut(|stage| {
+            stage.clear();
+            stage.reserve(staged);
+            let mut iovs: Vec<libc::iovec> = Vec::with_capacity(i);
+            let mut starts = [0usize; BATCH];
+            for (k, g @ &(first, n)) in groups[..msgs].iter().enumerate() {
+                starts[k] = iovs.len();
+                let run = &batch[first..first + n];
+                if small(g) {
+                    let at = stage.len();
+                    for t in run {
+                        stage.extend_from_slice(&t.payload);
+                    }
+                    // The stage holds `staged` bytes without growing: no pointer into it moves.
+                    iovs.push(libc::iovec {
+                        iov_base: stage[at..].as_ptr().cast_mut().cast(),
+                        iov_len: stage.len() - at,
+                    });
+                } else {
+                    iovs.extend(run.iter().map(|t| libc::iovec {
+                        iov_base: t.payload.as_ptr().cast_mut().cast(),
+                        iov_len: t.payload.len(),
+                    }));
+                }
+            }
+            for (k, &(first, n)) in groups[..msgs].iter().enumerate() {
+                let t = &batch[first];
+                let namelen = write_sockaddr(&mut addrs[k], t.dst, self.port);
+                let h = &mut hdrs[k].msg_hdr;
+                h.msg_name = (&raw mut addrs[k]).cast();
+                h.msg_namelen = namelen;
+                h.msg_iov = iovs[starts[k]..].as_mut_ptr();
+                h.msg_iovlen = if small(&(first, n)) { 1 } else { n };
+                h.msg_control = cmsgs[k].as_mut_ptr().cast();
+                let seg = (n > 1).then_some(t.payload.len() as u16);
+                h.msg_controllen = write_cmsgs(h, t.dst.is_ipv4(), t.tos, seg);
+            }
+            // SAFETY: every header points at buffers that live until the call returns
+            // (`iovs`, `addrs`, `cmsgs`, the payloads in `batch` and the stage), with their
+            // true sizes; the kernel only reads them.
+            let rc = unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), msgs as u32, 0) };
+            if rc < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let sum = |g: &[(usize, usize)]| g.iter().map(|g| g.1).sum();
+            Ok((sum(&groups[..rc as usize]), sum(&groups[..msgs])))
+        })
     }
 
     /// Writes the ICRC of `t` as it will be sent: over the IP and UDP headers Linux builds

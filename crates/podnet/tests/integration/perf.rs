@@ -258,16 +258,17 @@ fn with_udp_offload_every_packet_on_lo_is_a_valid_rocev2_frame() {
     // Soft devices send runs of packets with UDP GSO; a capture on lo sees each run as one
     // datagram (nothing is segmented on loopback), and `capture decode` must split every run
     // back into packets whose ICRCs all verify (on IPv4, packet k of a run carries the
-    // Identification of the first plus k). WRITE 64 KiB (runs of 4 KiB packets) on both
-    // families, and on IPv6 2 B (runs of 36-byte packets), ACKs the other way; each receiver
-    // verified every ICRC itself.
+    // Identification of the first plus k). WRITE 64 KiB (runs of 4 KiB packets) and 2 B
+    // (runs of 36-byte packets, sent as one gathered buffer) on both families, ACKs the
+    // other way, every byte checked; each receiver verified every ICRC itself.
     let o = in_netns(
         "ip -6 addr add fd00::1/128 dev lo nodad; ip -6 addr add fd00::2/128 dev lo nodad\n\
          tcpdump -i lo -U -B 65536 -w cap.pcap udp port 4791 2> tcpdump.err & td=$!; sleep 1\n\
-         for run in '65536 fd00::1 fd00::2' '2 fd00::1 fd00::2' '65536 127.0.0.1 127.0.0.2'; do\n\
-           set -- $run\n\
-           $PODNET perf write-bw -s $1 -n 300 -d soft:$2 --timeout 20 --json > srv.json &\n\
-           sleep 0.3; $PODNET perf write-bw -s $1 -n 300 -d soft:$3 --timeout 20 --json $2 || exit 3\n\
+         for run in '65536 fd00::1 fd00::2' '2 fd00::1 fd00::2' '65536 127.0.0.1 127.0.0.2' \
+                    '2 127.0.0.1 127.0.0.2'; do\n\
+           set -- $run; a=\"write-bw -s $1 -n 300 --data-validation --timeout 20 --json\"\n\
+           $PODNET perf $a -d soft:$2 > srv.json &\n\
+           sleep 0.3; $PODNET perf $a -d soft:$3 $2 || exit 3\n\
            wait $! || exit 3; grep receive_checks srv.json\n\
          done\n\
          sleep 1; kill $td; wait $td; cat tcpdump.err\n\
@@ -293,7 +294,10 @@ fn with_udp_offload_every_packet_on_lo_is_a_valid_rocev2_frame() {
         .filter(|l| l.contains("receive_checks"))
         .map(|l| serde_json::from_str::<Value>(l).unwrap()["receive_checks"].clone())
         .collect();
-    assert_eq!(checks.len(), 6, "each side of each run reports its receive checks: {out}");
+    assert_eq!(checks.len(), 8, "each side of each run reports its receive checks: {out}");
+    let valid: Vec<&str> = out.lines().filter(|l| l.contains("\"data_validation\"")).collect();
+    assert_eq!(valid.len(), 4, "each client's data validation: {out}");
+    assert!(valid.iter().all(|l| l.contains("\"ok\":true")), "{valid:?}");
     for c in &checks {
         assert!(c["received"].as_u64() > Some(0), "{c}");
         assert_eq!(c["icrc_verified"], c["received"], "every packet's ICRC verified: {c}");
