@@ -526,23 +526,40 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
         let (ta, tb) = (pod.rail(o.pair.0).tor.clone(), pod.rail(o.pair.1).tor.clone());
         spine.entry(if ta <= tb { (ta, tb) } else { (tb, ta) }).or_default().push(o);
     }
-    // One ToR in every split ToR pair (two or more): its spine links. A lossy device splits
-    // its own pairs too (a probe lost on one source port): a ToR pair off that ToR whose
-    // splits all share one device is that device's failure, not a path's, when the ToR is in
-    // every other split ToR pair.
+    // One ToR in every ToR pair with path evidence (two or more, one of them split): its
+    // spine links. Path evidence is a split, or failed pairs on more than one device (a
+    // pair whose probes all hashed onto the dead path fails whole: one in eight with four
+    // source ports and two spines). A lossy device splits and fails its own pairs too (a
+    // probe lost on one source port): a ToR pair whose splits and failures all share one
+    // device is that device's, not a path's.
     let holds = |t: &String, k: &(String, String)| k.0 == *t || k.1 == *t;
     let one_device = |os: &[&PairOutcome]| {
-        let first = os[0].pair;
+        let Some(first) = os.first().map(|o| o.pair) else { return true };
         [first.0, first.1].into_iter().any(|d| os.iter().all(|o| o.pair.0 == d || o.pair.1 == d))
     };
+    let mut whole: BTreeMap<(String, String), Vec<&PairOutcome>> = BTreeMap::new();
+    for o in outcomes.iter().filter(|o| failed(o) && !split(o)) {
+        let (ta, tb) = (pod.rail(o.pair.0).tor.clone(), pod.rail(o.pair.1).tor.clone());
+        if ta != tb {
+            whole.entry(if ta <= tb { (ta, tb) } else { (tb, ta) }).or_default().push(o);
+        }
+    }
+    let both = |k: &(String, String)| -> Vec<&PairOutcome> {
+        spine.get(k).into_iter().chain(whole.get(k)).flatten().copied().collect()
+    };
+    let evidence: BTreeSet<&(String, String)> = spine
+        .keys()
+        .chain(whole.iter().filter(|(_, os)| !one_device(os)).map(|(k, _)| k))
+        .collect();
     let tors: BTreeSet<&String> = spine.keys().flat_map(|(a, b)| [a, b]).collect();
     let common = tors
         .into_iter()
         .map(|t| {
-            let off: Vec<&(String, String)> = spine.keys().filter(|k| !holds(t, k)).collect();
-            (t, spine.len() - off.len(), off)
+            let off: Vec<&(String, String)> =
+                evidence.iter().copied().filter(|k| !holds(t, k)).collect();
+            (t, evidence.len() - off.len(), off)
         })
-        .filter(|(_, on, off)| *on >= 2 && off.iter().all(|k| one_device(&spine[*k])))
+        .filter(|(_, on, off)| *on >= 2 && off.iter().all(|k| one_device(&both(k))))
         .min_by_key(|(_, _, off)| off.len())
         .map(|(t, _, _)| t.clone());
     let mut not_path: BTreeSet<(Dev, Dev)> = BTreeSet::new();
@@ -922,39 +939,48 @@ mod tests {
         assert!(s[0].evidence.contains("more pair(s) failed on their own source port"));
     }
 
-    /// The emulated pod's case (seen under load in CI): t1's spine link down splits the
+    /// The emulated pod's cases (seen under load in CI): t1's spine link down splits the
     /// pairs crossing t1, and a lossy rail (h4.r1, under t5) loses a probe on one source
     /// port of a pair that does not cross t1. That split is the rail's, not a third spine
-    /// path: t1's links and the rail are named, nothing else.
+    /// path: t1's links and the rail are named, nothing else. And when every probe of the
+    /// pairs from t1 to t5 hashed onto the dead link (they fail whole, no split), t1 is still
+    /// the one ToR in every ToR pair with path evidence.
     #[test]
     fn a_lossy_rail_does_not_hide_behind_a_spine_split() {
         let p = pod(6, 2, 2, PairSet::RailAligned);
         let h4 = Dev { host: 4, rail: 1 };
-        let o: Vec<PairOutcome> = p
-            .pairs()
-            .iter()
-            .map(|&(a, b)| {
-                let mut o = outcome(&p, a, b, &|a, b| a == h4 || b == h4);
-                let t1 = |d: Dev| p.rail(d).tor == "t1";
-                if !p.same_tor(a, b) {
-                    o.ports = vec![(49152, true), (49153, true), (49154, true), (49155, true)];
-                    if t1(a) ^ t1(b) {
-                        o.ports[1].1 = false;
-                        o.ports[3].1 = false;
-                        o.failed |= a.host == 0;
-                    } else if (a, b) == (Dev { host: 3, rail: 1 }, h4) {
-                        o.ports[2].1 = false; // a probe lost on the lossy rail
+        for t5_whole in [false, true] {
+            let o: Vec<PairOutcome> = p
+                .pairs()
+                .iter()
+                .map(|&(a, b)| {
+                    let mut o = outcome(&p, a, b, &|a, b| a == h4 || b == h4);
+                    let on = |d: Dev, t: &str| p.rail(d).tor == t;
+                    if !p.same_tor(a, b) {
+                        o.ports = vec![(49152, true), (49153, true), (49154, true), (49155, true)];
+                        if on(a, "t1") ^ on(b, "t1") {
+                            if t5_whole && (on(a, "t5") || on(b, "t5")) {
+                                o.ports.iter_mut().for_each(|p| p.1 = false);
+                                o.failed = true;
+                            } else {
+                                o.ports[1].1 = false;
+                                o.ports[3].1 = false;
+                                o.failed |= a.host == 0;
+                            }
+                        } else if (a, b) == (Dev { host: 3, rail: 1 }, h4) {
+                            o.ports[2].1 = false; // a probe lost on the lossy rail
+                        }
                     }
-                }
-                o
-            })
-            .collect();
-        let s = attribute(&p, &o);
-        let got: Vec<(&str, &str)> =
-            s.iter().map(|x| (x.kind.as_str(), x.component.as_str())).collect();
-        assert_eq!(got.len(), 2, "{s:#?}");
-        assert_eq!(got[1], ("spine-path", "the spine links of t1"), "{s:#?}");
-        assert_eq!(got[0].0, "rail", "{s:#?}");
-        assert!(got[0].1.starts_with("h4.r1 "), "{s:#?}");
+                    o
+                })
+                .collect();
+            let s = attribute(&p, &o);
+            let got: Vec<(&str, &str)> =
+                s.iter().map(|x| (x.kind.as_str(), x.component.as_str())).collect();
+            assert_eq!(got.len(), 2, "{t5_whole}: {s:#?}");
+            assert_eq!(got[1], ("spine-path", "the spine links of t1"), "{s:#?}");
+            assert_eq!(got[0].0, "rail", "{s:#?}");
+            assert!(got[0].1.starts_with("h4.r1 "), "{s:#?}");
+        }
     }
 }
