@@ -531,7 +531,8 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
     // pair whose probes all hashed onto the dead path fails whole: one in eight with four
     // source ports and two spines). A lossy device splits and fails its own pairs too (a
     // probe lost on one source port): a ToR pair whose splits and failures all share one
-    // device is that device's, not a path's.
+    // device is that device's, not a path's. A ToR whose pairs under it fail too is lossy
+    // or dead itself: not its spine links.
     let holds = |t: &String, k: &(String, String)| k.0 == *t || k.1 == *t;
     let one_device = |os: &[&PairOutcome]| {
         let Some(first) = os.first().map(|o| o.pair) else { return true };
@@ -558,6 +559,12 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
             let off: Vec<&(String, String)> =
                 evidence.iter().copied().filter(|k| !holds(t, k)).collect();
             (t, evidence.len() - off.len(), off)
+        })
+        // A ToR whose own pairs (no spine crossed) fail is at fault itself, or its devices.
+        .filter(|(t, _, _)| {
+            !outcomes.iter().any(|o| {
+                failed(o) && pod.same_tor(o.pair.0, o.pair.1) && pod.rail(o.pair.0).tor == **t
+            })
         })
         .filter(|(_, on, off)| *on >= 2 && off.iter().all(|k| one_device(&both(k))))
         .min_by_key(|(_, _, off)| off.len())
@@ -937,6 +944,35 @@ mod tests {
         assert!(s[0].evidence.contains("ports 49153, 49155 did not carry"), "{}", s[0].evidence);
         assert!(s[0].pairs.iter().any(|p| p.starts_with("h1.")), "the unsplit failures too");
         assert!(s[0].evidence.contains("more pair(s) failed on their own source port"));
+    }
+
+    /// A lossy ToR fails every pair of the devices under it, those under it among
+    /// themselves too, and may split a pair's probes (one lost): that is the ToR, not its
+    /// spine links (the agent's test of a lossy ToR saw "the spine links of t3").
+    #[test]
+    fn a_lossy_tor_is_the_tor_not_its_spine_links() {
+        let p = pod(6, 2, 2, PairSet::RailAligned);
+        let under = |d: Dev| p.rail(d).tor == "t3";
+        let o: Vec<PairOutcome> = p
+            .pairs()
+            .iter()
+            .map(|&(a, b)| {
+                let mut o = outcome(&p, a, b, &|a, b| under(a) || under(b));
+                if !p.same_tor(a, b) {
+                    let lost = (a, b) == (Dev { host: 0, rail: 1 }, Dev { host: 3, rail: 1 });
+                    o.ports = vec![(49152, true), (49153, !lost), (49154, true)];
+                    if o.failed && !lost {
+                        o.ports.iter_mut().for_each(|p| p.1 = false);
+                    }
+                }
+                o
+            })
+            .collect();
+        let s = attribute(&p, &o);
+        let got: Vec<(&str, &str)> =
+            s.iter().map(|x| (x.kind.as_str(), x.component.as_str())).collect();
+        assert!(got.contains(&("tor", "t3")), "{s:#?}");
+        assert!(!got.iter().any(|g| g.1 == "the spine links of t3"), "{s:#?}");
     }
 
     /// The emulated pod's cases (seen under load in CI): t1's spine link down splits the
