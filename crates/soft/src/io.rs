@@ -142,11 +142,8 @@ pub(crate) struct RxBuffers {
     slot: usize,
     hdrs: Box<[libc::mmsghdr; BATCH]>,
     addrs: Box<[libc::sockaddr_storage; BATCH]>,
-    cmsgs: Box<[[u64; 12]; BATCH]>,
+    cmsgs: Box<[[u64; 8]; BATCH]>,
     iovs: Box<[libc::iovec; BATCH]>,
-    /// Datagrams the receiving socket dropped since it opened, for want of buffer room: the
-    /// kernel's count (`SO_RXQ_OVFL`), as the last datagram received carried it.
-    pub(crate) socket_drops: u64,
 }
 
 impl std::fmt::Debug for RxBuffers {
@@ -173,9 +170,8 @@ impl RxBuffers {
             hdrs: Box::new(unsafe { zeroed() }),
             // SAFETY: as above.
             addrs: Box::new(unsafe { zeroed() }),
-            cmsgs: Box::new([[0u64; 12]; BATCH]),
+            cmsgs: Box::new([[0u64; 8]; BATCH]),
             iovs: Box::new([libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; BATCH]),
-            socket_drops: 0,
         }
     }
 }
@@ -311,11 +307,32 @@ impl Sockets {
             // datagrams come through the raw socket, or singly to recover their IDs).
             offload
         };
-        let rx = raw.as_ref().unwrap_or(&udp).as_raw_fd();
-        // Datagrams dropped for want of buffer room are counted (a UC or UD loss here is
-        // the receiver falling behind, not the network).
-        setsockopt_int(rx, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1)?;
         Ok(Sockets { udp, raw, ip, port, rx_path, offload: gso })
+    }
+
+    /// Datagrams the receiving socket dropped since it opened (the kernel's `sk_drops`, read
+    /// with `SO_MEMINFO`: no cost per datagram): for want of buffer room, the receiver having
+    /// fallen behind. 0 if the kernel will not say.
+    pub(crate) fn socket_drops(&self) -> u64 {
+        /// `SO_MEMINFO` and the index of `SK_MEMINFO_DROPS` in what it returns
+        /// (`linux/sock_diag.h`).
+        const SO_MEMINFO: i32 = 55;
+        const SK_MEMINFO_DROPS: usize = 8;
+        let mut info = [0u32; 16];
+        let mut len = size_of::<[u32; 16]>() as libc::socklen_t;
+        // SAFETY: `info` is writable for `len` bytes, both live across the call; the kernel
+        // writes at most `len` bytes and sets `len` to what it wrote.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.rx_fd(),
+                libc::SOL_SOCKET,
+                SO_MEMINFO,
+                info.as_mut_ptr().cast(),
+                &raw mut len,
+            )
+        };
+        let have = len as usize / size_of::<u32>();
+        if rc == 0 && have > SK_MEMINFO_DROPS { u64::from(info[SK_MEMINFO_DROPS]) } else { 0 }
     }
 
     /// The descriptor to wait on for received datagrams.
@@ -363,7 +380,7 @@ impl Sockets {
     ) -> io::Result<usize> {
         let slot = bufs.slot;
         let slots = (bufs.data.len() / slot).min(BATCH);
-        let RxBuffers { data, hdrs, addrs, cmsgs, iovs, socket_drops, .. } = bufs;
+        let RxBuffers { data, hdrs, addrs, cmsgs, iovs, .. } = bufs;
         for (i, chunk) in data.chunks_mut(slot).take(slots).enumerate() {
             iovs[i] = libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: slot };
             let h = &mut hdrs[i].msg_hdr;
@@ -372,7 +389,7 @@ impl Sockets {
             h.msg_iov = &raw mut iovs[i];
             h.msg_iovlen = 1;
             h.msg_control = cmsgs[i].as_mut_ptr().cast();
-            h.msg_controllen = size_of::<[u64; 12]>();
+            h.msg_controllen = size_of::<[u64; 8]>();
             h.msg_flags = 0;
         }
         // SAFETY: every header points at buffers (`iovs`, `addrs`, `cmsgs`, `data`) that
@@ -391,10 +408,6 @@ impl Sockets {
             return if e.kind() == io::ErrorKind::WouldBlock { Ok(0) } else { Err(e) };
         }
         let n = n as usize;
-        if n > 0 {
-            // The count rides on every datagram; the last one's is the newest.
-            *socket_drops = (*socket_drops).max(cmsg_drops(&hdrs[n - 1].msg_hdr));
-        }
         for i in 0..n {
             let len = hdrs[i].msg_len as usize;
             let data = &data[i * slot..i * slot + len.min(slot)];
@@ -738,23 +751,6 @@ fn write_cmsgs(h: &mut libc::msghdr, v4: bool, tos: u8, seg: Option<u16>) -> usi
 
 /// The TOS / traffic class a received datagram carried (0 when absent), and the segment size
 /// of a coalesced one (`UDP_GRO`).
-/// The socket's drop count (`SO_RXQ_OVFL`) in a received datagram's control messages, 0
-/// where none is.
-fn cmsg_drops(h: &libc::msghdr) -> u64 {
-    // SAFETY: `h` was filled by recvmmsg: its control buffer and length describe valid
-    // control messages, which the CMSG macros walk within bounds.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(h);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_RXQ_OVFL {
-                return u64::from(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<u32>()));
-            }
-            c = libc::CMSG_NXTHDR(h, c);
-        }
-    }
-    0
-}
-
 fn cmsg_tos_and_gro(h: &libc::msghdr) -> (u8, Option<usize>) {
     let (mut tos, mut seg) = (0, None);
     // SAFETY: `h` was filled by recvmmsg: its control buffer and length describe valid

@@ -1267,7 +1267,7 @@ impl Provider for SoftDevice {
         let st = lock(&self.sh.state);
         let mut c = st.ep.counters().clone();
         c.icrc_unverified += st.driver.icrc_unverified;
-        c.rx_socket_drops += st.rx.socket_drops;
+        c.rx_socket_drops += self.sh.io.socket_drops();
         c
     }
 }

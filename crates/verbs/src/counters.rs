@@ -60,7 +60,7 @@ counters! {
     /// default soft path.
     icrc_unverified,
     /// Datagrams the soft provider's receiving socket dropped for want of buffer room (the
-    /// kernel's `SO_RXQ_OVFL` count): the receiver fell behind. Reliable QPs resend them;
+    /// kernel's `sk_drops`, read with `SO_MEMINFO`): the receiver fell behind. Reliable QPs resend them;
     /// on UC and UD they are lost. 0 on other providers.
     rx_socket_drops,
     /// Packets dropped before the transport took them: unknown destination QP, not from a
