@@ -14,7 +14,7 @@ use crate::util::{in_netns, podnet, stderr, stdout};
 /// outputs' JSON lines (client first) or panics with everything they printed.
 fn pair(args: &str) -> (Vec<Value>, Vec<Value>) {
     let o = in_netns(&format!(
-        "$PODNET perf {args} --json --timeout 20 > srv.json 2> srv.err & sleep 0.3\n\
+        "$PODNET perf {args} --json --timeout 20 > srv.json 2> srv.err & listening\n\
          $PODNET perf {args} --json --timeout 20 localhost > cli.json 2> cli.err; c=$?\n\
          wait $!; s=$?\n\
          cat cli.json; echo ===; cat srv.json; echo ===; cat cli.err srv.err >&2\n\
@@ -151,7 +151,7 @@ fn the_readme_read_example_passes_three_times_in_a_row() {
     let o = in_netns(&format!(
         "export PODNET_FAULT_RCVBUF=212992\n\
          for run in 1 2 3; do\n\
-           $PODNET {example} --json > srv.json 2> srv.err & sleep 0.3\n\
+           $PODNET {example} --json > srv.json 2> srv.err & listening\n\
            $PODNET {example} --json --timeout 20 localhost > cli.json 2> cli.err; c=$?\n\
            wait $!; s=$?\n\
            echo \"run $run: client $c server $s\"; tail -n 1 cli.json\n\
@@ -263,12 +263,13 @@ fn with_udp_offload_every_packet_on_lo_is_a_valid_rocev2_frame() {
     // other way, every byte checked; each receiver verified every ICRC itself.
     let o = in_netns(
         "ip -6 addr add fd00::1/128 dev lo nodad; ip -6 addr add fd00::2/128 dev lo nodad\n\
-         tcpdump -i lo -U -B 65536 -w cap.pcap udp port 4791 2> tcpdump.err & td=$!; sleep 1\n\
+         tcpdump -i lo -U -B 65536 -w cap.pcap udp port 4791 > /dev/null 2> tcpdump.err & td=$!\n\
+         trap 'kill $td 2> /dev/null' EXIT; sleep 1\n\
          for run in '65536 fd00::1 fd00::2' '2 fd00::1 fd00::2' '65536 127.0.0.1 127.0.0.2' \
                     '2 127.0.0.1 127.0.0.2'; do\n\
            set -- $run; a=\"write-bw -s $1 -n 300 --data-validation --timeout 20 --json\"\n\
            $PODNET perf $a -d soft:$2 > srv.json &\n\
-           sleep 0.3; $PODNET perf $a -d soft:$3 $2 || exit 3\n\
+           listening; $PODNET perf $a -d soft:$3 $2 || exit 3\n\
            wait $! || exit 3; grep receive_checks srv.json\n\
          done\n\
          sleep 1; kill $td; wait $td; cat tcpdump.err\n\
@@ -318,10 +319,10 @@ fn each_qp_sends_from_its_own_udp_source_port_as_rxe_would() {
         "ip -6 addr add fd00::1/128 dev lo nodad; ip -6 addr add fd00::2/128 dev lo nodad\n\
          tcpdump -i lo -U -B 65536 -w cap.pcap udp dst port 4791 2> tcpdump.err & td=$!; sleep 1\n\
          $PODNET perf write-bw -q 4 -n 200 -d soft:127.0.0.1 --timeout 20 > /dev/null &\n\
-         sleep 0.3; $PODNET perf write-bw -q 4 -n 200 -d soft:127.0.0.2 --timeout 20 127.0.0.1 > /dev/null || exit 3\n\
+         listening; $PODNET perf write-bw -q 4 -n 200 -d soft:127.0.0.2 --timeout 20 127.0.0.1 > /dev/null || exit 3\n\
          wait $!\n\
          $PODNET perf write-bw -q 4 -n 200 -d soft:fd00::1 --timeout 20 > /dev/null &\n\
-         sleep 0.3; $PODNET perf write-bw -q 4 -n 200 -d soft:fd00::2 --timeout 20 fd00::1 > /dev/null || exit 3\n\
+         listening; $PODNET perf write-bw -q 4 -n 200 -d soft:fd00::2 --timeout 20 fd00::1 > /dev/null || exit 3\n\
          wait $!\n\
          sleep 1; kill $td; wait $td\n\
          $PODNET capture decode --json cap.pcap > frames.json 2> /dev/null || exit 4\n\
@@ -375,7 +376,7 @@ fn run_infinitely_prints_a_row_every_period_until_stopped() {
     // -D 1 --run_infinitely: a row a second; stopped after about 3.5 s with SIGTERM.
     let o = in_netns(
         "$PODNET perf write-bw -s 4096 -D 1 --run_infinitely --json --timeout 20 > /dev/null 2>&1 &\n\
-         sleep 0.3; $PODNET perf write-bw -s 4096 -D 1 --run_infinitely --json --timeout 20 localhost \
+         listening; $PODNET perf write-bw -s 4096 -D 1 --run_infinitely --json --timeout 20 localhost \
            > cli.json 2> cli.err & c=$!\n\
          sleep 3.5; kill -TERM $c; wait $c; cat cli.json",
     );
@@ -393,7 +394,7 @@ fn run_infinitely_prints_a_row_every_period_until_stopped() {
 #[test]
 fn text_tables_and_out_json_read_back() {
     let o = in_netns(
-        "$PODNET perf write-lat -n 100 -e --timeout 20 > srv.txt & sleep 0.3\n\
+        "$PODNET perf write-lat -n 100 -e --timeout 20 > srv.txt & listening\n\
          $PODNET perf write-lat -n 100 -e --timeout 20 --out_json --out_json_file out.json localhost; c=$?\n\
          wait $!; s=$?; echo ===; cat out.json; echo ===; cat srv.txt; rm -f out.json srv.txt\n\
          exit $((c * 10 + s))",
@@ -421,12 +422,12 @@ fn text_tables_and_out_json_read_back() {
     assert!(srv.contains("t_typical[usec]"), "{srv}");
     // --report_gbits and --output.
     let o = in_netns(
-        "$PODNET perf write-bw -n 200 --report_gbits --timeout 20 > /dev/null & sleep 0.3\n\
+        "$PODNET perf write-bw -n 200 --report_gbits --timeout 20 > /dev/null & listening\n\
          $PODNET perf write-bw -n 200 --report_gbits --timeout 20 localhost; c=$?; wait $!; exit $c",
     );
     assert!(stdout(&o).contains("BW peak[Gb/sec]    BW average[Gb/sec]"), "{}", stdout(&o));
     let o = in_netns(
-        "$PODNET perf send-bw -n 200 --output bandwidth --timeout 20 > /dev/null & sleep 0.3\n\
+        "$PODNET perf send-bw -n 200 --output bandwidth --timeout 20 > /dev/null & listening\n\
          $PODNET perf send-bw -n 200 --output bandwidth --timeout 20 localhost; c=$?; wait $!; exit $c",
     );
     let line = stdout(&o);
@@ -439,11 +440,11 @@ fn text_tables_and_out_json_read_back() {
 #[test]
 fn post_lists_and_cq_moderation_as_perftest_sets_them() {
     let o = in_netns(
-        "$PODNET perf send-bw -s 64 -n 1000 -l 8 -Q 4 --timeout 20 > /dev/null & sleep 0.3\n\
+        "$PODNET perf send-bw -s 64 -n 1000 -l 8 -Q 4 --timeout 20 > /dev/null & listening\n\
          $PODNET perf send-bw -s 64 -n 1000 -l 8 -Q 4 --timeout 20 --out_json --out_json_file o.json \
            localhost || exit 3; wait $! || exit 4; echo ===; cat o.json; echo ===\n\
          for a in '-s 64' '-s 65536' '-a -n 20' '-s 65536 -e'; do\n\
-           $PODNET perf write-bw $a --timeout 20 > /dev/null & sleep 0.3\n\
+           $PODNET perf write-bw $a --timeout 20 > /dev/null & listening\n\
            $PODNET perf write-bw $a --timeout 20 localhost | grep -E 'Post List|CQ Moderation' || exit 5; wait $! || exit 6\n\
          done; rm -f o.json",
     );
@@ -484,7 +485,7 @@ fn post_lists_and_cq_moderation_as_perftest_sets_them() {
 #[test]
 fn report_unsorted_lists_every_iteration_in_order() {
     let o = in_netns(
-        "$PODNET perf send-lat -n 300 -U --timeout 20 > srv.txt & sleep 0.3\n\
+        "$PODNET perf send-lat -n 300 -U --timeout 20 > srv.txt & listening\n\
          $PODNET perf send-lat -n 300 -U --timeout 20 localhost; c=$?\n\
          wait $!; s=$?; echo ===; cat srv.txt; rm -f srv.txt; exit $((c * 10 + s))",
     );
@@ -579,7 +580,7 @@ fn an_absent_mismatched_or_dying_peer_is_an_error_not_a_hang() {
     assert!(stderr(&o).contains("no client connected"), "{}", stderr(&o));
     // The peer runs another test: both sides say which.
     let o = in_netns(
-        "$PODNET perf send-bw --timeout 5 > /dev/null 2> srv.err & sleep 0.3\n\
+        "$PODNET perf send-bw --timeout 5 > /dev/null 2> srv.err & listening\n\
          $PODNET perf write-bw --timeout 5 localhost; c=$?; wait $!; s=$?\n\
          cat srv.err >&2; rm -f srv.err; exit $((c * 10 + s))",
     );
@@ -595,7 +596,7 @@ fn an_absent_mismatched_or_dying_peer_is_an_error_not_a_hang() {
     );
     // The server dies mid-run: the client stops within its --timeout.
     let o = in_netns(
-        "$PODNET perf write-bw -D 30 --timeout 3 > /dev/null 2>&1 & srv=$!; sleep 0.3\n\
+        "$PODNET perf write-bw -D 30 --timeout 3 > /dev/null 2>&1 & srv=$!; listening\n\
          (sleep 2; kill -9 $srv) & $PODNET perf write-bw -D 30 --timeout 3 localhost > /dev/null",
     );
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -606,7 +607,7 @@ fn an_absent_mismatched_or_dying_peer_is_an_error_not_a_hang() {
     // The server stops mid-run (stopped, not gone: its QP and socket stay): the client's
     // error says what its device counted.
     let o = in_netns(
-        "$PODNET perf write-bw -D 30 --timeout 3 > /dev/null 2>&1 & srv=$!; sleep 0.3\n\
+        "$PODNET perf write-bw -D 30 --timeout 3 > /dev/null 2>&1 & srv=$!; listening\n\
          (sleep 1.5; kill -STOP $srv) & $PODNET perf write-bw -D 30 --timeout 3 localhost \
          > /dev/null; c=$?; kill -9 $srv; exit $c",
     );
@@ -647,7 +648,7 @@ fn depths_and_qp_counts_past_the_device_are_refused() {
     ] {
         let t0 = std::time::Instant::now();
         let o = crate::util::in_netns(&format!(
-            "$PODNET perf {flags} -d soft:127.0.0.1 --timeout 10 & s=$!; sleep 0.3\n\
+            "$PODNET perf {flags} -d soft:127.0.0.1 --timeout 10 & s=$!; listening\n\
              $PODNET perf {flags} -d soft:127.0.0.2 --timeout 10 127.0.0.1; c=$?; wait $s; \
              echo rc=$c,$?"
         ));
@@ -678,7 +679,7 @@ fn data_validation_catches_damage_after_the_icrc_in_every_test() {
         let args = format!("{test} -c {conn} -n 100 --data-validation --json --timeout 20");
         let o = in_netns(&format!(
             "export PODNET_FAULT_CORRUPT_EVERY=7\n\
-             $PODNET perf {args} > srv.json 2> srv.err & sleep 0.3\n\
+             $PODNET perf {args} > srv.json 2> srv.err & listening\n\
              $PODNET perf {args} localhost > cli.json 2> cli.err; c=$?\n\
              wait $!; s=$?; echo \"rc=$c,$s\"; cat cli.json srv.json cli.err srv.err"
         ));
@@ -824,7 +825,7 @@ fn a_receiver_that_falls_behind_reports_its_socket_drops() {
     crate::util::require_fault_injection();
     let args = "write-bw -c UC -s 65536 -n 400 --data-validation --json --timeout 20";
     let o = in_netns(&format!(
-        "PODNET_FAULT_RCVBUF=4096 $PODNET perf {args} > srv.json 2> srv.err & sleep 0.3\n\
+        "PODNET_FAULT_RCVBUF=4096 $PODNET perf {args} > srv.json 2> srv.err & listening\n\
          t0=$(date +%s%N); $PODNET perf {args} localhost > cli.json 2> cli.err; c=$?\n\
          wait $!; s=$?; t1=$(date +%s%N)\n\
          echo \"client $c server $s ms $(( (t1 - t0) / 1000000 ))\"; cat srv.json cli.json"

@@ -14,7 +14,7 @@ use crate::util::{counter_delta as delta, in_netns, podnet, podnet_vs_guest, std
 #[test]
 fn two_podnets_on_one_host_just_work() {
     let o = in_netns(
-        "$PODNET pingpong -n 300 -s 4096 --timeout 30 > srv.txt 2>&1 & sleep 0.3\n\
+        "$PODNET pingpong -n 300 -s 4096 --timeout 30 > srv.txt 2>&1 & listening\n\
          $PODNET pingpong -n 300 -s 4096 --timeout 30 localhost; c=$?; wait $!; s=$?\n\
          echo SERVER; cat srv.txt; rm -f srv.txt; exit $((c + s))",
     );
@@ -35,7 +35,7 @@ fn verify_catches_damage_after_the_icrc() {
     crate::util::require_fault_injection();
     let o = in_netns(
         "export PODNET_FAULT_CORRUPT_EVERY=5\n\
-         $PODNET pingpong -s 4096 -n 50 --verify --json --timeout 20 > srv.json 2> srv.err & sleep 0.3\n\
+         $PODNET pingpong -s 4096 -n 50 --verify --json --timeout 20 > srv.json 2> srv.err & listening\n\
          $PODNET pingpong -s 4096 -n 50 --verify --json --timeout 20 localhost > cli.json 2> cli.err; c=$?\n\
          wait $!; s=$?; echo \"rc=$c,$s\"; cat cli.json srv.json cli.err srv.err",
     );
@@ -52,7 +52,7 @@ fn verify_catches_damage_after_the_icrc() {
 fn verify_does_not_pass_on_what_the_buffer_held() {
     crate::util::require_fault_injection();
     let o = in_netns(
-        "PODNET_FAULT_DROP_EVERY=1 $PODNET pingpong -s 4096 -n 20 --verify --timeout 20 > srv.txt 2>&1 & sleep 0.3\n\
+        "PODNET_FAULT_DROP_EVERY=1 $PODNET pingpong -s 4096 -n 20 --verify --timeout 20 > srv.txt 2>&1 & listening\n\
          $PODNET pingpong -s 4096 -n 20 --timeout 20 localhost > cli.txt 2>&1; c=$?\n\
          wait $!; s=$?; echo \"rc=$c,$s\"; cat srv.txt cli.txt",
     );
@@ -65,7 +65,7 @@ fn verify_does_not_pass_on_what_the_buffer_held() {
 fn verify_and_json_over_ipv6_in_event_mode() {
     let o = in_netns(
         "ip -6 addr add fd00::1/128 dev lo nodad; ip -6 addr add fd00::2/128 dev lo nodad\n\
-         $PODNET pingpong -d soft:fd00::1 -e -s 65536 -n 50 --verify --json --timeout 30 > srv.json & sleep 0.3\n\
+         $PODNET pingpong -d soft:fd00::1 -e -s 65536 -n 50 --verify --json --timeout 30 > srv.json & listening\n\
          $PODNET pingpong -d soft:fd00::2 -e -s 65536 -n 50 --verify --json --timeout 30 fd00::1; c=$?\n\
          wait $!; s=$?; cat srv.json; rm -f srv.json; exit $((c + s))",
     );
@@ -123,7 +123,7 @@ fn bad_input_and_an_absent_peer_fail_cleanly() {
     // A peer that stops answering mid-exchange (stopped, not gone: its QP still exists) and
     // a timeout shorter than the retries: the error says so with the counters that moved.
     let o = in_netns(
-        "$PODNET pingpong -n 100000000 > /dev/null 2>&1 & s=$!; sleep 0.3\n\
+        "$PODNET pingpong -n 100000000 > /dev/null 2>&1 & s=$!; listening\n\
          $PODNET pingpong -n 100000000 --timeout 0.2 localhost > /dev/null & c=$!\n\
          sleep 0.5; kill -STOP $s; wait $c; r=$?; kill -9 $s; exit $r",
     );

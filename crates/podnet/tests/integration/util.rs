@@ -96,11 +96,18 @@ pub(crate) fn counter_delta(
 
 /// Runs `sh -c script` in a new network namespace with lo up (so loopback tests never meet
 /// another test's device or port), in a fresh temporary folder (so they never share a
-/// file); `$PODNET` is the binary under test.
+/// file); `$PODNET` is the binary under test. The script may call `listening [PORT]` right
+/// after starting a server in the background: it returns once a TCP socket listens on PORT
+/// (18515, perf's and pingpong's), once that server (`$!`) has exited, or after 5 s — the
+/// server is ready for its client however loaded the machine (a fixed `sleep 0.3` was not,
+/// under the whole suite).
 pub(crate) fn in_netns(script: &str) -> Output {
     let dir = tempfile::tempdir().expect("a temporary folder");
+    let listening = "listening() { for _ in $(seq 100); do \
+        ss -Hltn \"sport = :${1:-18515}\" | grep -q . && return 0; \
+        kill -0 $! 2> /dev/null || return 0; sleep 0.05; done; }\n";
     Command::new("unshare")
-        .args(["--net", "sh", "-c", &format!("ip link set lo up\n{script}")])
+        .args(["--net", "sh", "-c", &format!("ip link set lo up\n{listening}{script}")])
         .current_dir(dir.path())
         .env("PODNET", env!("CARGO_BIN_EXE_podnet"))
         .output()
