@@ -520,11 +520,15 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
             && o.ports.iter().any(|(_, ok)| !*ok)
     };
     let failed = |o: &PairOutcome| o.failed || o.ports.iter().any(|(_, ok)| !*ok);
+    // A pair's two ToRs, in order.
+    let tors_of = |o: &PairOutcome| {
+        let (ta, tb) = (&pod.rail(o.pair.0).tor, &pod.rail(o.pair.1).tor);
+        if ta <= tb { (ta.clone(), tb.clone()) } else { (tb.clone(), ta.clone()) }
+    };
     // Spine paths: per ToR pair, the pairs whose source ports split.
     let mut spine: BTreeMap<(String, String), Vec<&PairOutcome>> = BTreeMap::new();
     for o in outcomes.iter().filter(|o| split(o)) {
-        let (ta, tb) = (pod.rail(o.pair.0).tor.clone(), pod.rail(o.pair.1).tor.clone());
-        spine.entry(if ta <= tb { (ta, tb) } else { (tb, ta) }).or_default().push(o);
+        spine.entry(tors_of(o)).or_default().push(o);
     }
     // One ToR in every ToR pair with path evidence (two or more, one of them split): its
     // spine links. Path evidence is a split, or failed pairs on more than one device (a
@@ -540,11 +544,17 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
     };
     let mut whole: BTreeMap<(String, String), Vec<&PairOutcome>> = BTreeMap::new();
     for o in outcomes.iter().filter(|o| failed(o) && !split(o)) {
-        let (ta, tb) = (pod.rail(o.pair.0).tor.clone(), pod.rail(o.pair.1).tor.clone());
-        if ta != tb {
-            whole.entry(if ta <= tb { (ta, tb) } else { (tb, ta) }).or_default().push(o);
+        let k = tors_of(o);
+        if k.0 != k.1 {
+            whole.entry(k).or_default().push(o);
         }
     }
+    // ToRs whose own pairs (no spine crossed) fail: at fault themselves, or their devices.
+    let lossy_tors: BTreeSet<&String> = outcomes
+        .iter()
+        .filter(|o| failed(o) && pod.same_tor(o.pair.0, o.pair.1))
+        .map(|o| &pod.rail(o.pair.0).tor)
+        .collect();
     let both = |k: &(String, String)| -> Vec<&PairOutcome> {
         spine.get(k).into_iter().chain(whole.get(k)).flatten().copied().collect()
     };
@@ -560,12 +570,7 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
                 evidence.iter().copied().filter(|k| !holds(t, k)).collect();
             (t, evidence.len() - off.len(), off)
         })
-        // A ToR whose own pairs (no spine crossed) fail is at fault itself, or its devices.
-        .filter(|(t, _, _)| {
-            !outcomes.iter().any(|o| {
-                failed(o) && pod.same_tor(o.pair.0, o.pair.1) && pod.rail(o.pair.0).tor == **t
-            })
-        })
+        .filter(|(t, _, _)| !lossy_tors.contains(*t))
         .filter(|(_, on, off)| *on >= 2 && off.iter().all(|k| one_device(&both(k))))
         .min_by_key(|(_, _, off)| off.len())
         .map(|(t, _, _)| t.clone());
@@ -580,10 +585,6 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
         });
     }
     let by_path = |o: &PairOutcome| split(o) && !not_path.contains(&o.pair);
-    let tors_of = |o: &PairOutcome| {
-        let (ta, tb) = (&pod.rail(o.pair.0).tor, &pod.rail(o.pair.1).tor);
-        if ta <= tb { (ta.clone(), tb.clone()) } else { (tb.clone(), ta.clone()) }
-    };
     // A failed cross-ToR pair between ToRs whose paths split (or touching the one ToR in all
     // of them): its default source port hashed onto the dead path, though its probes did not.
     let on_split_path = |o: &PairOutcome| {

@@ -28,8 +28,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use transport::{RecvMeta, Transmit};
 use wire::icrc::PseudoHeader;
 
-/// Maps looked up per packet: foldhash, not SipHash (their keys are the device's own).
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+use crate::HashMap;
 
 /// Datagrams per `recvmmsg`/`sendmmsg` (with segmentation offload: messages, each up to
 /// [`GSO_SEGMENTS`] datagrams).

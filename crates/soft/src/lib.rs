@@ -32,7 +32,7 @@ use verbs::{
 };
 
 /// Maps looked up per packet: foldhash, not SipHash (their keys are the device's own).
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 pub use io::RxPath as ReceivePath;
 pub use options::{FaultInjection, Ipv4Receive, Progress, SoftOptions, UdpOffload};
