@@ -1,0 +1,408 @@
+//! The checks of the host's configuration: CPU and memory, PCIe, and the netdevs under the
+//! RDMA devices. Each reads through [`Source`] and adds [`Finding`]s; a file a host does not
+//! have is not a finding (a VM has no cpufreq, a virtual device no PCIe link).
+
+use crate::{Finding, Severity, Source};
+
+/// An RDMA device as doctor sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RdmaDevice {
+    /// `mlx5_0`, `rxe0`.
+    pub name: String,
+    /// Its PCI function (`0000:3b:00.0`), where it has one.
+    pub pci: Option<String>,
+    /// Its ports: (number, link layer, netdev).
+    pub ports: Vec<(u32, Option<String>, Option<String>)>,
+}
+
+impl RdmaDevice {
+    fn label(&self) -> String {
+        match &self.pci {
+            Some(p) => format!("{} ({p})", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// The kernel's RDMA devices (`sys/class/infiniband`).
+pub fn rdma_devices(src: &Source) -> Vec<RdmaDevice> {
+    src.list("sys/class/infiniband")
+        .into_iter()
+        .map(|name| {
+            let d = format!("sys/class/infiniband/{name}");
+            let pci = src.read(&format!("{d}/device/uevent")).and_then(|u| {
+                u.lines().find_map(|l| l.strip_prefix("PCI_SLOT_NAME=").map(str::to_string))
+            });
+            let ports = src
+                .list(&format!("{d}/ports"))
+                .into_iter()
+                .filter_map(|p| {
+                    let n: u32 = p.parse().ok()?;
+                    let pd = format!("{d}/ports/{p}");
+                    let ll = src.read(&format!("{pd}/link_layer"));
+                    let nd = src.read(&format!("{pd}/gid_attrs/ndevs/0"));
+                    Some((n, ll, nd))
+                })
+                .collect();
+            RdmaDevice { name, pci, ports }
+        })
+        .collect()
+}
+
+/// `0-3,8,10-11` → the CPUs.
+pub fn cpulist(s: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.trim().parse::<u32>(), b.trim().parse::<u32>()) {
+                    out.extend(a..=b.min(a.saturating_add(65_536)));
+                }
+            }
+            None => out.extend(part.trim().parse::<u32>().ok()),
+        }
+    }
+    out
+}
+
+/// CPU and memory settings.
+pub fn cpu(src: &Source, out: &mut Vec<Finding>) {
+    let cpus: Vec<String> = src
+        .list("sys/devices/system/cpu")
+        .into_iter()
+        .filter(|n| n.strip_prefix("cpu").is_some_and(|i| i.parse::<u32>().is_ok()))
+        .collect();
+    let govs: Vec<(String, String)> = cpus
+        .iter()
+        .filter_map(|c| {
+            Some((
+                c.clone(),
+                src.read(&format!("sys/devices/system/cpu/{c}/cpufreq/scaling_governor"))?,
+            ))
+        })
+        .collect();
+    let slow: Vec<&(String, String)> = govs.iter().filter(|(_, g)| g != "performance").collect();
+    if let Some((c0, g0)) = slow.first() {
+        out.push(Finding {
+            severity: Severity::Warning,
+            kind: "cpu-governor".into(),
+            component: "cpu".into(),
+            seen: format!("governor {g0} on {} of {} CPUs", slow.len(), govs.len()),
+            why: "a CPU that lowers its clock between bursts adds microseconds to every completion it polls and posts fewer work requests per second".into(),
+            fix: "cpupower frequency-set -g performance".into(),
+            evidence: vec![format!("sys/devices/system/cpu/{c0}/cpufreq/scaling_governor = {g0}")],
+        });
+    }
+    if src.read("proc/sys/kernel/numa_balancing").is_some_and(|v| v != "0") {
+        out.push(Finding {
+            severity: Severity::Warning,
+            kind: "numa-balancing".into(),
+            component: "memory".into(),
+            seen: "automatic NUMA balancing is on".into(),
+            why: "the kernel unmaps pages now and then to sample who touches them: hinting faults and page migrations on the CPUs that drive the NIC, latency jitter".into(),
+            fix: "sysctl -w kernel.numa_balancing=0".into(),
+            evidence: vec!["proc/sys/kernel/numa_balancing = 1".into()],
+        });
+    }
+    if let Some(thp) = src.read("sys/kernel/mm/transparent_hugepage/enabled")
+        && thp.contains("[always]")
+    {
+        out.push(Finding {
+            severity: Severity::Info,
+            kind: "thp".into(),
+            component: "memory".into(),
+            seen: "transparent huge pages: always".into(),
+            why: "khugepaged's compaction can stall a process for milliseconds; latency-bound RDMA hosts often set madvise".into(),
+            fix: "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled".into(),
+            evidence: vec![format!("sys/kernel/mm/transparent_hugepage/enabled = {thp}")],
+        });
+    }
+    if src.read("sys/devices/system/cpu/smt/active").as_deref() == Some("1") {
+        out.push(Finding {
+            severity: Severity::Info,
+            kind: "smt".into(),
+            component: "cpu".into(),
+            seen: "SMT (hyper-threading) is on".into(),
+            why: "a polling thread shares its core with its sibling: pin latency-critical pollers to cores whose sibling is idle".into(),
+            fix: "—".into(),
+            evidence: vec!["sys/devices/system/cpu/smt/active = 1".into()],
+        });
+    }
+    if let Some(cmdline) = src.read("proc/cmdline") {
+        let set: Vec<&str> = cmdline
+            .split_whitespace()
+            .filter(|w| {
+                [
+                    "isolcpus=",
+                    "nohz_full=",
+                    "intel_idle.max_cstate=",
+                    "processor.max_cstate=",
+                    "iommu=",
+                    "intel_iommu=",
+                    "amd_iommu=",
+                ]
+                .iter()
+                .any(|k| w.starts_with(k))
+            })
+            .collect();
+        if !set.is_empty() {
+            out.push(Finding {
+                severity: Severity::Info,
+                kind: "kernel-cmdline".into(),
+                component: "kernel".into(),
+                seen: set.join(" "),
+                why: "CPU isolation, C-state limits and the IOMMU mode shape RDMA latency and peer-to-peer DMA: pin pollers to the isolated CPUs".into(),
+                fix: "—".into(),
+                evidence: vec![format!("proc/cmdline = {cmdline}")],
+            });
+        }
+    }
+}
+
+/// `16.0 GT/s PCIe` → 16.0.
+fn gts(s: &str) -> Option<f64> {
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// The PCIe links and AER counters of the RDMA devices and GPUs.
+pub fn pcie(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
+    let mut funcs: Vec<(String, String)> = devices
+        .iter()
+        .map(|d| (d.label(), format!("sys/class/infiniband/{}/device", d.name)))
+        .collect();
+    // GPUs (display or 3D controllers of NVIDIA and AMD), by their PCI function.
+    for f in src.list("sys/bus/pci/devices") {
+        let p = format!("sys/bus/pci/devices/{f}");
+        let class = src.read(&format!("{p}/class")).unwrap_or_default();
+        let vendor = src.read(&format!("{p}/vendor")).unwrap_or_default();
+        if (class.starts_with("0x0302") || class.starts_with("0x0300"))
+            && (vendor == "0x10de" || vendor == "0x1002")
+        {
+            funcs.push((format!("GPU {f}"), p));
+        }
+    }
+    let uptime = src
+        .read("proc/uptime")
+        .and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok())
+        .filter(|u| *u > 0.0);
+    for (label, dev) in funcs {
+        let r = |f: &str| src.read(&format!("{dev}/{f}"));
+        if let (Some(cs), Some(ms), Some(cw), Some(mw)) = (
+            r("current_link_speed"),
+            r("max_link_speed"),
+            r("current_link_width"),
+            r("max_link_width"),
+        ) {
+            let slow = gts(&cs).zip(gts(&ms)).is_some_and(|(c, m)| c < m);
+            let narrow =
+                cw.parse::<u32>().ok().zip(mw.parse::<u32>().ok()).is_some_and(|(c, m)| c < m);
+            if slow || narrow {
+                out.push(Finding {
+                    severity: Severity::Error,
+                    kind: "pcie-link".into(),
+                    component: label.clone(),
+                    seen: format!("PCIe link at {cs} x{cw}, capable of {ms} x{mw}"),
+                    why: "the link trained below the device's capability: every byte the NIC moves to or from memory (or the GPU) is capped at the link's bandwidth".into(),
+                    fix: "reseat the card or its riser; check the slot's width and the BIOS's bifurcation and link-speed settings; `lspci -vv` shows LnkCap/LnkSta".into(),
+                    evidence: vec![
+                        format!("{dev}/current_link_speed = {cs}"),
+                        format!("{dev}/max_link_speed = {ms}"),
+                        format!("{dev}/current_link_width = {cw}"),
+                        format!("{dev}/max_link_width = {mw}"),
+                    ],
+                });
+            }
+        }
+        for (file, total, sev) in [
+            ("aer_dev_fatal", "TOTAL_ERR_FATAL", Severity::Error),
+            ("aer_dev_nonfatal", "TOTAL_ERR_NONFATAL", Severity::Error),
+            ("aer_dev_correctable", "TOTAL_ERR_COR", Severity::Warning),
+        ] {
+            let Some(text) = r(file) else { continue };
+            let n: u64 =
+                text.lines().find_map(|l| l.strip_prefix(total)?.trim().parse().ok()).unwrap_or(0);
+            if n == 0 {
+                continue;
+            }
+            let named: Vec<String> = text
+                .lines()
+                .filter(|l| !l.starts_with("TOTAL_"))
+                .filter(|l| l.split_whitespace().last().is_some_and(|v| v != "0"))
+                .map(str::to_string)
+                .collect();
+            let rate = uptime
+                .map(|u| format!(", {:.2} an hour since boot", n as f64 * 3600.0 / u))
+                .unwrap_or_default();
+            out.push(Finding {
+                severity: sev,
+                kind: "pcie-aer".into(),
+                component: label.clone(),
+                seen: format!("{n} {} PCIe errors{rate} ({})", file.trim_start_matches("aer_dev_"), named.join(", ")),
+                why: if sev == Severity::Error {
+                    "uncorrectable PCIe errors lose transactions: the device may have been reset, and RDMA traffic through it failed".into()
+                } else {
+                    "corrected PCIe errors are link-level replays: a rising rate costs bandwidth and precedes uncorrectable ones".into()
+                },
+                fix: "reseat or replace the card or its riser if the count keeps rising; the kernel log's AER lines name the error".into(),
+                evidence: vec![format!("{dev}/{file}: {total} {n}")],
+            });
+        }
+    }
+}
+
+/// The most of `conf/all/KEY` and `conf/NETDEV/KEY`: what the kernel applies for
+/// rp_filter, arp_ignore and arp_announce.
+fn conf(src: &Source, nd: &str, key: &str) -> Option<(u64, String)> {
+    let all = src.read_u64(&format!("proc/sys/net/ipv4/conf/all/{key}"));
+    let one = src.read_u64(&format!("proc/sys/net/ipv4/conf/{nd}/{key}"));
+    let v = all.max(one)?;
+    Some((
+        v,
+        format!("proc/sys/net/ipv4/conf/all/{key} = {}, conf/{nd}/{key} = {}", fmt(all), fmt(one)),
+    ))
+}
+
+fn fmt(v: Option<u64>) -> String {
+    v.map_or("-".into(), |v| v.to_string())
+}
+
+/// The netdevs under the RDMA devices: MTU, RoCE v2 GIDs, IRQ placement, and with several
+/// RDMA netdevs the settings that keep each answering and sending on its own.
+pub fn netdevs(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
+    let mut rdma_netdevs: Vec<String> = Vec::new();
+    for d in devices {
+        for (port, ll, nd) in &d.ports {
+            let roce = ll.as_deref() == Some("Ethernet");
+            if let Some(nd) = nd {
+                if !rdma_netdevs.contains(nd) {
+                    rdma_netdevs.push(nd.clone());
+                }
+                if roce
+                    && let Some(mtu) = src.read_u64(&format!("sys/class/net/{nd}/mtu"))
+                    && let active = host::active_mtu_for(mtu.min(u64::from(u32::MAX)) as u32)
+                    && active.is_none_or(|a| a < 4096)
+                {
+                    let active = active.map_or("none".to_string(), |a| a.to_string());
+                    out.push(Finding {
+                        severity: Severity::Info,
+                        kind: "roce-mtu".into(),
+                        component: format!("{} port {port} ({nd})", d.name),
+                        seen: format!("netdev MTU {mtu}: RoCE active MTU {active}"),
+                        why: "RoCE packets carry at most the active MTU: below 4096 a large message takes more packets, headers and completions (the whole path, switches included, must carry the jumbo frames)".into(),
+                        fix: format!("ip link set {nd} mtu 9000 (and the switch ports)"),
+                        evidence: vec![format!("sys/class/net/{nd}/mtu = {mtu}")],
+                    });
+                }
+            }
+            if roce {
+                let base = format!("sys/class/infiniband/{}/ports/{port}", d.name);
+                let types: Vec<String> = src
+                    .list(&format!("{base}/gid_attrs/types"))
+                    .into_iter()
+                    .filter_map(|i| src.read(&format!("{base}/gid_attrs/types/{i}")))
+                    .collect();
+                if !types.is_empty() && !types.iter().any(|t| t.eq_ignore_ascii_case("RoCE v2")) {
+                    out.push(Finding {
+                        severity: Severity::Error,
+                        kind: "roce-v2-gid".into(),
+                        component: format!("{} port {port}", d.name),
+                        seen: format!("no RoCE v2 GID among {} GIDs ({})", types.len(), types[0]),
+                        why: "RoCE v2 (routable, UDP port 4791) needs a RoCE v2 GID: without one only RoCE v1 works, and not across an L3 fabric".into(),
+                        fix: "give the netdev an IP address (the kernel adds its RoCE v2 GIDs); check `rdma link` and the netdev's state".into(),
+                        evidence: vec![format!("{base}/gid_attrs/types/*: {}", types.join(", "))],
+                    });
+                }
+            }
+        }
+        // IRQs off the NIC's NUMA-local CPUs.
+        if d.pci.is_some() {
+            let dev = format!("sys/class/infiniband/{}/device", d.name);
+            if let Some(local) = src.read(&format!("{dev}/local_cpulist")) {
+                let local = cpulist(&local);
+                let mut far = Vec::new();
+                let irqs = src.list(&format!("{dev}/msi_irqs"));
+                for irq in &irqs {
+                    if let Some(aff) = src.read(&format!("proc/irq/{irq}/smp_affinity_list")) {
+                        let cpus = cpulist(&aff);
+                        if !cpus.is_empty() && !cpus.iter().any(|c| local.contains(c)) {
+                            far.push(format!("proc/irq/{irq}/smp_affinity_list = {aff}"));
+                        }
+                    }
+                }
+                if !far.is_empty() {
+                    let numa = src.read(&format!("{dev}/numa_node")).unwrap_or_else(|| "?".into());
+                    let mut ev = vec![format!(
+                        "{dev}/local_cpulist = {}",
+                        src.read(&format!("{dev}/local_cpulist")).unwrap_or_default()
+                    )];
+                    ev.extend(far.iter().take(4).cloned());
+                    out.push(Finding {
+                        severity: Severity::Warning,
+                        kind: "irq-affinity".into(),
+                        component: d.label(),
+                        seen: format!("{} of {} IRQs on CPUs of another NUMA node (the NIC's is {numa})", far.len(), irqs.len()),
+                        why: "a completion interrupt handled across the socket interconnect adds latency and memory traffic to every event-driven completion".into(),
+                        fix: format!("pin its IRQs to CPUs of node {numa} (set_irq_affinity_cpulist.sh, or stop irqbalance and write proc/irq/N/smp_affinity_list)"),
+                        evidence: ev,
+                    });
+                }
+            }
+        }
+    }
+    if rdma_netdevs.len() < 2 {
+        return;
+    }
+    for nd in &rdma_netdevs {
+        if let Some((v, ev)) = conf(src, nd, "rp_filter")
+            && v == 1
+        {
+            out.push(Finding {
+                severity: Severity::Warning,
+                kind: "rp-filter".into(),
+                component: nd.clone(),
+                seen: "strict reverse-path filtering on a host with several RDMA netdevs".into(),
+                why: "a packet that arrives on one NIC for an address the routing table would reach through another is dropped: RoCE traffic and its ARP fail on some rails".into(),
+                fix: format!("sysctl -w net.ipv4.conf.{nd}.rp_filter=2 (loose) and net.ipv4.conf.all.rp_filter=2"),
+                evidence: vec![ev],
+            });
+        }
+        if let Some((v, ev)) = conf(src, nd, "arp_ignore")
+            && v == 0
+        {
+            out.push(Finding {
+                severity: Severity::Warning,
+                kind: "arp-ignore".into(),
+                component: nd.clone(),
+                seen: "arp_ignore 0: every NIC answers ARP for every local address".into(),
+                why: "with several NICs on one subnet a peer learns the wrong NIC's MAC for an address: RoCE traffic for one rail arrives on another".into(),
+                fix: format!("sysctl -w net.ipv4.conf.{nd}.arp_ignore=1"),
+                evidence: vec![ev],
+            });
+        }
+        if let Some((v, ev)) = conf(src, nd, "arp_announce")
+            && v != 2
+        {
+            out.push(Finding {
+                severity: Severity::Warning,
+                kind: "arp-announce".into(),
+                component: nd.clone(),
+                seen: format!("arp_announce {v}: ARP requests may carry another NIC's address"),
+                why: "peers then map that address to this NIC's MAC: traffic for one rail lands on another".into(),
+                fix: format!("sysctl -w net.ipv4.conf.{nd}.arp_announce=2"),
+                evidence: vec![ev],
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpulists_read_as_the_kernel_writes_them() {
+        assert_eq!(cpulist("0-3,8,10-11\n"), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(cpulist(""), Vec::<u32>::new());
+        assert_eq!(cpulist("5"), vec![5]);
+    }
+}

@@ -1,0 +1,148 @@
+//! `podnet doctor`: why a host or NIC underperforms for RDMA.
+//!
+//! One pass over a host — the live one or a tree recorded from another (`--record`,
+//! `--root`) — that reads CPU and memory settings, each RDMA device's (and GPU's) PCIe link
+//! and AER counters, the netdevs under the RDMA devices (MTU, RoCE v2 GIDs, IRQ placement,
+//! the settings a host with several NICs needs), and the kernel log, and says what it found:
+//! severity, component, what was seen, why it matters for RDMA, the command that fixes it,
+//! and the evidence (the file and its value, or the log line).
+//!
+//! Everything is read through [`Source`], so what the live host gives and what a recording
+//! gives are diagnosed by the same code; recording is reading with a copy kept.
+
+pub mod checks;
+pub mod kmsg;
+pub mod source;
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+pub use kmsg::{LogEvent, LogReport};
+pub use source::Source;
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Worth knowing; not a fault.
+    Info,
+    /// Costs performance or precedes faults.
+    Warning,
+    /// Broken, or caps the host below what its hardware can do (doctor exits 1).
+    Error,
+}
+
+impl Severity {
+    /// `error`, `warning`, `info`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Error => "error",
+        }
+    }
+}
+
+/// One thing doctor found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// How bad.
+    pub severity: Severity,
+    /// What kind (`cpu-governor`, `pcie-link`, `rp-filter`, `log:aer-corrected`, …).
+    pub kind: String,
+    /// Where: `cpu`, a device (`mlx5_0 (0000:3b:00.0)`), a netdev, `kernel`.
+    pub component: String,
+    /// What was seen.
+    pub seen: String,
+    /// Why it matters for RDMA.
+    pub why: String,
+    /// The command (or action) that fixes it.
+    pub fix: String,
+    /// The files and values, or log lines, it rests on.
+    pub evidence: Vec<String>,
+}
+
+/// What one run found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// The host's name (`proc/sys/kernel/hostname`), where readable.
+    pub host: Option<String>,
+    /// The RDMA devices looked at.
+    pub devices: Vec<String>,
+    /// Findings, errors first.
+    pub findings: Vec<Finding>,
+    /// The kernel log, read: `None` where it could not be (not root; not recorded).
+    pub log: Option<LogReport>,
+}
+
+impl Report {
+    /// How many findings of error severity.
+    pub fn errors(&self) -> usize {
+        self.findings.iter().filter(|f| f.severity == Severity::Error).count()
+    }
+}
+
+/// Why doctor could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum DoctorError {
+    /// `--root` names a folder without `sys/` or `proc/`.
+    #[error("{0}: not a recorded host (no sys/ or proc/ in it)")]
+    NotATree(PathBuf),
+    /// `--record` names a folder that holds something already.
+    #[error("{0}: the recording folder is not empty")]
+    RecordNotEmpty(PathBuf),
+    /// The recording folder could not be made.
+    #[error("{0}: cannot record there: {1}")]
+    Record(PathBuf, std::io::Error),
+}
+
+/// Diagnoses the host `src` reads.
+pub fn diagnose(src: &Source) -> Report {
+    let mut findings = Vec::new();
+    let devices = checks::rdma_devices(src);
+    checks::cpu(src, &mut findings);
+    checks::pcie(src, &devices, &mut findings);
+    checks::netdevs(src, &devices, &mut findings);
+    let log = src.kernel_log().map(|l| kmsg::recognise(&l));
+    if let Some(l) = &log {
+        findings.extend(l.events.iter().map(|e| Finding {
+            severity: e.severity,
+            kind: format!("log:{}", e.kind),
+            component: e.device.clone(),
+            seen: match (e.count, e.first_s, e.last_s) {
+                (1, Some(t), _) => format!("1 kernel log line at {t:.0} s after boot"),
+                (n, Some(a), Some(b)) => {
+                    format!("{n} kernel log lines, {a:.0} s to {b:.0} s after boot")
+                }
+                (n, _, _) => format!("{n} kernel log lines"),
+            },
+            why: e.why.clone(),
+            fix: e.fix.clone(),
+            evidence: vec![e.example.clone()],
+        }));
+        findings.extend(l.unrecognised.iter().map(|u| Finding {
+            severity: Severity::Info,
+            kind: "log:unrecognised".into(),
+            component: u.source.clone(),
+            seen: format!(
+                "{} kernel log lines from {} that doctor does not recognise",
+                u.count, u.source
+            ),
+            why: "shown, not dropped: read them for what doctor does not know yet".into(),
+            fix: "—".into(),
+            evidence: u.examples.clone(),
+        }));
+    }
+    findings.sort_by(|a, b| {
+        b.severity
+            .cmp(&a.severity)
+            .then_with(|| (&a.kind, &a.component).cmp(&(&b.kind, &b.component)))
+    });
+    Report {
+        host: src.read("proc/sys/kernel/hostname"),
+        devices: devices.iter().map(|d| d.name.clone()).collect(),
+        findings,
+        log,
+    }
+}

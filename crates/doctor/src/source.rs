@@ -1,0 +1,141 @@
+//! Where doctor reads a host: the live one (`/sys`, `/proc`, `/dev/kmsg`) or a recorded tree
+//! that mirrors those paths (`sys/…`, `proc/…`, and the kernel log as `kmsg`), optionally
+//! writing everything it read into a recording as it goes.
+
+use std::path::{Path, PathBuf};
+
+use crate::DoctorError;
+
+/// The most one file read is allowed to hold (a sysfs attribute is one page; procfs and AER
+/// files a few).
+const FILE_MAX: usize = 64 * 1024;
+/// The most kernel log read (the kernel's ring buffer is 128 KiB–1 MiB on most hosts).
+const LOG_MAX: usize = 16 * 1024 * 1024;
+
+/// The host being diagnosed.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// What `/` stands for: `/` itself, or a recorded tree.
+    root: PathBuf,
+    /// The live host (the kernel log from `/dev/kmsg`), else a recorded tree (from `kmsg`).
+    live: bool,
+    /// Where what is read is also written, mirroring its path.
+    record: Option<PathBuf>,
+}
+
+impl Source {
+    /// The host this runs on.
+    pub fn live() -> Source {
+        Source { root: PathBuf::from("/"), live: true, record: None }
+    }
+
+    /// A tree recorded by `doctor --record` (or written by hand): `DIR/sys/…`, `DIR/proc/…`,
+    /// `DIR/kmsg`.
+    pub fn recorded(dir: &Path) -> Result<Source, DoctorError> {
+        if !dir.join("sys").is_dir() && !dir.join("proc").is_dir() {
+            return Err(DoctorError::NotATree(dir.to_path_buf()));
+        }
+        Ok(Source { root: dir.to_path_buf(), live: false, record: None })
+    }
+
+    /// Also writes everything read into `dir` (created; it must be empty or absent).
+    pub fn recording_into(mut self, dir: &Path) -> Result<Source, DoctorError> {
+        let io = |e| DoctorError::Record(dir.to_path_buf(), e);
+        if dir.exists() && std::fs::read_dir(dir).map_err(io)?.next().is_some() {
+            return Err(DoctorError::RecordNotEmpty(dir.to_path_buf()));
+        }
+        std::fs::create_dir_all(dir).map_err(io)?;
+        self.record = Some(dir.to_path_buf());
+        Ok(self)
+    }
+
+    /// Whether this is the live host.
+    pub fn is_live(&self) -> bool {
+        self.live
+    }
+
+    /// The file at `rel` (`sys/class/net/eth0/mtu`), trimmed; `None` when absent, unreadable
+    /// or empty.
+    pub fn read(&self, rel: &str) -> Option<String> {
+        let text = host::read_capped(&self.root.join(rel), FILE_MAX).ok()?;
+        self.keep(rel, text.as_bytes());
+        Some(text.trim().to_string()).filter(|s| !s.is_empty())
+    }
+
+    /// The file at `rel` as a number.
+    pub fn read_u64(&self, rel: &str) -> Option<u64> {
+        self.read(rel)?.parse().ok()
+    }
+
+    /// The names in folder `rel`, sorted; empty when it is absent.
+    pub fn list(&self, rel: &str) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.root.join(rel))
+            .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+            .unwrap_or_default();
+        names.sort();
+        if let Some(r) = &self.record {
+            // Each entry as a folder, so that the recording lists the same names even where
+            // nothing under an entry is read.
+            for n in &names {
+                let _ = std::fs::create_dir_all(r.join(rel).join(n));
+            }
+        }
+        names
+    }
+
+    /// The kernel log as text: `/dev/kmsg`'s records on the live host (what `dmesg` shows,
+    /// with the device each line came from), the tree's `kmsg` file otherwise; `None` when it
+    /// cannot be read (not root, or not recorded).
+    pub fn kernel_log(&self) -> Option<String> {
+        let text = if self.live { read_kmsg()? } else { read_file(&self.root.join("kmsg"))? };
+        self.keep("kmsg", text.as_bytes());
+        Some(text)
+    }
+
+    fn keep(&self, rel: &str, bytes: &[u8]) {
+        if let Some(r) = &self.record {
+            let p = r.join(rel);
+            if let Some(d) = p.parent() {
+                let _ = std::fs::create_dir_all(d);
+            }
+            // A path recorded as a folder (listed) and read as a file: the file wins.
+            if p.is_dir() {
+                let _ = std::fs::remove_dir(&p);
+            }
+            let _ = std::fs::write(p, bytes);
+        }
+    }
+}
+
+fn read_file(p: &Path) -> Option<String> {
+    let b = std::fs::read(p).ok()?;
+    (b.len() <= LOG_MAX).then(|| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// Every record in the kernel's ring buffer, from `/dev/kmsg` read without blocking: each
+/// read returns one record (`PRIO,SEQ,USEC,FLAGS;text` and its `KEY=value` lines), and
+/// `EAGAIN` says the end is reached.
+fn read_kmsg() -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/kmsg")
+        .ok()?;
+    let mut out = String::new();
+    let mut buf = vec![0u8; 8192];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.push_str(&String::from_utf8_lossy(&buf[..n])),
+            // A record overwritten while reading (EPIPE): go on from the next one.
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+            Err(_) => break,
+        }
+        if out.len() > LOG_MAX {
+            break;
+        }
+    }
+    Some(out)
+}

@@ -1,0 +1,110 @@
+//! doctor on the hand-made host trees of `testdata/doctor` (written by its `make.py`): every
+//! finding kind is found on the host that has the problem and not on the clean one.
+
+use std::path::PathBuf;
+
+use doctor::{Report, Severity, Source, diagnose};
+
+fn tree(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/doctor").join(name)
+}
+
+fn run(name: &str) -> Report {
+    diagnose(&Source::recorded(&tree(name)).expect("a tree"))
+}
+
+/// (kind, component, severity) of every finding kind the problem host must show.
+const EXPECTED: &[(&str, &str, Severity)] = &[
+    ("cpu-governor", "cpu", Severity::Warning),
+    ("numa-balancing", "memory", Severity::Warning),
+    ("thp", "memory", Severity::Info),
+    ("smt", "cpu", Severity::Info),
+    ("kernel-cmdline", "kernel", Severity::Info),
+    ("pcie-link", "mlx5_0 (0000:3b:00.0)", Severity::Error),
+    ("pcie-link", "GPU 0000:5e:00.0", Severity::Error),
+    ("pcie-aer", "mlx5_0 (0000:3b:00.0)", Severity::Warning),
+    ("irq-affinity", "mlx5_0 (0000:3b:00.0)", Severity::Warning),
+    ("roce-mtu", "mlx5_0 port 1 (ens1f0np0)", Severity::Info),
+    ("roce-v2-gid", "mlx5_1 port 1", Severity::Error),
+    // `conf/all` applies to every netdev.
+    ("rp-filter", "ens1f0np0", Severity::Warning),
+    ("rp-filter", "ens1f1np1", Severity::Warning),
+    ("arp-ignore", "ens1f0np0", Severity::Warning),
+    ("arp-ignore", "ens1f1np1", Severity::Warning),
+    ("arp-announce", "ens1f0np0", Severity::Warning),
+    ("arp-announce", "ens1f1np1", Severity::Warning),
+    ("log:pcie-link-limited", "0000:3b:00.0", Severity::Error),
+    ("log:aer-corrected", "0000:3a:00.0", Severity::Warning),
+    ("log:module-event", "0000:3b:00.1", Severity::Warning),
+    ("log:tx-timeout", "ens1f0np0", Severity::Error),
+    ("log:error-cqe", "ens1f0np0", Severity::Error),
+    ("log:nic-firmware-health", "0000:3b:00.0", Severity::Error),
+    ("log:link-down", "ens1f1np1", Severity::Warning),
+    ("log:unrecognised", "mlx5_core", Severity::Info),
+];
+
+#[test]
+fn every_problem_of_the_problem_host_is_found_with_its_evidence() {
+    let r = run("mlx5-problems");
+    assert_eq!(r.host.as_deref(), Some("gpu07"));
+    assert_eq!(r.devices, ["mlx5_0", "mlx5_1"]);
+    for (kind, component, sev) in EXPECTED {
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.kind == *kind && f.component == *component)
+            .unwrap_or_else(|| panic!("{kind} on {component} not found: {:#?}", r.findings));
+        assert_eq!(f.severity, *sev, "{f:?}");
+        assert!(!f.evidence.is_empty() && !f.why.is_empty() && !f.fix.is_empty(), "{f:?}");
+    }
+    // The figures behind the findings.
+    let link = r
+        .findings
+        .iter()
+        .find(|f| f.kind == "pcie-link" && f.component.starts_with("mlx5_0"))
+        .unwrap();
+    assert_eq!(link.seen, "PCIe link at 8.0 GT/s PCIe x8, capable of 16.0 GT/s PCIe x16");
+    let aer = r.findings.iter().find(|f| f.kind == "pcie-aer").unwrap();
+    assert!(
+        aer.seen.starts_with("15 correctable PCIe errors, 0.62 an hour since boot"),
+        "{}",
+        aer.seen
+    );
+    let gov = r.findings.iter().find(|f| f.kind == "cpu-governor").unwrap();
+    assert_eq!(gov.seen, "governor powersave on 2 of 4 CPUs");
+    let irq = r.findings.iter().find(|f| f.kind == "irq-affinity").unwrap();
+    assert!(irq.seen.starts_with("1 of 2 IRQs"), "{}", irq.seen);
+    assert!(irq.evidence.iter().any(|e| e == "proc/irq/120/smp_affinity_list = 2-3"));
+    // Errors first; the exit status's count.
+    assert_eq!(r.findings[0].severity, Severity::Error);
+    assert_eq!(r.errors(), 7);
+    // Nothing beyond what is expected.
+    assert_eq!(r.findings.len(), EXPECTED.len(), "{:#?}", r.findings);
+}
+
+#[test]
+fn the_clean_host_has_no_finding_but_the_unrecognised_lines() {
+    let r = run("clean");
+    assert_eq!(r.devices, ["mlx5_0", "mlx5_1"]);
+    let kinds: Vec<(&str, &str)> =
+        r.findings.iter().map(|f| (f.kind.as_str(), f.component.as_str())).collect();
+    assert_eq!(kinds, [("log:unrecognised", "mlx5_core")], "{:#?}", r.findings);
+    assert_eq!(r.errors(), 0);
+    let log = r.log.as_ref().expect("the log was read");
+    assert_eq!((log.lines, log.events.len()), (3, 0));
+}
+
+#[test]
+fn a_folder_that_is_no_host_tree_is_refused() {
+    let e = Source::recorded(&tree("no-such-host")).unwrap_err();
+    assert!(e.to_string().contains("not a recorded host"), "{e}");
+}
+
+#[test]
+fn the_recorded_vm_has_no_rdma_device_and_nothing_wrong() {
+    // `podnet doctor --record` on the 2-core development VM (no RDMA hardware, no cpufreq).
+    let r = run("vm-recorded");
+    assert!(r.devices.is_empty());
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+    assert!(r.log.as_ref().is_some_and(|l| l.lines > 500), "its kernel log was recorded");
+}

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Writes doctor's hand-made host trees (run from this folder; the output is committed).
+
+Each tree mirrors the live paths doctor reads (sys/..., proc/..., and the kernel log as kmsg)
+in the layout `podnet doctor --record` writes, so `podnet doctor --root DIR` diagnoses it.
+
+mlx5-problems/  two ConnectX-like RoCE ports and an NVIDIA GPU with one problem of every kind
+                doctor checks: powersave governors, NUMA balancing, THP always, SMT, a NIC at
+                Gen3 x8 in a Gen4 x16 slot, corrected AER errors, IRQs on the far node, a
+                netdev at MTU 1500, a port without a RoCE v2 GID, strict rp_filter and
+                arp_ignore/arp_announce 0 on a multi-rail host, a GPU at x8 of x16, and a
+                kernel log with firmware, AER, module, watchdog, error-CQE and link events.
+clean/          the same host with every setting right and a quiet log.
+vm-recorded/    is not made here: `podnet doctor --record` on the 2-core CI VM (a test).
+"""
+import os
+import shutil
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def put(root, rel, text):
+    p = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    with open(p, "w") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+
+
+def aer(kind, counts):
+    names = {
+        "correctable": ["RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr",
+                        "CorrIntErr", "HeaderOF"],
+        "fatal": ["Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt",
+                  "UnxCmplt", "RxOF", "MalfTLP", "ECRC", "UnsupReq", "ACSViol"],
+    }
+    names["nonfatal"] = names["fatal"]
+    total = {"correctable": "TOTAL_ERR_COR", "fatal": "TOTAL_ERR_FATAL",
+             "nonfatal": "TOTAL_ERR_NONFATAL"}[kind]
+    lines = [f"{n} {counts.get(n, 0)}" for n in names[kind]]
+    lines.append(f"{total} {sum(counts.values())}")
+    return "\n".join(lines)
+
+
+def host(root, bad):
+    shutil.rmtree(root, ignore_errors=True)
+    put(root, "proc/sys/kernel/hostname", "gpu07" if bad else "gpu08")
+    put(root, "proc/uptime", "86400.00 170000.00")
+    put(root, "proc/cmdline", "BOOT_IMAGE=/vmlinuz-6.1.0-18-amd64 root=/dev/sda1 ro"
+        + (" intel_iommu=on iommu=pt" if bad else ""))
+    for c in range(4):
+        gov = "powersave" if bad and c < 2 else "performance"
+        put(root, f"sys/devices/system/cpu/cpu{c}/cpufreq/scaling_governor", gov)
+    put(root, "sys/devices/system/cpu/smt/active", "1" if bad else "0")
+    put(root, "proc/sys/kernel/numa_balancing", "1" if bad else "0")
+    put(root, "sys/kernel/mm/transparent_hugepage/enabled",
+        "[always] madvise never" if bad else "always [madvise] never")
+    for i, (dev, pci, nd, irq0) in enumerate([("mlx5_0", "0000:3b:00.0", "ens1f0np0", 120),
+                                               ("mlx5_1", "0000:3b:00.1", "ens1f1np1", 140)]):
+        d = f"sys/class/infiniband/{dev}"
+        put(root, f"{d}/device/uevent", f"DRIVER=mlx5_core\nPCI_CLASS=20000\nPCI_SLOT_NAME={pci}")
+        slow = bad and i == 0
+        put(root, f"{d}/device/current_link_speed", "8.0 GT/s PCIe" if slow else "16.0 GT/s PCIe")
+        put(root, f"{d}/device/max_link_speed", "16.0 GT/s PCIe")
+        put(root, f"{d}/device/current_link_width", "8" if slow else "16")
+        put(root, f"{d}/device/max_link_width", "16")
+        put(root, f"{d}/device/aer_dev_correctable",
+            aer("correctable", {"RxErr": 12, "BadTLP": 3} if slow else {}))
+        put(root, f"{d}/device/aer_dev_nonfatal", aer("nonfatal", {}))
+        put(root, f"{d}/device/aer_dev_fatal", aer("fatal", {}))
+        put(root, f"{d}/device/numa_node", "0")
+        put(root, f"{d}/device/local_cpulist", "0-1")
+        for k in range(2):
+            irq = irq0 + k
+            put(root, f"{d}/device/msi_irqs/{irq}", "msix")
+            put(root, f"proc/irq/{irq}/smp_affinity_list", "2-3" if slow and k == 0 else str(k))
+        p = f"{d}/ports/1"
+        put(root, f"{p}/link_layer", "Ethernet")
+        put(root, f"{p}/gid_attrs/ndevs/0", nd)
+        put(root, f"{p}/gid_attrs/ndevs/1", nd)
+        put(root, f"{p}/gid_attrs/types/0", "IB/RoCE v1")
+        put(root, f"{p}/gid_attrs/types/1", "IB/RoCE v1" if bad and i == 1 else "RoCE v2")
+        put(root, f"sys/class/net/{nd}/mtu", "1500" if bad and i == 0 else "9000")
+        for key, good, worse in [("rp_filter", "2", "0"), ("arp_ignore", "1", "0"),
+                                 ("arp_announce", "2", "0")]:
+            put(root, f"proc/sys/net/ipv4/conf/{nd}/{key}", worse if bad else good)
+    for key, good, worse in [("rp_filter", "2", "1"), ("arp_ignore", "1", "0"),
+                             ("arp_announce", "2", "0")]:
+        put(root, f"proc/sys/net/ipv4/conf/all/{key}", worse if bad else good)
+    # An NVIDIA GPU (3D controller), and a NIC function that is not a GPU.
+    g = "sys/bus/pci/devices/0000:5e:00.0"
+    put(root, f"{g}/class", "0x030200")
+    put(root, f"{g}/vendor", "0x10de")
+    put(root, f"{g}/current_link_speed", "32.0 GT/s PCIe")
+    put(root, f"{g}/max_link_speed", "32.0 GT/s PCIe")
+    put(root, f"{g}/current_link_width", "8" if bad else "16")
+    put(root, f"{g}/max_link_width", "16")
+    put(root, "sys/bus/pci/devices/0000:3b:00.0/class", "0x020000")
+    put(root, "sys/bus/pci/devices/0000:3b:00.0/vendor", "0x15b3")
+    # The kernel log as /dev/kmsg gives it (PRIO,SEQ,USEC,FLAGS;text and the device).
+    quiet = [
+        (6, 0, "Linux version 6.1.0-18-amd64 (debian-kernel@lists.debian.org)"),
+        (6, 2100000, "mlx5_core 0000:3b:00.0: firmware version: 22.39.1002"),
+        (6, 2300000, "mlx5_core 0000:3b:00.0: Rate limit: 127 rates are supported, range: 0Mbps to 97656Mbps"),
+    ]
+    events = [
+        (6, 410000, "pci 0000:3b:00.0: 63.008 Gb/s available PCIe bandwidth, limited by 8.0 GT/s PCIe x8 link at 0000:3a:00.0 (capable of 252.048 Gb/s with 16.0 GT/s PCIe x16 link)"),
+        (4, 4908274589, "pcieport 0000:3a:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)"),
+        (4, 5776242699, "pcieport 0000:3a:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)"),
+        (6, 7130100000, "mlx5_core 0000:3b:00.1: Port module event: module 1, Cable unplugged"),
+        (6, 7131100000, "mlx5_core 0000:3b:00.1: Port module event: module 1, Cable plugged"),
+        (3, 8150000000, "NETDEV WATCHDOG: ens1f0np0 (mlx5_core): transmit queue 3 timed out 5376 ms"),
+        (3, 8160000000, "mlx5_core 0000:3b:00.0 ens1f0np0: Error cqe on cqn 0x40a, ci 0x1d, qn 0x12f4, opcode 0xd, syndrome 0x4, vendor syndrome 0x51"),
+        (3, 9017982092, "mlx5_core 0000:3b:00.0: poll_health:852:(pid 0): device's health compromised - reached miss count"),
+        (6, 9170000000, "mlx5_core 0000:3b:00.1 ens1f1np1: Link down"),
+        (6, 9171000000, "mlx5_core 0000:3b:00.1 ens1f1np1: Link up"),
+    ]
+    lines = sorted(quiet + (events if bad else []), key=lambda e: e[1])
+    kmsg = []
+    for seq, (prio, us, text) in enumerate(lines):
+        kmsg.append(f"{prio},{seq},{us},-;{text}")
+        if text.startswith("mlx5_core"):
+            kmsg.append(" SUBSYSTEM=pci")
+            kmsg.append(f" DEVICE=+pci:{text.split()[1].rstrip(':')}")
+    put(root, "kmsg", "\n".join(kmsg))
+
+
+host(os.path.join(HERE, "mlx5-problems"), True)
+host(os.path.join(HERE, "clean"), False)
