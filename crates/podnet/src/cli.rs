@@ -158,6 +158,48 @@ pub(crate) enum Command {
     /// The pod watching itself: membership, RDMA path probing, fault localization.
     #[command(subcommand)]
     Pod(PodCommand),
+
+    /// Why a host or NIC underperforms for RDMA: configuration, PCIe, and the kernel log.
+    ///
+    /// One pass over the host: CPU governors, NUMA balancing, transparent huge pages, SMT and
+    /// the kernel command line; each RDMA device's and GPU's PCIe link (current speed and
+    /// width against its capability) and AER error counters (with their rate since boot);
+    /// the netdevs under the RDMA devices (MTU against RoCE's 4096, RoCE v2 GIDs, IRQs on the
+    /// NIC's NUMA node, and on a host with several RDMA netdevs rp_filter, arp_ignore and
+    /// arp_announce); and the kernel log (`/dev/kmsg`, root only): PCIe links limited at
+    /// boot, AER errors, NIC firmware health and asserts, failed firmware commands, cable
+    /// module events, transmit timeouts, error CQEs and link flaps, grouped per device with
+    /// their count and first and last time, and the lines of mlx5, bnxt, irdma and AER that
+    /// no pattern knows, counted and shown. Each finding says what was seen, why it matters
+    /// for RDMA, the command that fixes it, and its evidence (the file and value, or the log
+    /// line).
+    ///
+    /// `--record DIR` writes everything read (the files under their own paths, `sys/…`,
+    /// `proc/…`, and the kernel log as `kmsg`) into DIR, to attach to a bug report; `--root
+    /// DIR` diagnoses such a recording (or a tree written by hand) as it would the live host.
+    ///
+    /// Exit status: 0 no error-severity finding, 1 at least one, 2 bad input.
+    #[command(after_help = "Examples:\n  sudo podnet doctor\n  \
+        sudo podnet doctor --record gpu07-doctor && tar czf gpu07-doctor.tgz gpu07-doctor\n  \
+        podnet doctor --root gpu07-doctor --json | jq '.findings[] | select(.severity == \"error\")'")]
+    Doctor(DoctorArgs),
+}
+
+/// `podnet doctor` flags.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct DoctorArgs {
+    /// Diagnose the host recorded in DIR (`DIR/sys`, `DIR/proc`, `DIR/kmsg`) instead of this
+    /// one.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) root: Option<PathBuf>,
+
+    /// Also write everything read into DIR (created; it must be empty), mirroring the paths.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) record: Option<PathBuf>,
+
+    /// One JSON object (host, devices, findings, the kernel log's events) instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// Where a rank of a multi-host run stands, and how the ranks meet (`burnin`, and `qualify`

@@ -4,6 +4,7 @@ mod agent;
 mod burnin;
 mod capture;
 mod devices;
+mod doctor;
 mod perf;
 mod pingpong;
 mod pod;
@@ -62,6 +63,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Perf(args) => perf::run(&args),
         Command::Devices(args) => devices::run(&args),
+        Command::Doctor(args) => doctor::run(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Qualify(args) => qualify::run(&args),
         Command::Burnin(args) => burnin::run(&args),

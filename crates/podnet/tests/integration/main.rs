@@ -6,6 +6,7 @@ mod build;
 mod burnin;
 mod decode;
 mod devices;
+mod doctor;
 mod emupod;
 mod extra;
 mod perf;

@@ -1,0 +1,74 @@
+//! `podnet doctor`: the hand-made trees of `testdata/doctor` (exit status, text and JSON),
+//! bad input, and `--record` then `--root` on this host (a 2-core VM without RDMA hardware):
+//! the recording diagnoses exactly as the live host did.
+
+use serde_json::Value;
+
+use crate::util::{podnet, stderr, stdout, testdata};
+
+#[test]
+fn doctor_names_the_problem_hosts_faults_and_exits_1() {
+    let root = testdata("doctor/mlx5-problems");
+    let o = podnet(&["doctor", "--root", root.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.starts_with(
+            "podnet doctor: gpu07: RDMA devices mlx5_0, mlx5_1; kernel log: 13 lines read"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("ERROR    pcie-link                mlx5_0 (0000:3b:00.0): PCIe link at 8.0 GT/s PCIe x8, capable of 16.0 GT/s PCIe x16"), "{text}");
+    assert!(text.contains("         fix: sysctl -w kernel.numa_balancing=0"), "{text}");
+    assert!(text.contains("7 errors, 13 warnings, 5 notes"), "{text}");
+    let o = podnet(&["doctor", "--root", root.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: Value = serde_json::from_str(&stdout(&o)).expect("one JSON object");
+    let f = v["findings"].as_array().unwrap();
+    assert_eq!(f.len(), 25);
+    assert!(f.iter().any(|f| f["kind"] == "log:nic-firmware-health" && f["severity"] == "error"));
+    assert_eq!(v["log"]["events"].as_array().unwrap().len(), 7);
+}
+
+#[test]
+fn doctor_on_the_clean_host_exits_0() {
+    let root = testdata("doctor/clean");
+    let o = podnet(&["doctor", "--root", root.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("0 errors, 0 warnings, 1 notes"), "{}", stdout(&o));
+}
+
+#[test]
+fn doctor_refuses_bad_input_in_one_line() {
+    let o = podnet(&["doctor", "--root", "/nonexistent/host"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("not a recorded host") && e.lines().count() == 1, "{e}");
+    // A recording never lands on top of something else.
+    let full = testdata("doctor/clean");
+    let o =
+        podnet(&["doctor", "--root", full.to_str().unwrap(), "--record", full.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("the recording folder is not empty"), "{}", stderr(&o));
+}
+
+#[test]
+fn doctor_record_then_root_diagnoses_as_the_live_host() {
+    let dir = std::env::temp_dir().join(format!("podnet-doctor-rec-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let live = podnet(&["doctor", "--json", "--record", dir.to_str().unwrap()]);
+    assert!(matches!(live.status.code(), Some(0 | 1)), "{}", stderr(&live));
+    let again = podnet(&["doctor", "--json", "--root", dir.to_str().unwrap()]);
+    let recorded = std::fs::read_dir(&dir).unwrap().count();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(again.status.code(), live.status.code());
+    let (a, b): (Value, Value) = (
+        serde_json::from_str(&stdout(&live)).unwrap(),
+        serde_json::from_str(&stdout(&again)).unwrap(),
+    );
+    assert_eq!(a, b, "the recording diagnoses differently");
+    // What the live host gave was read at all: its CPUs, and (as root, as the tests run) its
+    // kernel log.
+    assert!(recorded >= 2, "sys/ and proc/ at least");
+    assert!(a["log"]["lines"].as_u64().unwrap() > 0, "the kernel log was not read: {a}");
+}
