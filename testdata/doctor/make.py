@@ -11,7 +11,9 @@ mlx5-problems/  two ConnectX-like RoCE ports and an NVIDIA GPU with one problem 
                 arp_ignore/arp_announce 0 on a multi-rail host, a GPU at x8 of x16, and a
                 kernel log with firmware, AER, module, watchdog, error-CQE and link events.
 clean/          the same host with every setting right and a quiet log.
-vm-recorded/    is not made here: `podnet doctor --record` on the 2-core CI VM (a test).
+vm-recorded/    is not made here: `podnet doctor --record` on the 2-core development VM.
+rxe-guest/      is not made here: `podnet doctor --record` in the QEMU guest with rxe
+                (PODNET_DOCTOR_KEEP=DIR and the test doctor_rxe::…).
 """
 import os
 import shutil

@@ -108,3 +108,30 @@ fn the_recorded_vm_has_no_rdma_device_and_nothing_wrong() {
     assert!(r.findings.is_empty(), "{:#?}", r.findings);
     assert!(r.log.as_ref().is_some_and(|l| l.lines > 500), "its kernel log was recorded");
 }
+
+#[test]
+fn the_recorded_rxe_guest_is_a_multi_rail_host_with_arp_to_fix() {
+    // `podnet doctor --record` in the QEMU guest after rxevm's setup_rxe (the test
+    // doctor_rxe::… with PODNET_DOCTOR_KEEP): rxeA on vA, rxeB on vB, rxe_eth on eth0, MTU
+    // 1500, arp_ignore and arp_announce at the kernel's defaults.
+    let r = run("rxe-guest");
+    assert_eq!(r.devices, ["rxeA", "rxeB", "rxe_eth"]);
+    let mut got: Vec<(String, String)> =
+        r.findings.iter().map(|f| (f.kind.clone(), f.component.clone())).collect();
+    got.sort();
+    let mut want: Vec<(String, String)> = ["eth0", "vA", "vB"]
+        .iter()
+        .flat_map(|nd| {
+            [("arp-announce".to_string(), nd.to_string()), ("arp-ignore".into(), nd.to_string())]
+        })
+        .chain([
+            ("roce-mtu".into(), "rxeA port 1 (vA)".into()),
+            ("roce-mtu".into(), "rxeB port 1 (vB)".into()),
+            ("roce-mtu".into(), "rxe_eth port 1 (eth0)".into()),
+            ("thp".into(), "memory".into()),
+        ])
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(r.errors(), 0);
+}

@@ -7,6 +7,7 @@ mod burnin;
 mod decode;
 mod devices;
 mod doctor;
+mod doctor_rxe;
 mod emupod;
 mod extra;
 mod perf;
