@@ -13,6 +13,7 @@
 pub mod checks;
 pub mod kmsg;
 pub mod source;
+pub mod tune;
 
 use std::path::PathBuf;
 

@@ -92,6 +92,21 @@ impl Source {
         Some(text)
     }
 
+    /// Writes `value` to the file at `rel` (`tune`; on the live host, the kernel's file).
+    pub fn write(&self, rel: &str, value: &str) -> std::io::Result<()> {
+        use std::io::Write;
+        // As `echo value > file`: one write of the value and a newline; the kernel answers
+        // a value it refuses with the write's error.
+        let mut f =
+            std::fs::OpenOptions::new().write(true).truncate(true).open(self.root.join(rel))?;
+        f.write_all(format!("{value}\n").as_bytes())
+    }
+
+    /// The file of `rel` on disk (for `tune`'s state file beside a recorded tree).
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
     fn keep(&self, rel: &str, bytes: &[u8]) {
         if let Some(r) = &self.record {
             let p = r.join(rel);

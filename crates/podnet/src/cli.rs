@@ -183,6 +183,63 @@ pub(crate) enum Command {
         sudo podnet doctor --record gpu07-doctor && tar czf gpu07-doctor.tgz gpu07-doctor\n  \
         podnet doctor --root gpu07-doctor --json | jq '.findings[] | select(.severity == \"error\")'")]
     Doctor(DoctorArgs),
+
+    /// Run-time tuning for RDMA: what doctor finds wrong in the settings, changed and put back.
+    ///
+    /// `check` lists what `apply --profile` would change and exits 1 when something would;
+    /// `apply` changes it — every CPU's governor to `performance`, automatic NUMA balancing
+    /// off, transparent huge pages to `madvise` (latency profile), the IRQs of the RDMA
+    /// devices and of the netdevs under them onto the device's NUMA-local CPUs, and on a host
+    /// with several RDMA netdevs `rp_filter` 2, `arp_ignore` 1 and `arp_announce` 2 on each —
+    /// writing every original value to the state file (--state) before the first change;
+    /// a change the kernel refuses puts back every change of that apply. `apply` again keeps
+    /// the first originals; `restore` writes them back and removes the state file. Nothing
+    /// is changed without `apply`. Ring sizes, DCB and the NIC's own settings are not tuned
+    /// yet. Exit status: 0 done (check: nothing to change), 1 check found changes or apply
+    /// was refused and rolled back, 2 bad input.
+    #[command(subcommand)]
+    Tune(TuneCommand),
+}
+
+/// `podnet tune` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum TuneCommand {
+    /// What `apply` would change, and why; exit 1 if anything.
+    Check(TuneArgs),
+    /// Change it, the original values first written to the state file.
+    Apply(TuneArgs),
+    /// Put back what the state file holds.
+    Restore(TuneArgs),
+}
+
+/// How a tuning profile is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TuneProfile {
+    /// Small messages, busy polling.
+    Latency,
+    /// Large transfers.
+    Throughput,
+}
+
+/// `podnet tune` flags.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct TuneArgs {
+    /// What to tune for.
+    #[arg(long, value_enum, default_value = "latency")]
+    pub(crate) profile: TuneProfile,
+
+    /// The state file: the original of every changed setting.
+    #[arg(long, value_name = "FILE", default_value = "/var/lib/podnet/tune-state.json")]
+    pub(crate) state: PathBuf,
+
+    /// Tune the host tree in DIR (`DIR/sys`, `DIR/proc`: a recording or a test tree) instead
+    /// of this host.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) root: Option<PathBuf>,
+
+    /// JSON instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `podnet doctor` flags.

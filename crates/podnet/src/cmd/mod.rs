@@ -11,6 +11,7 @@ mod pod;
 mod probe;
 mod qualify;
 mod resilient;
+mod tune;
 mod world;
 
 use std::process::ExitCode;
@@ -64,6 +65,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Perf(args) => perf::run(&args),
         Command::Devices(args) => devices::run(&args),
         Command::Doctor(args) => doctor::run(&args),
+        Command::Tune(cmd) => tune::run(&cmd),
         Command::Agent(args) => agent::run(&args),
         Command::Qualify(args) => qualify::run(&args),
         Command::Burnin(args) => burnin::run(&args),

@@ -56,3 +56,56 @@ fn doctor_records_the_rxe_guest_and_diagnoses_the_recording_alike() {
             .join("; ")
     );
 }
+
+/// `podnet tune` on the guest's real settings (never on the CI host: they are global): apply,
+/// apply again, restore leaves every value as it was; a setting the kernel refuses (a
+/// read-only bind mount over one sysctl) rolls the whole apply back.
+#[test]
+fn tune_applies_and_restores_in_the_rxe_guest_and_rolls_back_a_refused_change() {
+    let vm = Vm::boot(&Config::default()).unwrap_or_else(|e| panic!("{e}"));
+    vm.setup_rxe().unwrap_or_else(|e| panic!("{e}"));
+    let p = env!("CARGO_BIN_EXE_podnet");
+    let script = format!(
+        r#"set -u
+st=$OUT/tune.json
+paths=$({p} tune check --json | python3 -c 'import json,sys; print(" ".join(c["path"] for c in json.load(sys.stdin)["changes"]))')
+echo "planned: $paths"
+[ -n "$paths" ] || {{ echo "nothing planned"; exit 1; }}
+snap() {{ for f in $paths; do printf '%s=%s\n' "$f" "$(cat /$f)"; done; }}
+snap > $OUT/before
+{p} tune apply --state $st; echo "apply rc=$?"
+{p} tune check; echo "check after apply rc=$?"
+{p} tune apply --state $st; echo "apply again rc=$?"
+python3 -c 'import json; print("saved", len(json.load(open("'$st'"))["saved"]))'
+{p} tune restore --state $st; echo "restore rc=$?"
+snap > $OUT/after
+cmp -s $OUT/before $OUT/after && echo "restored: same" || {{ echo "restored: differs"; diff $OUT/before $OUT/after; }}
+[ -e $st ] && echo "state left" || echo "state gone"
+f=/proc/sys/net/ipv4/conf/vB/arp_announce
+mount --bind $f $f && mount -o remount,bind,ro $f || echo "no ro bind mount"
+{p} tune apply --state $st; echo "refused apply rc=$?"
+umount $f
+snap > $OUT/after2
+cmp -s $OUT/before $OUT/after2 && echo "rolled back: same" || {{ echo "rolled back: differs"; diff $OUT/before $OUT/after2; }}
+[ -e $st ] && echo "state left after refusal" || echo "no state after refusal"
+"#
+    );
+    let out = vm.run("tune", &script, Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e}"));
+    let o = &out.output;
+    eprintln!("{o}");
+    for want in [
+        "apply rc=0",
+        "check after apply rc=0",
+        "apply again rc=0",
+        "restore rc=0",
+        "restored: same",
+        "state gone",
+        "refused apply rc=1",
+        "rolled back: same",
+        "no state after refusal",
+    ] {
+        assert!(o.lines().any(|l| l == want), "no {want:?} in:\n{o}");
+    }
+    assert!(o.contains("proc/sys/net/ipv4/conf/vB/arp_announce"), "{o}");
+    assert!(o.contains("rolled back"), "{o}");
+}
