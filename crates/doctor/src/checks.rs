@@ -164,13 +164,30 @@ fn gts(s: &str) -> Option<f64> {
     s.split_whitespace().next()?.parse().ok()
 }
 
-/// The PCIe links and AER counters of the RDMA devices and GPUs.
-pub fn pcie(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
-    let mut funcs: Vec<(String, String)> = devices
+/// A PCI function doctor looks at: an RDMA device's or a GPU's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PciFunction {
+    /// How findings name it: `mlx5_0 (0000:3b:00.0)`, `GPU 0000:5e:00.0`.
+    pub label: String,
+    /// The RDMA device (`mlx5_0`), or `gpu`.
+    pub device: String,
+    /// Its PCI address, where known.
+    pub pci: Option<String>,
+    /// Its sysfs folder (`sys/class/infiniband/mlx5_0/device`).
+    pub dir: String,
+}
+
+/// The RDMA devices' PCI functions and the GPUs (display or 3D controllers of NVIDIA and AMD).
+pub fn pci_functions(src: &Source, devices: &[RdmaDevice]) -> Vec<PciFunction> {
+    let mut funcs: Vec<PciFunction> = devices
         .iter()
-        .map(|d| (d.label(), format!("sys/class/infiniband/{}/device", d.name)))
+        .map(|d| PciFunction {
+            label: d.label(),
+            device: d.name.clone(),
+            pci: d.pci.clone(),
+            dir: format!("sys/class/infiniband/{}/device", d.name),
+        })
         .collect();
-    // GPUs (display or 3D controllers of NVIDIA and AMD), by their PCI function.
     for f in src.list("sys/bus/pci/devices") {
         let p = format!("sys/bus/pci/devices/{f}");
         let class = src.read(&format!("{p}/class")).unwrap_or_default();
@@ -178,9 +195,61 @@ pub fn pcie(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
         if (class.starts_with("0x0302") || class.starts_with("0x0300"))
             && (vendor == "0x10de" || vendor == "0x1002")
         {
-            funcs.push((format!("GPU {f}"), p));
+            funcs.push(PciFunction {
+                label: format!("GPU {f}"),
+                device: "gpu".into(),
+                pci: Some(f),
+                dir: p,
+            });
         }
     }
+    funcs
+}
+
+/// A PCIe link: its speed (GT/s) and width now and at most.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PcieLink {
+    /// GT/s now.
+    pub speed: f64,
+    /// GT/s at most.
+    pub max_speed: f64,
+    /// Lanes now.
+    pub width: u32,
+    /// Lanes at most.
+    pub max_width: u32,
+}
+
+/// The link of the PCI function in sysfs folder `dir`; `None` without one (a virtual device).
+pub fn pcie_link(src: &Source, dir: &str) -> Option<PcieLink> {
+    let r = |f: &str| src.read(&format!("{dir}/{f}"));
+    Some(PcieLink {
+        speed: gts(&r("current_link_speed")?)?,
+        max_speed: gts(&r("max_link_speed")?)?,
+        width: r("current_link_width")?.parse().ok()?,
+        max_width: r("max_link_width")?.parse().ok()?,
+    })
+}
+
+/// The AER error counts since boot of the PCI function in `dir`: (`correctable`, `nonfatal`,
+/// `fatal`, count) for each file the kernel has.
+pub fn aer_totals(src: &Source, dir: &str) -> Vec<(&'static str, u64)> {
+    [
+        ("correctable", "TOTAL_ERR_COR"),
+        ("nonfatal", "TOTAL_ERR_NONFATAL"),
+        ("fatal", "TOTAL_ERR_FATAL"),
+    ]
+    .into_iter()
+    .filter_map(|(k, total)| {
+        let text = src.read(&format!("{dir}/aer_dev_{k}"))?;
+        Some((k, text.lines().find_map(|l| l.strip_prefix(total)?.trim().parse().ok())?))
+    })
+    .collect()
+}
+
+/// The PCIe links and AER counters of the RDMA devices and GPUs.
+pub fn pcie(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
+    let funcs: Vec<(String, String)> =
+        pci_functions(src, devices).into_iter().map(|f| (f.label, f.dir)).collect();
     let uptime = src
         .read("proc/uptime")
         .and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok())

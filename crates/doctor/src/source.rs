@@ -17,6 +17,9 @@ const LOG_MAX: usize = 16 * 1024 * 1024;
 pub struct Source {
     /// What `/` stands for: `/` itself, or a recorded tree.
     root: PathBuf,
+    /// Where `sys/…` and `proc/…` are read, where not under `root` (the agent's
+    /// `--sysfs-root` and `--procfs-root`).
+    split: Option<(PathBuf, PathBuf)>,
     /// The live host (the kernel log from `/dev/kmsg`), else a recorded tree (from `kmsg`).
     live: bool,
     /// Where what is read is also written, mirroring its path.
@@ -26,7 +29,7 @@ pub struct Source {
 impl Source {
     /// The host this runs on.
     pub fn live() -> Source {
-        Source { root: PathBuf::from("/"), live: true, record: None }
+        Source { root: PathBuf::from("/"), split: None, live: true, record: None }
     }
 
     /// A tree recorded by `doctor --record` (or written by hand): `DIR/sys/…`, `DIR/proc/…`,
@@ -35,7 +38,31 @@ impl Source {
         if !dir.join("sys").is_dir() && !dir.join("proc").is_dir() {
             return Err(DoctorError::NotATree(dir.to_path_buf()));
         }
-        Ok(Source { root: dir.to_path_buf(), live: false, record: None })
+        Ok(Source { root: dir.to_path_buf(), split: None, live: false, record: None })
+    }
+
+    /// A host whose sysfs is at `sys` and procfs at `proc` (the agent's roots); its kernel
+    /// log is `kmsg` beside `sys` where there is one (a doctor recording).
+    pub fn with_roots(sys: &Path, proc: &Path) -> Source {
+        Source {
+            root: sys.parent().map_or_else(|| PathBuf::from("/nonexistent"), Path::to_path_buf),
+            split: Some((sys.to_path_buf(), proc.to_path_buf())),
+            live: false,
+            record: None,
+        }
+    }
+
+    /// Where `rel` is on disk.
+    fn at(&self, rel: &str) -> PathBuf {
+        if let Some((sys, proc)) = &self.split {
+            if let Some(r) = rel.strip_prefix("sys/") {
+                return sys.join(r);
+            }
+            if let Some(r) = rel.strip_prefix("proc/") {
+                return proc.join(r);
+            }
+        }
+        self.root.join(rel)
     }
 
     /// Also writes everything read into `dir` (created; it must be empty or absent).
@@ -57,7 +84,7 @@ impl Source {
     /// The file at `rel` (`sys/class/net/eth0/mtu`), trimmed; `None` when absent, unreadable
     /// or empty.
     pub fn read(&self, rel: &str) -> Option<String> {
-        let text = host::read_capped(&self.root.join(rel), FILE_MAX).ok()?;
+        let text = host::read_capped(&self.at(rel), FILE_MAX).ok()?;
         self.keep(rel, text.as_bytes());
         Some(text.trim().to_string()).filter(|s| !s.is_empty())
     }
@@ -69,7 +96,7 @@ impl Source {
 
     /// The names in folder `rel`, sorted; empty when it is absent.
     pub fn list(&self, rel: &str) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(self.root.join(rel))
+        let mut names: Vec<String> = std::fs::read_dir(self.at(rel))
             .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
             .unwrap_or_default();
         names.sort();
@@ -97,14 +124,13 @@ impl Source {
         use std::io::Write;
         // As `echo value > file`: one write of the value and a newline; the kernel answers
         // a value it refuses with the write's error.
-        let mut f =
-            std::fs::OpenOptions::new().write(true).truncate(true).open(self.root.join(rel))?;
+        let mut f = std::fs::OpenOptions::new().write(true).truncate(true).open(self.at(rel))?;
         f.write_all(format!("{value}\n").as_bytes())
     }
 
     /// The file of `rel` on disk (for `tune`'s state file beside a recorded tree).
     pub fn path(&self, rel: &str) -> PathBuf {
-        self.root.join(rel)
+        self.at(rel)
     }
 
     fn keep(&self, rel: &str, bytes: &[u8]) {

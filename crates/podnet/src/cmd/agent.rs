@@ -16,6 +16,8 @@ use crate::cli::AgentArgs;
 
 struct Agent {
     sampler: Sampler,
+    /// The host's PCIe and kernel-log health, read through doctor.
+    host: HostHealth,
     bench_dir: std::path::PathBuf,
     probe: Option<super::probe::Probe>,
     pod: Option<super::pod::Monitor>,
@@ -62,6 +64,95 @@ impl telemetry::expose::Extra for Agent {
         if let Some(p) = &self.pod {
             p.register(registry);
         }
+        self.host.register(registry);
+    }
+}
+
+/// The host's PCIe links, AER counters and recognised kernel-log events, read through
+/// doctor's [`doctor::Source`] at each scrape (the kernel log at most every 30 s).
+struct HostHealth {
+    src: doctor::Source,
+    log: Mutex<Option<(Instant, Option<doctor::LogReport>)>>,
+}
+
+impl HostHealth {
+    fn register(&self, r: &mut telemetry::prometheus_client::registry::Registry) {
+        use telemetry::prometheus_client::metrics::family::Family;
+        use telemetry::prometheus_client::metrics::gauge::Gauge;
+        type Labels = Vec<(String, String)>;
+        type F64 = Gauge<f64, std::sync::atomic::AtomicU64>;
+        let devices = doctor::checks::rdma_devices(&self.src);
+        let (speed, max_speed): (Family<Labels, F64>, Family<Labels, F64>) = Default::default();
+        let (width, max_width): (Family<Labels, Gauge>, Family<Labels, Gauge>) = Default::default();
+        let aer: Family<Labels, Gauge> = Family::default();
+        for f in doctor::checks::pci_functions(&self.src, &devices) {
+            let l = vec![
+                ("device".to_string(), f.device.clone()),
+                ("pci".to_string(), f.pci.clone().unwrap_or_default()),
+            ];
+            if let Some(k) = doctor::checks::pcie_link(&self.src, &f.dir) {
+                speed.get_or_create(&l).set(k.speed);
+                max_speed.get_or_create(&l).set(k.max_speed);
+                width.get_or_create(&l).set(i64::from(k.width));
+                max_width.get_or_create(&l).set(i64::from(k.max_width));
+            }
+            for (sev, n) in doctor::checks::aer_totals(&self.src, &f.dir) {
+                let mut l = l.clone();
+                l.push(("severity".into(), sev.into()));
+                aer.get_or_create(&l).set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+        }
+        r.register(
+            "podnet_pcie_link_speed_gts",
+            "PCIe link speed now, GT/s, of each RDMA device's and GPU's PCI function",
+            speed,
+        );
+        r.register(
+            "podnet_pcie_link_max_speed_gts",
+            "PCIe link speed the function and its slot are capable of, GT/s",
+            max_speed,
+        );
+        r.register("podnet_pcie_link_width", "PCIe link width now, lanes", width);
+        r.register(
+            "podnet_pcie_link_max_width",
+            "PCIe link width the function is capable of, lanes",
+            max_width,
+        );
+        r.register("podnet_pcie_aer_errors", "AER errors the function reported since boot, by severity (correctable, nonfatal, fatal)", aer);
+        let log = {
+            let mut g = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+            if g.as_ref().is_none_or(|(t, _)| t.elapsed() >= Duration::from_secs(30)) {
+                let rep = self.src.kernel_log().map(|l| doctor::kmsg::recognise(&l));
+                *g = Some((Instant::now(), rep));
+            }
+            g.as_ref().and_then(|(_, l)| l.clone())
+        };
+        if let Some(log) = log {
+            let ev: Family<Labels, Gauge> = Family::default();
+            for e in &log.events {
+                ev.get_or_create(&vec![
+                    ("kind".into(), e.kind.clone()),
+                    ("device".into(), e.device.clone()),
+                    ("severity".into(), e.severity.word().into()),
+                ])
+                .set(i64::try_from(e.count).unwrap_or(i64::MAX));
+            }
+            r.register(
+                "podnet_kernel_log_events",
+                "Kernel log lines doctor recognises (PCIe limited, AER, NIC firmware health, failed commands, module events, TX timeouts, error CQEs, link down) in the kernel's ring buffer, by kind and device",
+                ev,
+            );
+            let un: Family<Labels, Gauge> = Family::default();
+            for u in &log.unrecognised {
+                un.get_or_create(&vec![("source".into(), u.source.clone())])
+                    .set(i64::try_from(u.count).unwrap_or(i64::MAX));
+            }
+            r.register(
+                "podnet_kernel_log_unrecognised_lines",
+                "Kernel log lines of the RDMA drivers (mlx5, bnxt, irdma) and AER that no pattern recognises, by source",
+                un,
+            );
+        }
     }
 }
 
@@ -92,7 +183,16 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
         None
     };
     let pod = super::pod::Monitor::start(args)?;
+    let host = HostHealth {
+        src: if roots.live {
+            doctor::Source::live()
+        } else {
+            doctor::Source::with_roots(&roots.sys, &roots.proc)
+        },
+        log: Mutex::new(None),
+    };
     let agent = Arc::new(Agent {
+        host,
         sampler: Sampler::new(roots, Duration::from_secs_f64(deadline)),
         bench_dir: args.bench_dir.clone(),
         probe,

@@ -72,3 +72,54 @@ fn doctor_record_then_root_diagnoses_as_the_live_host() {
     assert!(recorded >= 2, "sys/ and proc/ at least");
     assert!(a["log"]["lines"].as_u64().unwrap() > 0, "the kernel log was not read: {a}");
 }
+
+/// The agent exports doctor's health side: the problem host's NIC at x8 of x16, its AER
+/// count, its kernel log's events — and the clean host's link at full width and no events;
+/// each family is defined in docs/metrics.md.
+#[test]
+fn the_agent_exports_pcie_links_aer_and_kernel_log_events() {
+    let print = |tree: &str| {
+        let root = testdata(&format!("doctor/{tree}"));
+        let o = podnet(&[
+            "agent",
+            "--print",
+            "--interval",
+            "0.2",
+            "--sysfs-root",
+            root.join("sys").to_str().unwrap(),
+            "--procfs-root",
+            root.join("proc").to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    let bad = print("mlx5-problems");
+    for line in [
+        "podnet_pcie_link_width{device=\"mlx5_0\",pci=\"0000:3b:00.0\"} 8",
+        "podnet_pcie_link_max_width{device=\"mlx5_0\",pci=\"0000:3b:00.0\"} 16",
+        "podnet_pcie_link_speed_gts{device=\"mlx5_0\",pci=\"0000:3b:00.0\"} 8.0",
+        "podnet_pcie_link_width{device=\"gpu\",pci=\"0000:5e:00.0\"} 8",
+        "podnet_pcie_aer_errors{device=\"mlx5_0\",pci=\"0000:3b:00.0\",severity=\"correctable\"} 15",
+        "podnet_kernel_log_events{kind=\"nic-firmware-health\",device=\"0000:3b:00.0\",severity=\"error\"} 1",
+        "podnet_kernel_log_events{kind=\"aer-corrected\",device=\"0000:3a:00.0\",severity=\"warning\"} 2",
+        "podnet_kernel_log_unrecognised_lines{source=\"mlx5_core\"} 3",
+    ] {
+        assert!(bad.lines().any(|l| l == line), "no {line} in:\n{bad}");
+    }
+    let clean = print("clean");
+    assert!(
+        clean
+            .lines()
+            .any(|l| l == "podnet_pcie_link_width{device=\"mlx5_0\",pci=\"0000:3b:00.0\"} 16")
+    );
+    assert!(!clean.lines().any(|l| l.starts_with("podnet_kernel_log_events{")), "{clean}");
+    let doc = std::fs::read_to_string(testdata("../docs/metrics.md")).unwrap();
+    for name in bad
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .filter(|n| n.starts_with("podnet_pcie_") || n.starts_with("podnet_kernel_log_"))
+    {
+        assert!(doc.contains(&format!("`{name}{{")), "{name} is not in docs/metrics.md");
+    }
+}
