@@ -22,6 +22,34 @@ use serde::Serialize;
 pub use kmsg::{LogEvent, LogReport};
 pub use source::Source;
 
+/// Every kind of finding doctor makes (what a qualify plan's `host.doctor` may name).
+pub const KINDS: &[&str] = &[
+    "cpu-governor",
+    "numa-balancing",
+    "thp",
+    "smt",
+    "kernel-cmdline",
+    "pcie-link",
+    "pcie-aer",
+    "irq-affinity",
+    "roce-mtu",
+    "roce-v2-gid",
+    "rp-filter",
+    "arp-ignore",
+    "arp-announce",
+    "log:pcie-link-limited",
+    "log:aer-uncorrected",
+    "log:aer-corrected",
+    "log:nic-firmware-health",
+    "log:nic-command-failed",
+    "log:module-error",
+    "log:module-event",
+    "log:tx-timeout",
+    "log:error-cqe",
+    "log:link-down",
+    "log:unrecognised",
+];
+
 /// How bad a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -78,6 +78,10 @@ fn every_problem_of_the_problem_host_is_found_with_its_evidence() {
     // Errors first; the exit status's count.
     assert_eq!(r.findings[0].severity, Severity::Error);
     assert_eq!(r.errors(), 7);
+    // Every kind is one a plan may name.
+    for f in &r.findings {
+        assert!(doctor::KINDS.contains(&f.kind.as_str()), "{} is not in doctor::KINDS", f.kind);
+    }
     // Nothing beyond what is expected.
     assert_eq!(r.findings.len(), EXPECTED.len(), "{:#?}", r.findings);
 }

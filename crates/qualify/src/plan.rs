@@ -11,6 +11,8 @@
 //! cpu_governor = "performance"           # every CPU's cpufreq governor
 //! nic_numa_node = true                   # each RDMA device's PCI function has a NUMA node
 //! min_netdev_mtu = 4200                  # the netdevs under RoCE ports
+//! doctor = ["error", "irq-affinity"]     # podnet doctor finds none of these (kinds, or
+//!                                        # "error": any of error severity)
 //!
 //! [device]
 //! port_active = true
@@ -71,6 +73,11 @@ pub struct HostChecks {
     pub nic_numa_node: bool,
     /// The netdevs under RoCE ports must have at least this MTU.
     pub min_netdev_mtu: Option<u32>,
+    /// `podnet doctor`'s findings that must not be found, by kind (`pcie-link`,
+    /// `pcie-aer`, `irq-affinity`, `log:nic-firmware-health`, … — `doctor::KINDS`), or
+    /// `error` for any of error severity: a check each.
+    #[serde(default)]
+    pub doctor: Vec<String>,
 }
 
 /// Device checks, on every device of the plan.
@@ -349,6 +356,17 @@ impl Plan {
             }
         } else if plan.devices.is_empty() {
             return Err(invalid("devices", "`devices` lists no device".into()));
+        }
+        if let Some(k) =
+            plan.host.doctor.iter().find(|k| *k != "error" && !doctor::KINDS.contains(&k.as_str()))
+        {
+            return Err(invalid(
+                "doctor",
+                format!(
+                    "`host.doctor`: {k:?} is not a kind of doctor finding (\"error\", or one of {})",
+                    doctor::KINDS.join(", ")
+                ),
+            ));
         }
         for (i, d) in plan.devices.iter().enumerate() {
             if let Err(verbs::Error::BadDeviceName { why, .. }) = verbs::DeviceName::parse(d) {

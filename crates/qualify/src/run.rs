@@ -383,6 +383,49 @@ fn judge(pc: &PerfCheck, pair: &str, row: &Row, cal: &[Row], took: Duration) -> 
 
 fn host_checks(plan: &Plan, sys: &Path, r: &mut Run<'_>) {
     let h = &plan.host;
+    if !h.doctor.is_empty() {
+        // The live host, or the tree `sys` stands in (its procfs beside it).
+        let src = if sys == Path::new("/sys") {
+            doctor::Source::live()
+        } else {
+            doctor::Source::with_roots(sys, &sys.parent().unwrap_or(Path::new("/")).join("proc"))
+        };
+        let report = doctor::diagnose(&src);
+        for kind in &h.doctor {
+            let hits: Vec<&doctor::Finding> = report
+                .findings
+                .iter()
+                .filter(|f| {
+                    if kind == "error" {
+                        f.severity == doctor::Severity::Error
+                    } else {
+                        f.kind == *kind
+                    }
+                })
+                .collect();
+            let what: Vec<String> = hits
+                .iter()
+                .map(|f| {
+                    format!(
+                        "{} {}: {} ({})",
+                        f.kind,
+                        f.component,
+                        f.seen,
+                        f.evidence.first().map_or("", String::as_str)
+                    )
+                })
+                .collect();
+            r.push(
+                Measurement::new(format!("host/doctor/{kind}"))
+                    .figure(hits.len() as f64, "findings")
+                    .want(Threshold::AtMost(0.0))
+                    .threshold_text("none")
+                    .detail(format!("podnet doctor finds no {kind}"))
+                    .on_fail(what.join("; "))
+                    .judge(None),
+            );
+        }
+    }
     if let Some(want) = &h.cpu_governor {
         let name = "host/cpu_governor";
         let govs = host::cpu::governors(sys);

@@ -123,3 +123,66 @@ fn the_agent_exports_pcie_links_aer_and_kernel_log_events() {
         assert!(doc.contains(&format!("`{name}{{")), "{name} is not in docs/metrics.md");
     }
 }
+
+/// A qualify plan names doctor's findings that must not be found: on the problem host they
+/// fail (with the finding and its evidence), on the clean one they pass; a kind doctor does
+/// not make is a plan error.
+#[test]
+fn qualify_runs_doctors_checks_as_host_checks() {
+    let dir = std::env::temp_dir().join(format!("podnet-doctor-qualify-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("plan.toml");
+    std::fs::write(
+        &plan,
+        "name = \"doctor\"\ndevices = [\"soft:127.0.0.1\"]\n[host]\ndoctor = [\"error\", \"irq-affinity\", \"thp\"]\n",
+    )
+    .unwrap();
+    let run = |tree: &str| {
+        let sys = testdata(&format!("doctor/{tree}/sys"));
+        let o = podnet(&[
+            "qualify",
+            "--plan",
+            plan.to_str().unwrap(),
+            "--sysfs-root",
+            sys.to_str().unwrap(),
+            "--json",
+            "--report-dir",
+            dir.join(tree).to_str().unwrap(),
+        ]);
+        let v: Value =
+            serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
+        let checks: Vec<(String, String, String)> = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["name"].as_str().unwrap().starts_with("host/doctor/"))
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap().to_string(),
+                    c["status"].as_str().unwrap().to_string(),
+                    c["detail"].to_string(),
+                )
+            })
+            .collect();
+        (o.status.code(), checks)
+    };
+    let (code, bad) = run("mlx5-problems");
+    assert_eq!(code, Some(1));
+    assert_eq!(bad.len(), 3, "{bad:?}");
+    assert!(bad.iter().all(|c| c.1 == "fail"), "{bad:?}");
+    let irq = bad.iter().find(|c| c.0 == "host/doctor/irq-affinity").unwrap();
+    assert!(irq.2.contains("proc/irq/120") || irq.2.contains("local_cpulist"), "{irq:?}");
+    let (code, clean) = run("clean");
+    assert_eq!(code, Some(0), "{clean:?}");
+    assert!(clean.len() == 3 && clean.iter().all(|c| c.1 == "pass"), "{clean:?}");
+    std::fs::write(
+        &plan,
+        "name = \"x\"\ndevices = [\"soft:127.0.0.1\"]\n[host]\ndoctor = [\"pcie-lnk\"]\n",
+    )
+    .unwrap();
+    let o = podnet(&["qualify", "--plan", plan.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("\"pcie-lnk\" is not a kind of doctor finding"), "{}", stderr(&o));
+}
