@@ -82,12 +82,40 @@ def host(root, bad):
         put(root, f"{p}/gid_attrs/types/0", "IB/RoCE v1")
         put(root, f"{p}/gid_attrs/types/1", "IB/RoCE v1" if bad and i == 1 else "RoCE v2")
         put(root, f"sys/class/net/{nd}/mtu", "1500" if bad and i == 0 else "9000")
+        put(root, f"sys/class/net/{nd}/speed", "100000")
+        for prio in range(8):
+            put(root, f"sys/class/net/{nd}/ecn/roce_np/enable/{prio}", "0" if bad and i == 0 else "1")
+            put(root, f"sys/class/net/{nd}/ecn/roce_rp/enable/{prio}", "1")
+        # What `ethtool --show-fec` and `ethtool -S` print (mlx5's names).
+        fec = "Off" if bad and i == 0 else "RS"
+        put(root, f"cmd/ethtool-show-fec-{nd}",
+            f"FEC parameters for {nd}:\nSupported/Configured FEC encodings: Auto RS BaseR\nActive FEC encoding: {fec}")
+        phy = bad and i == 1
+        put(root, f"cmd/ethtool-S-{nd}", "\n".join([
+            "NIC statistics:",
+            "     rx_packets: 81234567",
+            "     tx_packets: 79123456",
+            f"     rx_crc_errors_phy: 0",
+            f"     rx_pcs_symbol_err_phy: {1234 if phy else 0}",
+            f"     rx_corrected_bits_phy: {987654 if phy else 12}",
+            f"     link_down_events_phy: {3 if phy else 0}",
+        ]))
         for key, good, worse in [("rp_filter", "2", "0"), ("arp_ignore", "1", "0"),
                                  ("arp_announce", "2", "0")]:
             put(root, f"proc/sys/net/ipv4/conf/{nd}/{key}", worse if bad else good)
     for key, good, worse in [("rp_filter", "2", "1"), ("arp_ignore", "1", "0"),
                              ("arp_announce", "2", "0")]:
         put(root, f"proc/sys/net/ipv4/conf/all/{key}", worse if bad else good)
+    # What `devlink -j health show` prints.
+    import json
+    rep = lambda name, state, err, rec: {"reporter": name, "state": state, "error": err,
+                                          "recover": rec, "grace_period": 500,
+                                          "auto_recover": True, "auto_dump": True}
+    put(root, "cmd/devlink-health.json", json.dumps({"health": {
+        "pci/0000:3b:00.0": [rep("fw", "healthy", 2 if bad else 0, 2 if bad else 0),
+                             rep("fw_fatal", "error" if bad else "healthy", 1 if bad else 0, 0)],
+        "pci/0000:3b:00.1": [rep("fw", "healthy", 0, 0), rep("fw_fatal", "healthy", 0, 0)],
+    }}))
     # An NVIDIA GPU (3D controller), and a NIC function that is not a GPU.
     g = "sys/bus/pci/devices/0000:5e:00.0"
     put(root, f"{g}/class", "0x030200")

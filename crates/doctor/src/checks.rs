@@ -464,6 +464,140 @@ pub fn netdevs(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
     }
 }
 
+/// The NIC side of the RoCE netdevs: ECN on the mlx5 priorities (sysfs `ecn/`), the FEC
+/// mode against the link speed and the physical-layer counters (`ethtool`), and the
+/// firmware health reporters (`devlink health`).
+pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
+    let uptime = src
+        .read("proc/uptime")
+        .and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok())
+        .filter(|u| *u > 0.0);
+    let mut netdevs: Vec<(String, String)> = Vec::new();
+    for d in devices {
+        for (_, ll, nd) in &d.ports {
+            if let (Some("Ethernet"), Some(nd)) = (ll.as_deref(), nd)
+                && !netdevs.iter().any(|(n, _)| n == nd)
+            {
+                netdevs.push((nd.clone(), d.name.clone()));
+            }
+        }
+    }
+    for (nd, dev) in &netdevs {
+        // mlx5: ecn/roce_np/enable/<prio> (the notification point: marks CNPs back) and
+        // ecn/roce_rp/enable/<prio> (the reaction point: slows down on CNPs).
+        for side in ["roce_np", "roce_rp"] {
+            let base = format!("sys/class/net/{nd}/ecn/{side}/enable");
+            let prios: Vec<(String, String)> = src
+                .list(&base)
+                .into_iter()
+                .filter_map(|p| Some((p.clone(), src.read(&format!("{base}/{p}"))?)))
+                .collect();
+            if !prios.is_empty() && prios.iter().all(|(_, v)| v == "0") {
+                out.push(Finding {
+                    severity: Severity::Warning,
+                    kind: "ecn-off".into(),
+                    component: format!("{dev} ({nd})"),
+                    seen: format!("ECN ({side}) disabled on all {} priorities", prios.len()),
+                    why: "without ECN (DCQCN) the NIC never slows down for a congested switch: PFC pauses spread and incast collapses throughput".into(),
+                    fix: format!("for p in 0 1 2 3 4 5 6 7; do echo 1 > /sys/class/net/{nd}/ecn/{side}/enable/$p; done"),
+                    evidence: vec![format!("{base}/*: {}", prios.iter().map(|(p, v)| format!("{p}={v}")).collect::<Vec<_>>().join(" "))],
+                });
+            }
+        }
+        let speed = src.read_u64(&format!("sys/class/net/{nd}/speed"));
+        if let Some(fec) =
+            src.command(&format!("ethtool-show-fec-{nd}"), &["ethtool", "--show-fec", nd])
+            && let Some(active) =
+                fec.lines().find_map(|l| l.trim().strip_prefix("Active FEC encoding:"))
+        {
+            let active = active.trim();
+            if speed.is_some_and(|s| s >= 50_000 && s < u64::from(u32::MAX))
+                && matches!(active.to_ascii_lowercase().as_str(), "off" | "none")
+            {
+                out.push(Finding {
+                    severity: Severity::Error,
+                    kind: "fec-off".into(),
+                    component: format!("{dev} ({nd})"),
+                    seen: format!("FEC {active} at {} Gb/s", speed.unwrap_or(0) / 1000),
+                    why: "links of 50 Gb/s per lane and up (PAM4) need RS-FEC: without it bit errors reach the packets and RoCE retransmits (or the switch port disagrees and the link flaps)".into(),
+                    fix: format!("ethtool --set-fec {nd} encoding rs (the switch port the same)"),
+                    evidence: vec![format!("ethtool --show-fec {nd}: Active FEC encoding: {active}"), format!("sys/class/net/{nd}/speed = {}", speed.unwrap_or(0))],
+                });
+            }
+        }
+        if let Some(stats) = src.command(&format!("ethtool-S-{nd}"), &["ethtool", "-S", nd]) {
+            let get = |k: &str| {
+                stats.lines().find_map(|l| {
+                    l.trim().strip_prefix(k)?.strip_prefix(':')?.trim().parse::<u64>().ok()
+                })
+            };
+            // mlx5's names (ethtool -S): the PHY's own counters.
+            for (key, kind, why) in [
+                (
+                    "rx_pcs_symbol_err_phy",
+                    "phy-symbol-errors",
+                    "symbol errors the PHY could not correct: a dirty or failing cable, optic or port; packets are lost to them",
+                ),
+                (
+                    "rx_crc_errors_phy",
+                    "phy-crc-errors",
+                    "frames with a bad CRC: corrupted on the wire, each a lost RoCE packet",
+                ),
+                (
+                    "link_down_events_phy",
+                    "phy-link-down",
+                    "the link went down: every QP on it stalled or failed",
+                ),
+            ] {
+                if let Some(n) = get(key).filter(|n| *n > 0) {
+                    let rate = uptime
+                        .map(|u| format!(", {:.2} an hour since boot", n as f64 * 3600.0 / u))
+                        .unwrap_or_default();
+                    out.push(Finding {
+                        severity: Severity::Warning,
+                        kind: kind.into(),
+                        component: format!("{dev} ({nd})"),
+                        seen: format!("{key} {n}{rate}"),
+                        why: why.into(),
+                        fix: "clean or replace the cable or optic; check the switch port's counters for the same link".into(),
+                        evidence: vec![format!("ethtool -S {nd}: {key}: {n}")],
+                    });
+                }
+            }
+        }
+    }
+    if devices.iter().any(|d| d.pci.is_some())
+        && let Some(text) = src.command("devlink-health.json", &["devlink", "-j", "health", "show"])
+        && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+        && let Some(h) = v.get("health").and_then(|h| h.as_object())
+    {
+        for (handle, reporters) in h {
+            let label = devices
+                .iter()
+                .find(|d| d.pci.as_deref().is_some_and(|p| handle.contains(p)))
+                .map_or(handle.clone(), RdmaDevice::label);
+            for r in reporters.as_array().into_iter().flatten() {
+                let name = r["reporter"].as_str().unwrap_or("?");
+                let state = r["state"].as_str().unwrap_or("?");
+                let errors = r["error"].as_u64().unwrap_or(0);
+                let recovers = r["recover"].as_u64().unwrap_or(0);
+                if state == "healthy" && errors == 0 {
+                    continue;
+                }
+                out.push(Finding {
+                    severity: if state == "healthy" { Severity::Warning } else { Severity::Error },
+                    kind: "devlink-health".into(),
+                    component: label.clone(),
+                    seen: format!("health reporter {name}: {state}, {errors} errors, {recovers} recoveries"),
+                    why: "the driver's health reporter saw the device fail (fw: firmware errors and asserts; fw_fatal: the firmware stopped; tx/rx: stuck queues) and recovered it, or could not".into(),
+                    fix: format!("devlink health diagnose {handle} reporter {name}; devlink health dump show {handle} reporter {name} for the vendor"),
+                    evidence: vec![format!("devlink health show: {handle} reporter {name} state {state} error {errors} recover {recovers}")],
+                });
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,6 +37,12 @@ pub const KINDS: &[&str] = &[
     "rp-filter",
     "arp-ignore",
     "arp-announce",
+    "ecn-off",
+    "fec-off",
+    "phy-symbol-errors",
+    "phy-crc-errors",
+    "phy-link-down",
+    "devlink-health",
     "log:pcie-link-limited",
     "log:aer-uncorrected",
     "log:aer-corrected",
@@ -133,6 +139,7 @@ pub fn diagnose(src: &Source) -> Report {
     checks::cpu(src, &mut findings);
     checks::pcie(src, &devices, &mut findings);
     checks::netdevs(src, &devices, &mut findings);
+    checks::nic(src, &devices, &mut findings);
     let log = src.kernel_log().map(|l| kmsg::recognise(&l));
     if let Some(l) = &log {
         findings.extend(l.events.iter().map(|e| Finding {

@@ -119,6 +119,19 @@ impl Source {
         Some(text)
     }
 
+    /// What a command printed (`ethtool`, `devlink`: what sysfs does not hold): run on the
+    /// live host (at most 5 s; recorded as `cmd/NAME`), read from `cmd/NAME` in a recorded
+    /// tree. `None` when it is not installed, fails, or was not recorded.
+    pub fn command(&self, name: &str, argv: &[&str]) -> Option<String> {
+        let text = if self.live {
+            run_bounded(argv, std::time::Duration::from_secs(5))?
+        } else {
+            read_file(&self.root.join("cmd").join(name))?
+        };
+        self.keep(&format!("cmd/{name}"), text.as_bytes());
+        Some(text)
+    }
+
     /// Writes `value` to the file at `rel` (`tune`; on the live host, the kernel's file).
     pub fn write(&self, rel: &str, value: &str) -> std::io::Result<()> {
         use std::io::Write;
@@ -146,6 +159,41 @@ impl Source {
             let _ = std::fs::write(p, bytes);
         }
     }
+}
+
+/// Runs `argv`; its stdout if it exits 0 within `limit` (else it is killed).
+fn run_bounded(argv: &[&str], limit: std::time::Duration) -> Option<String> {
+    use std::io::Read;
+    let (cmd, args) = argv.split_first()?;
+    let mut child = std::process::Command::new(cmd)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut out = child.stdout.take()?;
+    // The output is read on a thread, so that a chatty command never blocks on a full pipe.
+    let reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.by_ref().take(LOG_MAX as u64).read_to_end(&mut v);
+        v
+    });
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            break Some(s);
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let v = reader.join().ok()?;
+    status.filter(|s| s.success())?;
+    Some(String::from_utf8_lossy(&v).into_owned())
 }
 
 fn read_file(p: &Path) -> Option<String> {

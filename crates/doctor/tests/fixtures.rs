@@ -33,6 +33,13 @@ const EXPECTED: &[(&str, &str, Severity)] = &[
     ("arp-ignore", "ens1f1np1", Severity::Warning),
     ("arp-announce", "ens1f0np0", Severity::Warning),
     ("arp-announce", "ens1f1np1", Severity::Warning),
+    ("ecn-off", "mlx5_0 (ens1f0np0)", Severity::Warning),
+    ("fec-off", "mlx5_0 (ens1f0np0)", Severity::Error),
+    ("phy-symbol-errors", "mlx5_1 (ens1f1np1)", Severity::Warning),
+    ("phy-link-down", "mlx5_1 (ens1f1np1)", Severity::Warning),
+    // fw_fatal in error (an error), fw with errors it recovered from (a warning).
+    ("devlink-health", "mlx5_0 (0000:3b:00.0)", Severity::Error),
+    ("devlink-health", "mlx5_0 (0000:3b:00.0)", Severity::Warning),
     ("log:pcie-link-limited", "0000:3b:00.0", Severity::Error),
     ("log:aer-corrected", "0000:3a:00.0", Severity::Warning),
     ("log:module-event", "0000:3b:00.1", Severity::Warning),
@@ -52,7 +59,7 @@ fn every_problem_of_the_problem_host_is_found_with_its_evidence() {
         let f = r
             .findings
             .iter()
-            .find(|f| f.kind == *kind && f.component == *component)
+            .find(|f| f.kind == *kind && f.component == *component && f.severity == *sev)
             .unwrap_or_else(|| panic!("{kind} on {component} not found: {:#?}", r.findings));
         assert_eq!(f.severity, *sev, "{f:?}");
         assert!(!f.evidence.is_empty() && !f.why.is_empty() && !f.fix.is_empty(), "{f:?}");
@@ -77,7 +84,7 @@ fn every_problem_of_the_problem_host_is_found_with_its_evidence() {
     assert!(irq.evidence.iter().any(|e| e == "proc/irq/120/smp_affinity_list = 2-3"));
     // Errors first; the exit status's count.
     assert_eq!(r.findings[0].severity, Severity::Error);
-    assert_eq!(r.errors(), 7);
+    assert_eq!(r.errors(), 9);
     // Every kind is one a plan may name.
     for f in &r.findings {
         assert!(doctor::KINDS.contains(&f.kind.as_str()), "{} is not in doctor::KINDS", f.kind);
