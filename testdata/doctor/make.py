@@ -70,6 +70,7 @@ def host(root, bad):
         put(root, f"{d}/device/aer_dev_nonfatal", aer("nonfatal", {}))
         put(root, f"{d}/device/aer_dev_fatal", aer("fatal", {}))
         put(root, f"{d}/device/numa_node", "0")
+        put(root, f"{d}/device/iommu_group/type", "DMA-FQ" if slow else "identity")
         put(root, f"{d}/device/local_cpulist", "0-1")
         for k in range(2):
             irq = irq0 + k
@@ -106,6 +107,8 @@ def host(root, bad):
     for key, good, worse in [("rp_filter", "2", "1"), ("arp_ignore", "1", "0"),
                              ("arp_announce", "2", "0")]:
         put(root, f"proc/sys/net/ipv4/conf/all/{key}", worse if bad else good)
+    if bad:  # what `pgrep -x irqbalance` prints
+        put(root, "cmd/pgrep-irqbalance", "1187")
     # What `devlink -j health show` prints.
     import json
     rep = lambda name, state, err, rec: {"reporter": name, "state": state, "error": err,

@@ -566,6 +566,36 @@ pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
             }
         }
     }
+    for d in devices.iter().filter(|d| d.pci.is_some()) {
+        let f = format!("sys/class/infiniband/{}/device/iommu_group/type", d.name);
+        if let Some(t) = src.read(&f)
+            && t.starts_with("DMA")
+        {
+            out.push(Finding {
+                severity: Severity::Info,
+                kind: "iommu-translated".into(),
+                component: d.label(),
+                seen: format!("the IOMMU translates the device's DMA (domain type {t})"),
+                why: "every DMA the NIC does is translated: IOTLB misses cost bandwidth with many memory regions and with GPU peer-to-peer; RDMA hosts usually run the IOMMU in passthrough".into(),
+                fix: "add iommu=pt to the kernel command line (and intel_iommu=on / amd_iommu=on where the IOMMU is wanted for VFs)".into(),
+                evidence: vec![format!("{f} = {t}")],
+            });
+        }
+    }
+    if devices.iter().any(|d| d.pci.is_some())
+        && let Some(pids) = src.command("pgrep-irqbalance", &["pgrep", "-x", "irqbalance"])
+        && !pids.trim().is_empty()
+    {
+        out.push(Finding {
+            severity: Severity::Warning,
+            kind: "irqbalance".into(),
+            component: "irq".into(),
+            seen: format!("irqbalance is running (pid {})", pids.split_whitespace().next().unwrap_or("?")),
+            why: "irqbalance moves IRQs every few seconds: the NIC's completion interrupts leave the CPUs they were pinned to, and `podnet tune`'s placement does not last".into(),
+            fix: "systemctl stop irqbalance && systemctl disable irqbalance (or ban the NIC's IRQs in its IRQBALANCE_BANNED_CPULIST)".into(),
+            evidence: vec![format!("pgrep -x irqbalance: {}", pids.trim())],
+        });
+    }
     if devices.iter().any(|d| d.pci.is_some())
         && let Some(text) = src.command("devlink-health.json", &["devlink", "-j", "health", "show"])
         && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)

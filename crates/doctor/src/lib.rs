@@ -43,6 +43,8 @@ pub const KINDS: &[&str] = &[
     "phy-crc-errors",
     "phy-link-down",
     "devlink-health",
+    "iommu-translated",
+    "irqbalance",
     "log:pcie-link-limited",
     "log:aer-uncorrected",
     "log:aer-corrected",

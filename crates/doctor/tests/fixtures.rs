@@ -40,6 +40,8 @@ const EXPECTED: &[(&str, &str, Severity)] = &[
     // fw_fatal in error (an error), fw with errors it recovered from (a warning).
     ("devlink-health", "mlx5_0 (0000:3b:00.0)", Severity::Error),
     ("devlink-health", "mlx5_0 (0000:3b:00.0)", Severity::Warning),
+    ("iommu-translated", "mlx5_0 (0000:3b:00.0)", Severity::Info),
+    ("irqbalance", "irq", Severity::Warning),
     ("log:pcie-link-limited", "0000:3b:00.0", Severity::Error),
     ("log:aer-corrected", "0000:3a:00.0", Severity::Warning),
     ("log:module-event", "0000:3b:00.1", Severity::Warning),
