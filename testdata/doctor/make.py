@@ -10,7 +10,9 @@ mlx5-problems/  two ConnectX-like RoCE ports and an NVIDIA GPU with one problem 
                 netdev at MTU 1500, a port without a RoCE v2 GID, strict rp_filter and
                 arp_ignore/arp_announce 0 on a multi-rail host, a GPU at x8 of x16, and a
                 kernel log with firmware, AER, module, watchdog, error-CQE and link events.
-clean/          the same host with every setting right and a quiet log.
+clean/          the same host with every setting right and a quiet log (and newer kernel,
+                driver and firmware); clean-b/ the same again, named gpu09: a pod of three
+                for `doctor --compare`.
 vm-recorded/    is not made here: `podnet doctor --record` on the 2-core development VM.
 rxe-guest/      is not made here: `podnet doctor --record` in the QEMU guest with rxe
                 (PODNET_DOCTOR_KEEP=DIR and the test doctor_rxe::…).
@@ -43,9 +45,11 @@ def aer(kind, counts):
     return "\n".join(lines)
 
 
-def host(root, bad):
+def host(root, bad, name=None):
     shutil.rmtree(root, ignore_errors=True)
-    put(root, "proc/sys/kernel/hostname", "gpu07" if bad else "gpu08")
+    put(root, "proc/sys/kernel/hostname", name or ("gpu07" if bad else "gpu08"))
+    put(root, "proc/sys/kernel/osrelease", "6.1.0-18-amd64" if bad else "6.1.0-21-amd64")
+    put(root, "sys/module/mlx5_core/version", "23.10-1.1.9" if bad else "24.04-0.6.6")
     put(root, "proc/uptime", "86400.00 170000.00")
     put(root, "proc/cmdline", "BOOT_IMAGE=/vmlinuz-6.1.0-18-amd64 root=/dev/sda1 ro"
         + (" intel_iommu=on iommu=pt" if bad else ""))
@@ -59,6 +63,8 @@ def host(root, bad):
     for i, (dev, pci, nd, irq0) in enumerate([("mlx5_0", "0000:3b:00.0", "ens1f0np0", 120),
                                                ("mlx5_1", "0000:3b:00.1", "ens1f1np1", 140)]):
         d = f"sys/class/infiniband/{dev}"
+        put(root, f"{d}/fw_ver", "22.36.1010" if bad else "22.39.1002")
+        put(root, f"{d}/board_id", "MT_0000000359")
         put(root, f"{d}/device/uevent", f"DRIVER=mlx5_core\nPCI_CLASS=20000\nPCI_SLOT_NAME={pci}")
         slow = bad and i == 0
         put(root, f"{d}/device/current_link_speed", "8.0 GT/s PCIe" if slow else "16.0 GT/s PCIe")
@@ -159,3 +165,4 @@ def host(root, bad):
 
 host(os.path.join(HERE, "mlx5-problems"), True)
 host(os.path.join(HERE, "clean"), False)
+host(os.path.join(HERE, "clean-b"), False, "gpu09")

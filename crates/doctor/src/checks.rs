@@ -49,6 +49,36 @@ pub fn rdma_devices(src: &Source) -> Vec<RdmaDevice> {
         .collect()
 }
 
+/// What should match across hosts: the kernel's release, each RDMA device's firmware and
+/// board, and its driver's version where the module gives one.
+pub fn versions(
+    src: &Source,
+    devices: &[RdmaDevice],
+) -> std::collections::BTreeMap<String, String> {
+    let mut v = std::collections::BTreeMap::new();
+    if let Some(k) = src.read("proc/sys/kernel/osrelease") {
+        v.insert("kernel".to_string(), k);
+    }
+    for d in devices {
+        let base = format!("sys/class/infiniband/{}", d.name);
+        if let Some(fw) = src.read(&format!("{base}/fw_ver")) {
+            v.insert(format!("{} firmware", d.name), fw);
+        }
+        if let Some(b) = src.read(&format!("{base}/board_id")) {
+            v.insert(format!("{} board", d.name), b);
+        }
+        let driver = src
+            .read(&format!("{base}/device/uevent"))
+            .and_then(|u| u.lines().find_map(|l| l.strip_prefix("DRIVER=").map(str::to_string)));
+        if let Some(drv) = driver
+            && let Some(ver) = src.read(&format!("sys/module/{drv}/version"))
+        {
+            v.insert(format!("{drv} driver"), ver);
+        }
+    }
+    v
+}
+
 /// `0-3,8,10-11` → the CPUs.
 pub fn cpulist(s: &str) -> Vec<u32> {
     let mut out = Vec::new();

@@ -45,6 +45,7 @@ pub const KINDS: &[&str] = &[
     "devlink-health",
     "iommu-translated",
     "irqbalance",
+    "version-mismatch",
     "log:pcie-link-limited",
     "log:aer-uncorrected",
     "log:aer-corrected",
@@ -111,6 +112,9 @@ pub struct Report {
     pub findings: Vec<Finding>,
     /// The kernel log, read: `None` where it could not be (not root; not recorded).
     pub log: Option<LogReport>,
+    /// What should match across a pod's hosts: `kernel` (its release), `<device> firmware`,
+    /// `<device> board`, `<driver> driver` (where the module says).
+    pub versions: std::collections::BTreeMap<String, String>,
 }
 
 impl Report {
@@ -182,5 +186,48 @@ pub fn diagnose(src: &Source) -> Report {
         devices: devices.iter().map(|d| d.name.clone()).collect(),
         findings,
         log,
+        versions: checks::versions(src, &devices),
     }
+}
+
+/// Findings across hosts: each version (kernel, NIC firmware, board, driver) that a host
+/// does not share with most of the others. `reports` are (host, its report).
+pub fn compare(reports: &[(String, Report)]) -> Vec<Finding> {
+    let mut keys: Vec<&String> = reports.iter().flat_map(|(_, r)| r.versions.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut out = Vec::new();
+    for key in keys {
+        let vals: Vec<(&String, &String)> =
+            reports.iter().filter_map(|(h, r)| Some((h, r.versions.get(key)?))).collect();
+        let mut counts: std::collections::BTreeMap<&String, usize> = Default::default();
+        for (_, v) in &vals {
+            *counts.entry(*v).or_default() += 1;
+        }
+        if counts.len() < 2 {
+            continue;
+        }
+        let (most, n) = counts
+            .iter()
+            .max_by_key(|(v, n)| (**n, std::cmp::Reverse(**v)))
+            .map(|(v, n)| (*v, *n))
+            .unwrap_or((vals[0].1, 0));
+        // With no majority (a tie), every host that differs from the most common is named.
+        for (h, v) in vals.iter().filter(|(_, v)| *v != most) {
+            out.push(Finding {
+                severity: Severity::Warning,
+                kind: "version-mismatch".into(),
+                component: (*h).clone(),
+                seen: format!("{key} {v}, where {n} of {} hosts run {most}", vals.len()),
+                why: "hosts of one pod should run the same kernel, driver and NIC firmware: a difference changes RDMA behaviour (congestion control, bugs fixed or not) on some paths only".into(),
+                fix: if key.ends_with("firmware") {
+                    format!("flash {h}'s {key} to {most} (mlxfwmanager or the vendor's firmware tool)")
+                } else {
+                    format!("install the {key} {most} on {h}, as on the others")
+                },
+                evidence: vec![format!("{h}: {key} = {v}")],
+            });
+        }
+    }
+    out
 }

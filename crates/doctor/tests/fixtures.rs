@@ -148,3 +148,35 @@ fn the_recorded_rxe_guest_is_a_multi_rail_host_with_arp_to_fix() {
     assert_eq!(got, want);
     assert_eq!(r.errors(), 0);
 }
+
+#[test]
+fn compare_names_the_host_whose_versions_differ_from_the_pods() {
+    let reports: Vec<(String, Report)> = ["mlx5-problems", "clean", "clean-b"]
+        .iter()
+        .map(|t| {
+            let r = run(t);
+            (r.host.clone().unwrap(), r)
+        })
+        .collect();
+    assert_eq!(reports[0].1.versions["mlx5_0 firmware"], "22.36.1010");
+    assert_eq!(reports[1].1.versions["kernel"], "6.1.0-21-amd64");
+    let f = doctor::compare(&reports);
+    let mut seen: Vec<(&str, &str)> =
+        f.iter().map(|f| (f.component.as_str(), f.seen.as_str())).collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("gpu07", "kernel 6.1.0-18-amd64, where 2 of 3 hosts run 6.1.0-21-amd64"),
+            ("gpu07", "mlx5_0 firmware 22.36.1010, where 2 of 3 hosts run 22.39.1002"),
+            ("gpu07", "mlx5_1 firmware 22.36.1010, where 2 of 3 hosts run 22.39.1002"),
+            ("gpu07", "mlx5_core driver 23.10-1.1.9, where 2 of 3 hosts run 24.04-0.6.6"),
+        ]
+    );
+    assert!(
+        f.iter()
+            .all(|f| f.kind == "version-mismatch" && doctor::KINDS.contains(&"version-mismatch"))
+    );
+    // The same versions everywhere: nothing.
+    assert!(doctor::compare(&reports[1..]).is_empty());
+}

@@ -181,7 +181,8 @@ pub(crate) enum Command {
     /// Exit status: 0 no error-severity finding, 1 at least one, 2 bad input.
     #[command(after_help = "Examples:\n  sudo podnet doctor\n  \
         sudo podnet doctor --record gpu07-doctor && tar czf gpu07-doctor.tgz gpu07-doctor\n  \
-        podnet doctor --root gpu07-doctor --json | jq '.findings[] | select(.severity == \"error\")'")]
+        podnet doctor --root gpu07-doctor --json | jq '.findings[] | select(.severity == \"error\")'\n  \
+        podnet doctor --compare gpu0*-doctor")]
     Doctor(DoctorArgs),
 
     /// Run-time tuning for RDMA: what doctor finds wrong in the settings, changed and put back.
@@ -257,6 +258,12 @@ pub(crate) struct DoctorArgs {
     /// One JSON object (host, devices, findings, the kernel log's events) instead of text.
     #[arg(long)]
     pub(crate) json: bool,
+
+    /// Compare the recordings in DIR… (one per host of a pod, from `doctor --record`): the
+    /// kernel, driver and NIC firmware versions side by side, and each one a host does not
+    /// share with most of the others (`version-mismatch`), beside each host's error count.
+    #[arg(long, value_name = "DIR", num_args = 2.., conflicts_with_all = ["root", "record"])]
+    pub(crate) compare: Vec<PathBuf>,
 }
 
 /// Where a rank of a multi-host run stands, and how the ranks meet (`burnin`, and `qualify`

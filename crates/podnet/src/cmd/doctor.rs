@@ -9,6 +9,9 @@ use crate::cli::DoctorArgs;
 
 /// Runs `podnet doctor`.
 pub(crate) fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
+    if !args.compare.is_empty() {
+        return compare(args);
+    }
     let mut src = match &args.root {
         Some(dir) => Source::recorded(dir)?,
         None => Source::live(),
@@ -67,4 +70,68 @@ pub(crate) fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     Ok(if report.errors() > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// `podnet doctor --compare DIR…`: several recorded hosts side by side.
+fn compare(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
+    let mut reports = Vec::new();
+    for dir in &args.compare {
+        let r = doctor::diagnose(&Source::recorded(dir)?);
+        let name = r.host.clone().unwrap_or_else(|| dir.display().to_string());
+        reports.push((name, r));
+    }
+    let mismatches = doctor::compare(&reports);
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let hosts: Vec<serde_json::Value> = reports
+            .iter()
+            .map(|(h, r)| {
+                serde_json::json!({
+                    "host": h,
+                    "errors": r.errors(),
+                    "warnings": r.findings.iter().filter(|f| f.severity == Severity::Warning).count(),
+                    "versions": r.versions,
+                })
+            })
+            .collect();
+        serde_json::to_writer_pretty(
+            &mut out,
+            &serde_json::json!({ "hosts": hosts, "findings": mismatches }),
+        )?;
+        writeln!(out)?;
+    } else {
+        let mut keys: Vec<&String> = reports.iter().flat_map(|(_, r)| r.versions.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        let w = reports.iter().map(|(h, _)| h.len()).max().unwrap_or(4).max(4);
+        write!(out, "{:<w$}  {:>6}", "host", "errors")?;
+        for k in &keys {
+            write!(out, "  {k}")?;
+        }
+        writeln!(out)?;
+        for (h, r) in &reports {
+            write!(out, "{h:<w$}  {:>6}", r.errors())?;
+            for k in &keys {
+                let v = r.versions.get(*k).map_or("-", String::as_str);
+                let odd = mismatches
+                    .iter()
+                    .any(|f| &f.component == h && f.seen.starts_with(&format!("{k} ")));
+                write!(out, "  {}{v}", if odd { "*" } else { "" })?;
+            }
+            writeln!(out)?;
+        }
+        for f in &mismatches {
+            writeln!(out, "\nWARNING  {:<24} {}: {}", f.kind, f.component, f.seen)?;
+            writeln!(out, "         fix: {}", f.fix)?;
+        }
+        writeln!(
+            out,
+            "\n{} hosts, {} version mismatches (* above), {} errors in all (podnet doctor --root DIR for each host's)",
+            reports.len(),
+            mismatches.len(),
+            reports.iter().map(|(_, r)| r.errors()).sum::<usize>()
+        )?;
+    }
+    let errors = reports.iter().any(|(_, r)| r.errors() > 0);
+    Ok(if errors || !mismatches.is_empty() { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

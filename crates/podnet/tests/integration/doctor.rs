@@ -186,3 +186,24 @@ fn qualify_runs_doctors_checks_as_host_checks() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("\"pcie-lnk\" is not a kind of doctor finding"), "{}", stderr(&o));
 }
+
+/// `--compare` over three recorded hosts: the versions side by side, the odd host's marked,
+/// exit 1; two hosts alike: exit 0.
+#[test]
+fn doctor_compare_marks_the_host_that_differs() {
+    let t = |n: &str| testdata(&format!("doctor/{n}")).to_str().unwrap().to_string();
+    let (bad, a, b) = (t("mlx5-problems"), t("clean"), t("clean-b"));
+    let o = podnet(&["doctor", "--compare", &bad, &a, &b]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.lines().any(|l| l.starts_with("gpu07") && l.contains("*22.36.1010")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("gpu08") && !l.contains('*')), "{text}");
+    assert!(text.contains("3 hosts, 4 version mismatches"), "{text}");
+    let o = podnet(&["doctor", "--compare", &a, &b, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["hosts"].as_array().unwrap().len(), 2);
+    assert!(v["findings"].as_array().unwrap().is_empty());
+    let o = podnet(&["doctor", "--compare", &a]);
+    assert_eq!(o.status.code(), Some(2), "one host is no comparison");
+}
