@@ -17,6 +17,7 @@ vm-recorded/    is not made here: `podnet doctor --record` on the 2-core develop
 rxe-guest/      is not made here: `podnet doctor --record` in the QEMU guest with rxe
                 (PODNET_DOCTOR_KEEP=DIR and the test doctor_rxe::…).
 """
+import json
 import os
 import shutil
 
@@ -97,6 +98,16 @@ def host(root, bad, name=None):
         fec = "Off" if bad and i == 0 else "RS"
         put(root, f"cmd/ethtool-show-fec-{nd}",
             f"FEC parameters for {nd}:\nSupported/Configured FEC encodings: Auto RS BaseR\nActive FEC encoding: {fec}")
+        pfc = "0:off 1:off 2:off 3:off" if bad and i == 0 else "0:off 1:off 2:off 3:on"
+        put(root, f"cmd/dcb-pfc-{nd}", f"pfc-cap 8 macsec-bypass off delay 4096\nprio-pfc {pfc} 4:off 5:off 6:off 7:off")
+        hot = bad and i == 1
+        put(root, f"cmd/ethtool-m-{nd}", "\n".join([
+            "\tIdentifier                                : 0x11 (QSFP28)",
+            "\tVendor name                               : NVIDIA",
+            f"\tModule temperature                        : {74.12 if hot else 45.27:.2f} degrees C / 165.42 degrees F",
+            "\tModule temperature high alarm threshold   : 80.00 degrees C / 176.00 degrees F",
+            "\tModule temperature high warning threshold : 70.00 degrees C / 158.00 degrees F",
+        ]))
         phy = bad and i == 1
         put(root, f"cmd/ethtool-S-{nd}", "\n".join([
             "NIC statistics:",
@@ -113,10 +124,21 @@ def host(root, bad, name=None):
     for key, good, worse in [("rp_filter", "2", "1"), ("arp_ignore", "1", "0"),
                              ("arp_announce", "2", "0")]:
         put(root, f"proc/sys/net/ipv4/conf/all/{key}", worse if bad else good)
+    # What `ip -j -4 addr show` and `ip -j rule show` print: one address per rail, and (on
+    # the clean host) a rule per rail's source.
+    addr = lambda nd, a: {"ifname": nd, "addr_info": [{"family": "inet", "local": a, "prefixlen": 24}]}
+    put(root, "cmd/ip-addr.json", json.dumps([addr("lo", "127.0.0.1"), addr("ens1f0np0", "10.1.7.1"),
+                                               addr("ens1f1np1", "10.2.7.1")]))
+    rules = [{"priority": 0, "src": "all", "table": "local"}]
+    if not bad:
+        rules += [{"priority": 100, "src": "10.1.7.1", "table": "101"},
+                  {"priority": 101, "src": "10.2.7.0", "srclen": 24, "table": "102"}]
+    rules += [{"priority": 32766, "src": "all", "table": "main"},
+              {"priority": 32767, "src": "all", "table": "default"}]
+    put(root, "cmd/ip-rule.json", json.dumps(rules))
     if bad:  # what `pgrep -x irqbalance` prints
         put(root, "cmd/pgrep-irqbalance", "1187")
     # What `devlink -j health show` prints.
-    import json
     rep = lambda name, state, err, rec: {"reporter": name, "state": state, "error": err,
                                           "recover": rec, "grace_period": 500,
                                           "auto_recover": True, "auto_dump": True}

@@ -79,6 +79,66 @@ pub fn versions(
     v
 }
 
+/// With several RDMA netdevs, each one's IPv4 address needs a rule that routes what leaves
+/// from it out of its own netdev (`ip rule add from ADDR table N`): else replies and
+/// connections from one rail leave through whichever netdev the main table picks.
+fn source_routing(src: &Source, netdevs: &[(String, String)], out: &mut Vec<Finding>) {
+    use std::net::Ipv4Addr;
+    if netdevs.len() < 2 {
+        return;
+    }
+    let (Some(addrs), Some(rules)) = (
+        src.command("ip-addr.json", &["ip", "-j", "-4", "addr", "show"]),
+        src.command("ip-rule.json", &["ip", "-j", "rule", "show"]),
+    ) else {
+        return;
+    };
+    let (Ok(addrs), Ok(rules)) = (
+        serde_json::from_str::<serde_json::Value>(&addrs),
+        serde_json::from_str::<serde_json::Value>(&rules),
+    ) else {
+        return;
+    };
+    // The rules' sources: (network, prefix length).
+    let froms: Vec<(Ipv4Addr, u32)> = rules
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            Some((r["src"].as_str()?.parse().ok()?, r["srclen"].as_u64().unwrap_or(32) as u32))
+        })
+        .collect();
+    let covered = |a: Ipv4Addr| {
+        froms.iter().any(|(n, len)| {
+            let mask = if *len == 0 { 0 } else { u32::MAX << (32 - len.min(&32)) };
+            u32::from(a) & mask == u32::from(*n) & mask
+        })
+    };
+    for (nd, dev) in netdevs {
+        let mine: Vec<Ipv4Addr> = addrs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|i| i["ifname"].as_str() == Some(nd))
+            .flat_map(|i| i["addr_info"].as_array().cloned().unwrap_or_default())
+            .filter_map(|a| a["local"].as_str()?.parse().ok())
+            .collect();
+        let bare: Vec<String> =
+            mine.iter().filter(|a| !covered(**a)).map(ToString::to_string).collect();
+        if !bare.is_empty() {
+            out.push(Finding {
+                severity: Severity::Warning,
+                kind: "source-routing".into(),
+                component: format!("{dev} ({nd})"),
+                seen: format!("no `ip rule` routes traffic from {} (one of several RDMA netdevs)", bare.join(", ")),
+                why: "with several NICs, what leaves from one rail's address takes whichever netdev the main table picks: RoCE connections and their ARP cross rails or fail".into(),
+                fix: format!("ip route add <its subnet> dev {nd} table 10N; ip rule add from {} table 10N", bare[0]),
+                evidence: vec![format!("ip -j rule show: no rule from {}", bare.join(", "))],
+            });
+        }
+    }
+}
+
 /// `0-3,8,10-11` → the CPUs.
 pub fn cpulist(s: &str) -> Vec<u32> {
     let mut out = Vec::new();
@@ -534,6 +594,56 @@ pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
                 });
             }
         }
+        // PFC per priority (`dcb pfc show`): lossless RoCE needs it on RoCE's priority;
+        // without it and without ECN, nothing keeps a congested switch from dropping RoCE.
+        if let Some(pfc) = src.command(&format!("dcb-pfc-{nd}"), &["dcb", "pfc", "show", "dev", nd])
+            && let Some(line) = pfc.lines().find_map(|l| l.trim().strip_prefix("prio-pfc"))
+        {
+            let on: Vec<&str> = line
+                .split_whitespace()
+                .filter_map(|kv| kv.split_once(':').filter(|(_, v)| *v == "on").map(|(p, _)| p))
+                .collect();
+            if on.is_empty() {
+                let ecn_off = out
+                    .iter()
+                    .any(|f| f.kind == "ecn-off" && f.component == format!("{dev} ({nd})"));
+                out.push(Finding {
+                    severity: if ecn_off { Severity::Warning } else { Severity::Info },
+                    kind: "pfc-off".into(),
+                    component: format!("{dev} ({nd})"),
+                    seen: format!("PFC off on every priority{}", if ecn_off { ", and ECN off too" } else { "" }),
+                    why: "RoCE runs lossy here: a congested switch drops packets and RoCE retransmits (go-back-N); that is a design choice only with ECN (DCQCN) on, and the switch must agree".into(),
+                    fix: format!("for lossless RoCE: dcb pfc set dev {nd} prio-pfc 3:on (RoCE's priority; the switch ports the same); for lossy RoCE keep ECN on"),
+                    evidence: vec![format!("dcb pfc show dev {nd}: prio-pfc{line}")],
+                });
+            }
+        }
+        // The cable module's temperature against its own thresholds (`ethtool -m`).
+        if let Some(m) = src.command(&format!("ethtool-m-{nd}"), &["ethtool", "-m", nd]) {
+            let deg = |key: &str| {
+                m.lines().find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    (k.trim() == key)
+                        .then(|| v.split_whitespace().next()?.parse::<f64>().ok())
+                        .flatten()
+                })
+            };
+            if let Some(t) = deg("Module temperature") {
+                let warn = deg("Module temperature high warning threshold").unwrap_or(70.0);
+                let alarm = deg("Module temperature high alarm threshold").unwrap_or(f64::INFINITY);
+                if t >= warn {
+                    out.push(Finding {
+                        severity: if t >= alarm { Severity::Error } else { Severity::Warning },
+                        kind: "module-temperature".into(),
+                        component: format!("{dev} ({nd})"),
+                        seen: format!("cable module at {t:.1} °C (warning at {warn:.1} °C{})", if alarm.is_finite() { format!(", alarm at {alarm:.1} °C") } else { String::new() }),
+                        why: "a hot optic's laser degrades: bit errors rise, then the module shuts the link down".into(),
+                        fix: "check the airflow and fan speed at the NIC; replace the module if it stays hot".into(),
+                        evidence: vec![format!("ethtool -m {nd}: Module temperature : {t:.2} degrees C")],
+                    });
+                }
+            }
+        }
         let speed = src.read_u64(&format!("sys/class/net/{nd}/speed"));
         if let Some(fec) =
             src.command(&format!("ethtool-show-fec-{nd}"), &["ethtool", "--show-fec", nd])
@@ -596,6 +706,7 @@ pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
             }
         }
     }
+    source_routing(src, &netdevs, out);
     for d in devices.iter().filter(|d| d.pci.is_some()) {
         let f = format!("sys/class/infiniband/{}/device/iommu_group/type", d.name);
         if let Some(t) = src.read(&f)

@@ -41,6 +41,10 @@ const EXPECTED: &[(&str, &str, Severity)] = &[
     ("devlink-health", "mlx5_0 (0000:3b:00.0)", Severity::Error),
     ("devlink-health", "mlx5_0 (0000:3b:00.0)", Severity::Warning),
     ("iommu-translated", "mlx5_0 (0000:3b:00.0)", Severity::Info),
+    ("pfc-off", "mlx5_0 (ens1f0np0)", Severity::Warning),
+    ("module-temperature", "mlx5_1 (ens1f1np1)", Severity::Warning),
+    ("source-routing", "mlx5_0 (ens1f0np0)", Severity::Warning),
+    ("source-routing", "mlx5_1 (ens1f1np1)", Severity::Warning),
     ("irqbalance", "irq", Severity::Warning),
     ("log:pcie-link-limited", "0000:3b:00.0", Severity::Error),
     ("log:aer-corrected", "0000:3a:00.0", Severity::Warning),
@@ -138,6 +142,10 @@ fn the_recorded_rxe_guest_is_a_multi_rail_host_with_arp_to_fix() {
             [("arp-announce".to_string(), nd.to_string()), ("arp-ignore".into(), nd.to_string())]
         })
         .chain([
+            // Its policy routing matches destinations (`to … iif lo`), not sources.
+            ("source-routing".into(), "rxeA (vA)".into()),
+            ("source-routing".into(), "rxeB (vB)".into()),
+            ("source-routing".into(), "rxe_eth (eth0)".into()),
             ("roce-mtu".into(), "rxeA port 1 (vA)".into()),
             ("roce-mtu".into(), "rxeB port 1 (vB)".into()),
             ("roce-mtu".into(), "rxe_eth port 1 (eth0)".into()),
