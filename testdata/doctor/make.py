@@ -31,6 +31,21 @@ def put(root, rel, text):
         f.write(text if text.endswith("\n") else text + "\n")
 
 
+def config_space(mrrs_code):
+    """A PCIe function's config space: Mellanox's vendor ID, a capabilities list with the
+    PCIe capability at 0x60 (MaxPayload 256 supported and set, MaxReadReq 128 << code)."""
+    c = bytearray(256)
+    c[0:4] = bytes([0xb3, 0x15, 0x1d, 0x10])  # 15b3:101d
+    c[0x06] = 0x10
+    c[0x34] = 0x40
+    c[0x40:0x42] = bytes([0x01, 0x60])  # power management, next 0x60
+    c[0x60:0x62] = bytes([0x10, 0x00])  # PCI Express, last
+    c[0x64] = 0x01
+    ctl = (1 << 5) | (mrrs_code << 12)
+    c[0x68:0x6a] = ctl.to_bytes(2, "little")
+    return bytes(c)
+
+
 def aer(kind, counts):
     names = {
         "correctable": ["RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr",
@@ -78,6 +93,8 @@ def host(root, bad, name=None):
         put(root, f"{d}/device/aer_dev_fatal", aer("fatal", {}))
         put(root, f"{d}/device/numa_node", "0")
         put(root, f"{d}/device/iommu_group/type", "DMA-FQ" if slow else "identity")
+        with open(os.path.join(root, f"{d}/device/config"), "wb") as f:
+            f.write(config_space(2 if slow else 5))  # MaxReadReq 512, or 4096
         put(root, f"{d}/device/local_cpulist", "0-1")
         for k in range(2):
             irq = irq0 + k

@@ -336,6 +336,32 @@ pub fn aer_totals(src: &Source, dir: &str) -> Vec<(&'static str, u64)> {
     .collect()
 }
 
+/// A PCIe function's payload sizes from its config space: (Max_Payload_Size supported,
+/// Max_Payload_Size set, Max_Read_Request_Size set), in bytes (PCIe capability: Device
+/// Capabilities bits 2:0, Device Control bits 7:5 and 14:12, each 128 << value).
+pub fn payload_sizes(config: &[u8]) -> Option<(u32, u32, u32)> {
+    let u16_at = |o: usize| Some(u16::from_le_bytes([*config.get(o)?, *config.get(o + 1)?]));
+    // Status bit 4: a capabilities list.
+    if u16_at(0x06)? & 0x10 == 0 {
+        return None;
+    }
+    let mut ptr = usize::from(*config.get(0x34)? & 0xfc);
+    for _ in 0..48 {
+        if ptr < 0x40 {
+            return None;
+        }
+        let (id, next) = (*config.get(ptr)?, *config.get(ptr + 1)?);
+        if id == 0x10 {
+            let cap = u16_at(ptr + 4)?;
+            let ctl = u16_at(ptr + 8)?;
+            let size = |v: u16| 128u32 << (v & 7).min(5);
+            return Some((size(cap), size(ctl >> 5), size(ctl >> 12)));
+        }
+        ptr = usize::from(next & 0xfc);
+    }
+    None
+}
+
 /// The PCIe links and AER counters of the RDMA devices and GPUs.
 pub fn pcie(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
     let funcs: Vec<(String, String)> =
@@ -346,6 +372,22 @@ pub fn pcie(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
         .filter(|u| *u > 0.0);
     for (label, dev) in funcs {
         let r = |f: &str| src.read(&format!("{dev}/{f}"));
+        // Config space (its first 64 bytes for anyone; the capabilities need root).
+        if !label.starts_with("GPU")
+            && let Some((mps_cap, mps, mrrs)) =
+                src.read_bytes(&format!("{dev}/config")).and_then(|c| payload_sizes(&c))
+            && mrrs < 4096
+        {
+            out.push(Finding {
+                severity: Severity::Info,
+                kind: "pcie-mrrs".into(),
+                component: label.clone(),
+                seen: format!("MaxReadReq {mrrs} bytes (MaxPayload {mps} of {mps_cap})"),
+                why: "the NIC fetches what it sends from host memory in reads of at most MaxReadReq bytes: small ones cost PCIe bandwidth on large messages; NVIDIA's guidance for ConnectX is 4096".into(),
+                fix: "setpci -s <its address> CAP_EXP+8.w=5000:7000 (MaxReadReq 4096; not kept across reboots)".into(),
+                evidence: vec![format!("{dev}/config: PCIe Device Control MaxReadReq {mrrs}, MaxPayload {mps}")],
+            });
+        }
         if let (Some(cs), Some(ms), Some(cw), Some(mw)) = (
             r("current_link_speed"),
             r("max_link_speed"),
@@ -772,6 +814,27 @@ pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn payload_sizes_come_from_the_pcie_capability() {
+        // A header with a capabilities list (status bit 4) at 0x40: power management (id 1),
+        // then the PCIe capability (id 0x10) at 0x60 with DevCap MPS 256 (1), DevCtl MPS
+        // 256 (1 << 5) and MRRS 512 (2 << 12).
+        let mut c = vec![0u8; 256];
+        c[0x06] = 0x10;
+        c[0x34] = 0x40;
+        c[0x40] = 0x01;
+        c[0x41] = 0x60;
+        c[0x60] = 0x10;
+        c[0x64] = 0x01;
+        let ctl: u16 = (1 << 5) | (2 << 12);
+        c[0x68..0x6a].copy_from_slice(&ctl.to_le_bytes());
+        assert_eq!(payload_sizes(&c), Some((256, 256, 512)));
+        // Without the list, or cut short (an unprivileged read gives 64 bytes): none.
+        assert_eq!(payload_sizes(&c[..64]), None);
+        c[0x06] = 0;
+        assert_eq!(payload_sizes(&c), None);
+    }
 
     #[test]
     fn cpulists_read_as_the_kernel_writes_them() {

@@ -31,6 +31,7 @@ pub const KINDS: &[&str] = &[
     "kernel-cmdline",
     "pcie-link",
     "pcie-aer",
+    "pcie-mrrs",
     "irq-affinity",
     "roce-mtu",
     "roce-v2-gid",

@@ -89,6 +89,15 @@ impl Source {
         Some(text.trim().to_string()).filter(|s| !s.is_empty())
     }
 
+    /// The bytes of the file at `rel` (PCI config space), at most 4 KiB.
+    pub fn read_bytes(&self, rel: &str) -> Option<Vec<u8>> {
+        use std::io::Read;
+        let mut b = Vec::new();
+        std::fs::File::open(self.at(rel)).ok()?.take(4096).read_to_end(&mut b).ok()?;
+        self.keep(rel, &b);
+        (!b.is_empty()).then_some(b)
+    }
+
     /// The file at `rel` as a number.
     pub fn read_u64(&self, rel: &str) -> Option<u64> {
         self.read(rel)?.parse().ok()

@@ -23,6 +23,7 @@ const EXPECTED: &[(&str, &str, Severity)] = &[
     ("pcie-link", "mlx5_0 (0000:3b:00.0)", Severity::Error),
     ("pcie-link", "GPU 0000:5e:00.0", Severity::Error),
     ("pcie-aer", "mlx5_0 (0000:3b:00.0)", Severity::Warning),
+    ("pcie-mrrs", "mlx5_0 (0000:3b:00.0)", Severity::Info),
     ("irq-affinity", "mlx5_0 (0000:3b:00.0)", Severity::Warning),
     ("roce-mtu", "mlx5_0 port 1 (ens1f0np0)", Severity::Info),
     ("roce-v2-gid", "mlx5_1 port 1", Severity::Error),
