@@ -73,6 +73,12 @@ def host(root, bad, name=None):
         gov = "powersave" if bad and c < 2 else "performance"
         put(root, f"sys/devices/system/cpu/cpu{c}/cpufreq/scaling_governor", gov)
     put(root, "sys/devices/system/cpu/smt/active", "1" if bad else "0")
+    put(root, "sys/devices/system/cpu/cpufreq/boost", "0" if bad else "1")
+    for n, (name, lat) in enumerate([("POLL", 0), ("C1", 2), ("C1E", 10), ("C6", 133)]):
+        st = f"sys/devices/system/cpu/cpu0/cpuidle/state{n}"
+        put(root, f"{st}/name", name)
+        put(root, f"{st}/latency", str(lat))
+        put(root, f"{st}/disable", "1" if name == "C6" and not bad else "0")
     put(root, "proc/sys/kernel/numa_balancing", "1" if bad else "0")
     put(root, "sys/kernel/mm/transparent_hugepage/enabled",
         "[always] madvise never" if bad else "always [madvise] never")

@@ -207,6 +207,57 @@ pub fn cpu(src: &Source, out: &mut Vec<Finding>) {
             evidence: vec![format!("sys/kernel/mm/transparent_hugepage/enabled = {thp}")],
         });
     }
+    // Turbo off: the generic cpufreq knob (boost 0) or intel_pstate's (no_turbo 1).
+    let boost = [
+        ("sys/devices/system/cpu/cpufreq/boost", "0"),
+        ("sys/devices/system/cpu/intel_pstate/no_turbo", "1"),
+    ]
+    .into_iter()
+    .find_map(|(f, off)| (src.read(f).as_deref() == Some(off)).then(|| format!("{f} = {off}")));
+    if let Some(ev) = boost {
+        out.push(Finding {
+            severity: Severity::Info,
+            kind: "cpu-boost-off".into(),
+            component: "cpu".into(),
+            seen: "turbo (boost) is off".into(),
+            why: "a polling thread runs at base clock: lower message rates and longer busy-poll latency (some sites turn it off for steadier timing: a choice, said here)".into(),
+            fix: "echo 1 > /sys/devices/system/cpu/cpufreq/boost (intel_pstate: echo 0 > /sys/devices/system/cpu/intel_pstate/no_turbo)".into(),
+            evidence: vec![ev],
+        });
+    }
+    // Deep idle states: the deepest one cpu0 may enter, and what waking from it costs.
+    let idle = "sys/devices/system/cpu/cpu0/cpuidle";
+    let deepest = src
+        .list(idle)
+        .into_iter()
+        .filter(|s| s.starts_with("state"))
+        .filter_map(|s| {
+            let disabled = src.read(&format!("{idle}/{s}/disable")).as_deref() == Some("1");
+            let lat = src.read_u64(&format!("{idle}/{s}/latency"))?;
+            (!disabled).then(|| (lat, src.read(&format!("{idle}/{s}/name")).unwrap_or(s)))
+        })
+        .max();
+    let limited = src.read("proc/cmdline").is_some_and(|c| {
+        c.split_whitespace().any(|w| {
+            w.starts_with("intel_idle.max_cstate=")
+                || w.starts_with("processor.max_cstate=")
+                || w == "idle=poll"
+        })
+    });
+    if let Some((lat, name)) = deepest
+        && lat > 20
+        && !limited
+    {
+        out.push(Finding {
+            severity: Severity::Info,
+            kind: "c-states".into(),
+            component: "cpu".into(),
+            seen: format!("CPUs may sleep in {name}, {lat} µs to wake"),
+            why: "an interrupt-driven completion (event mode) waits for its CPU to wake: deep idle states add their exit latency to every such message".into(),
+            fix: "for latency: intel_idle.max_cstate=1 on the kernel command line, or hold /dev/cpu_dma_latency at 0 while the job runs (tuned's latency-performance profile)".into(),
+            evidence: vec![format!("{idle}/*: the deepest enabled state {name}, latency {lat} µs")],
+        });
+    }
     if src.read("sys/devices/system/cpu/smt/active").as_deref() == Some("1") {
         out.push(Finding {
             severity: Severity::Info,

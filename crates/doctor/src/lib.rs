@@ -28,6 +28,8 @@ pub const KINDS: &[&str] = &[
     "numa-balancing",
     "thp",
     "smt",
+    "cpu-boost-off",
+    "c-states",
     "kernel-cmdline",
     "pcie-link",
     "pcie-aer",

@@ -4,7 +4,7 @@
 //! what the state file holds.
 //!
 //! What it changes (each only where it differs): every CPU's cpufreq governor
-//! (`performance`), automatic NUMA balancing (off), transparent huge pages (`madvise`; the
+//! (`performance`), turbo (on), automatic NUMA balancing (off), transparent huge pages (`madvise`; the
 //! latency profile only), the IRQs of the RDMA devices' PCI functions and of the netdevs
 //! under them (onto the device's NUMA-local CPUs), and on a host with several RDMA netdevs
 //! each one's `rp_filter` (2, loose), `arp_ignore` (1) and `arp_announce` (2).
@@ -113,6 +113,12 @@ pub fn plan(src: &Source, profile: Profile) -> Vec<Change> {
         "0",
         "no NUMA hinting faults or page migrations",
     );
+    for (f, on) in [
+        ("sys/devices/system/cpu/cpufreq/boost", "1"),
+        ("sys/devices/system/cpu/intel_pstate/no_turbo", "0"),
+    ] {
+        want(&mut out, f.into(), on, "turbo on: pollers run above base clock");
+    }
     if profile == Profile::Latency {
         want(
             &mut out,
@@ -333,6 +339,7 @@ mod tests {
         assert!(plan(&src, Profile::Latency).is_empty());
         let r = crate::diagnose(&src);
         for k in [
+            "cpu-boost-off",
             "cpu-governor",
             "numa-balancing",
             "thp",

@@ -19,6 +19,8 @@ const EXPECTED: &[(&str, &str, Severity)] = &[
     ("numa-balancing", "memory", Severity::Warning),
     ("thp", "memory", Severity::Info),
     ("smt", "cpu", Severity::Info),
+    ("cpu-boost-off", "cpu", Severity::Info),
+    ("c-states", "cpu", Severity::Info),
     ("kernel-cmdline", "kernel", Severity::Info),
     ("pcie-link", "mlx5_0 (0000:3b:00.0)", Severity::Error),
     ("pcie-link", "GPU 0000:5e:00.0", Severity::Error),

@@ -161,8 +161,8 @@ pub(crate) enum Command {
 
     /// Why a host or NIC underperforms for RDMA: configuration, PCIe, and the kernel log.
     ///
-    /// One pass over the host: CPU governors, NUMA balancing, transparent huge pages, SMT and
-    /// the kernel command line; each RDMA device's and GPU's PCIe link (current speed and
+    /// One pass over the host: CPU governors, turbo, idle states, NUMA balancing, transparent
+    /// huge pages, SMT and the kernel command line; each RDMA device's and GPU's PCIe link (current speed and
     /// width against its capability) and AER error counters (with their rate since boot);
     /// the netdevs under the RDMA devices (MTU against RoCE's 4096, RoCE v2 GIDs, IRQs on the
     /// NIC's NUMA node, and on a host with several RDMA netdevs rp_filter, arp_ignore and
@@ -188,8 +188,8 @@ pub(crate) enum Command {
     /// Run-time tuning for RDMA: what doctor finds wrong in the settings, changed and put back.
     ///
     /// `check` lists what `apply --profile` would change and exits 1 when something would;
-    /// `apply` changes it — every CPU's governor to `performance`, automatic NUMA balancing
-    /// off, transparent huge pages to `madvise` (latency profile), the IRQs of the RDMA
+    /// `apply` changes it — every CPU's governor to `performance`, turbo on, automatic NUMA
+    /// balancing off, transparent huge pages to `madvise` (latency profile), the IRQs of the RDMA
     /// devices and of the netdevs under them onto the device's NUMA-local CPUs, and on a host
     /// with several RDMA netdevs `rp_filter` 2, `arp_ignore` 1 and `arp_announce` 2 on each —
     /// writing every original value to the state file (--state) before the first change;
