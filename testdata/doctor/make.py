@@ -123,6 +123,11 @@ def host(root, bad, name=None):
             f"FEC parameters for {nd}:\nSupported/Configured FEC encodings: Auto RS BaseR\nActive FEC encoding: {fec}")
         pfc = "0:off 1:off 2:off 3:off" if bad and i == 0 else "0:off 1:off 2:off 3:on"
         put(root, f"cmd/dcb-pfc-{nd}", f"pfc-cap 8 macsec-bypass off delay 4096\nprio-pfc {pfc} 4:off 5:off 6:off 7:off")
+        rx = 1024 if bad and i == 0 else 8192
+        put(root, f"cmd/ethtool-g-{nd}", "\n".join([
+            f"Ring parameters for {nd}:", "Pre-set maximums:", "RX:\t\t8192", "RX Mini:\tn/a",
+            "RX Jumbo:\tn/a", "TX:\t\t8192", "Current hardware settings:", f"RX:\t\t{rx}",
+            "RX Mini:\tn/a", "RX Jumbo:\tn/a", f"TX:\t\t{rx}"]))
         hot = bad and i == 1
         put(root, f"cmd/ethtool-m-{nd}", "\n".join([
             "\tIdentifier                                : 0x11 (QSFP28)",

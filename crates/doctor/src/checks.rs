@@ -737,6 +737,44 @@ pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
                 }
             }
         }
+        // Ring sizes (`ethtool -g`): what each ring is set to against its maximum.
+        if let Some(g) = src.command(&format!("ethtool-g-{nd}"), &["ethtool", "-g", nd]) {
+            let section = |title: &str| -> Vec<(String, u64)> {
+                g.split(title)
+                    .nth(1)
+                    .map(|rest| {
+                        rest.lines()
+                            .skip(1)
+                            .take_while(|l| !l.trim_end().ends_with(':') || l.contains('\t'))
+                            .filter_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                Some((k.trim().to_string(), v.trim().parse().ok()?))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            let (max, cur) = (section("Pre-set maximums:"), section("Current hardware settings:"));
+            let small: Vec<String> = ["RX", "TX"]
+                .iter()
+                .filter_map(|k| {
+                    let m = max.iter().find(|(n, _)| n == k)?.1;
+                    let c = cur.iter().find(|(n, _)| n == k)?.1;
+                    (c < m).then(|| format!("{k} {c} of {m}"))
+                })
+                .collect();
+            if !small.is_empty() {
+                out.push(Finding {
+                    severity: Severity::Info,
+                    kind: "ring-size".into(),
+                    component: format!("{dev} ({nd})"),
+                    seen: format!("rings below their maximum: {}", small.join(", ")),
+                    why: "the netdev's rings carry its IP traffic (RDMA goes to the QPs, not through them): small rings drop bursts of the TCP beside it — collective bootstrap, storage, the control plane".into(),
+                    fix: format!("ethtool -G {nd} rx <max> tx <max>"),
+                    evidence: vec![format!("ethtool -g {nd}: {}", small.join(", "))],
+                });
+            }
+        }
         let speed = src.read_u64(&format!("sys/class/net/{nd}/speed"));
         if let Some(fec) =
             src.command(&format!("ethtool-show-fec-{nd}"), &["ethtool", "--show-fec", nd])

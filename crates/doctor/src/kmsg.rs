@@ -117,6 +117,23 @@ const PATTERNS: &[Pattern] = &[
         why: "the NIC's firmware asserted (its health buffer is printed)",
         fix: "collect `devlink health show` and the firmware dump for the vendor; update the firmware",
     },
+    // drivers/net/ethernet/broadcom/bnxt/bnxt.c, bnxt_async_event_process():
+    // "Firmware fatal reset event received" and "Firmware non-fatal reset event received,
+    // max wait time %d msec" (kernels before 6.2 word it so).
+    Pattern {
+        kind: "nic-firmware-reset",
+        needle: "Firmware fatal reset event received",
+        severity: always(Severity::Error),
+        why: "the NIC's firmware hit a fatal error and resets the device: every QP on it failed",
+        fix: "collect `devlink health` and the firmware's crash dump; update the firmware",
+    },
+    Pattern {
+        kind: "nic-firmware-reset",
+        needle: "Firmware non-fatal reset event received",
+        severity: always(Severity::Warning),
+        why: "the NIC's firmware resets the device (an update or a recovery): its QPs were torn down meanwhile",
+        fix: "if nobody updated the firmware, collect `devlink health` for the vendor",
+    },
     // drivers/net/ethernet/mellanox/mlx5/core/cmd.c, mlx5_cmd_out_err() / mlx5_cmd_check():
     // "%s(0x%x) op_mod(0x%x) failed, status %s(0x%x), syndrome (0x%x)".
     Pattern {
@@ -362,11 +379,13 @@ mod tests {
 [  170.000000] mlx5_core 0000:41:00.0 ens1f0np0: Link down
 [  171.000000] mlx5_core 0000:41:00.0 ens1f0np0: Link up
 [  172.000000] mlx5_core 0000:41:00.0 ens1f0np0: Link down
+[  180.000000] bnxt_en 0000:5b:00.0 ens2f0np0: Firmware fatal reset event received
+[  181.000000] bnxt_en 0000:5b:00.0 ens2f0np0: Firmware non-fatal reset event received, max wait time 4000 msec
 [    2.100000] mlx5_core 0000:41:00.0: firmware version: 22.39.1002
 [    2.200000] e1000e 0000:00:19.0 eth0: NIC Link is Up 1000 Mbps Full Duplex
 ";
         let r = recognise(log);
-        assert_eq!(r.lines, 19);
+        assert_eq!(r.lines, 21);
         let get = |k: &str, d: &str| {
             r.events
                 .iter()
@@ -386,7 +405,9 @@ mod tests {
         assert_eq!(get("tx-timeout", "ens1f0np0").count, 1);
         assert_eq!(get("error-cqe", "ens1f0np0").severity, Severity::Error);
         assert_eq!(get("link-down", "ens1f0np0").count, 2);
-        assert_eq!(r.events.len(), 10, "{:#?}", r.events);
+        let bnxt = get("nic-firmware-reset", "ens2f0np0");
+        assert_eq!((bnxt.count, bnxt.severity), (2, Severity::Error), "the fatal one is the worst");
+        assert_eq!(r.events.len(), 11, "{:#?}", r.events);
         // Not dropped: AER's own lines and mlx5's that no pattern knows; e1000e's are not
         // watched.
         let aer = r.unrecognised.iter().find(|u| u.source == "AER").unwrap();

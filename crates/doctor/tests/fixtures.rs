@@ -45,6 +45,7 @@ const EXPECTED: &[(&str, &str, Severity)] = &[
     ("devlink-health", "mlx5_0 (0000:3b:00.0)", Severity::Warning),
     ("iommu-translated", "mlx5_0 (0000:3b:00.0)", Severity::Info),
     ("pfc-off", "mlx5_0 (ens1f0np0)", Severity::Warning),
+    ("ring-size", "mlx5_0 (ens1f0np0)", Severity::Info),
     ("module-temperature", "mlx5_1 (ens1f1np1)", Severity::Warning),
     ("source-routing", "mlx5_0 (ens1f0np0)", Severity::Warning),
     ("source-routing", "mlx5_1 (ens1f1np1)", Severity::Warning),
