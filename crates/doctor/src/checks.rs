@@ -139,6 +139,22 @@ fn source_routing(src: &Source, netdevs: &[(String, String)], out: &mut Vec<Find
     }
 }
 
+/// The netdevs under the RDMA devices' ports, each once, in device order: (netdev, its RDMA
+/// device, whether the port is RoCE — Ethernet link layer).
+pub fn rdma_netdevs(devices: &[RdmaDevice]) -> Vec<(String, String, bool)> {
+    let mut out: Vec<(String, String, bool)> = Vec::new();
+    for d in devices {
+        for (_, ll, nd) in &d.ports {
+            if let Some(nd) = nd
+                && !out.iter().any(|(n, _, _)| n == nd)
+            {
+                out.push((nd.clone(), d.name.clone(), ll.as_deref() == Some("Ethernet")));
+            }
+        }
+    }
+    out
+}
+
 /// `0-3,8,10-11` → the CPUs.
 pub fn cpulist(s: &str) -> Vec<u32> {
     let mut out = Vec::new();
@@ -348,43 +364,82 @@ pub fn pci_functions(src: &Source, devices: &[RdmaDevice]) -> Vec<PciFunction> {
 }
 
 /// A PCIe link: its speed (GT/s) and width now and at most.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PcieLink {
-    /// GT/s now.
-    pub speed: f64,
+    /// GT/s now (`None`: sysfs says `Unknown`, a link down).
+    pub speed: Option<f64>,
     /// GT/s at most.
-    pub max_speed: f64,
+    pub max_speed: Option<f64>,
     /// Lanes now.
-    pub width: u32,
+    pub width: Option<u32>,
     /// Lanes at most.
-    pub max_width: u32,
+    pub max_width: Option<u32>,
+    /// The four files as sysfs words them (`8.0 GT/s PCIe`, …): speed, max speed, width,
+    /// max width.
+    pub text: [String; 4],
+}
+
+impl PcieLink {
+    /// Slower or narrower than the function can do.
+    pub fn degraded(&self) -> bool {
+        let below = |a: Option<f64>, b: Option<f64>| a.zip(b).is_some_and(|(a, b)| a < b);
+        below(self.speed, self.max_speed)
+            || below(self.width.map(f64::from), self.max_width.map(f64::from))
+    }
 }
 
 /// The link of the PCI function in sysfs folder `dir`; `None` without one (a virtual device).
 pub fn pcie_link(src: &Source, dir: &str) -> Option<PcieLink> {
     let r = |f: &str| src.read(&format!("{dir}/{f}"));
+    let text = [
+        r("current_link_speed")?,
+        r("max_link_speed")?,
+        r("current_link_width")?,
+        r("max_link_width")?,
+    ];
     Some(PcieLink {
-        speed: gts(&r("current_link_speed")?)?,
-        max_speed: gts(&r("max_link_speed")?)?,
-        width: r("current_link_width")?.parse().ok()?,
-        max_width: r("max_link_width")?.parse().ok()?,
+        speed: gts(&text[0]),
+        max_speed: gts(&text[1]),
+        width: text[2].parse().ok(),
+        max_width: text[3].parse().ok(),
+        text,
     })
 }
 
-/// The AER error counts since boot of the PCI function in `dir`: (`correctable`, `nonfatal`,
-/// `fatal`, count) for each file the kernel has.
-pub fn aer_totals(src: &Source, dir: &str) -> Vec<(&'static str, u64)> {
+/// The AER error counts since boot of the PCI function in `dir`, for each file the kernel
+/// has: (`fatal`, `nonfatal` or `correctable`; its total; the lines of its counters that
+/// are not 0, `RxErr 12`).
+pub fn aer_totals(src: &Source, dir: &str) -> Vec<(&'static str, u64, Vec<String>)> {
     [
-        ("correctable", "TOTAL_ERR_COR"),
-        ("nonfatal", "TOTAL_ERR_NONFATAL"),
         ("fatal", "TOTAL_ERR_FATAL"),
+        ("nonfatal", "TOTAL_ERR_NONFATAL"),
+        ("correctable", "TOTAL_ERR_COR"),
     ]
     .into_iter()
     .filter_map(|(k, total)| {
         let text = src.read(&format!("{dir}/aer_dev_{k}"))?;
-        Some((k, text.lines().find_map(|l| l.strip_prefix(total)?.trim().parse().ok())?))
+        let n = text.lines().find_map(|l| l.strip_prefix(total)?.trim().parse().ok())?;
+        let named = text
+            .lines()
+            .filter(|l| !l.starts_with("TOTAL_"))
+            .filter(|l| l.split_whitespace().last().is_some_and(|v| v != "0"))
+            .map(str::to_string)
+            .collect();
+        Some((k, n, named))
     })
     .collect()
+}
+
+/// Seconds since boot (`proc/uptime`), where the host says.
+fn uptime(src: &Source) -> Option<f64> {
+    src.read("proc/uptime")
+        .and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok())
+        .filter(|u| *u > 0.0)
+}
+
+/// `, 0.62 an hour since boot` for a count since boot; empty without the uptime.
+fn since_boot(n: u64, uptime: Option<f64>) -> String {
+    uptime.map(|u| format!(", {:.2} an hour since boot", n as f64 * 3600.0 / u)).unwrap_or_default()
 }
 
 /// A PCIe function's payload sizes from its config space: (Max_Payload_Size supported,
@@ -417,12 +472,8 @@ pub fn payload_sizes(config: &[u8]) -> Option<(u32, u32, u32)> {
 pub fn pcie(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
     let funcs: Vec<(String, String)> =
         pci_functions(src, devices).into_iter().map(|f| (f.label, f.dir)).collect();
-    let uptime = src
-        .read("proc/uptime")
-        .and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok())
-        .filter(|u| *u > 0.0);
+    let uptime = uptime(src);
     for (label, dev) in funcs {
-        let r = |f: &str| src.read(&format!("{dev}/{f}"));
         // Config space (its first 64 bytes for anyone; the capabilities need root).
         if !label.starts_with("GPU")
             && let Some((mps_cap, mps, mrrs)) =
@@ -439,64 +490,47 @@ pub fn pcie(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
                 evidence: vec![format!("{dev}/config: PCIe Device Control MaxReadReq {mrrs}, MaxPayload {mps}")],
             });
         }
-        if let (Some(cs), Some(ms), Some(cw), Some(mw)) = (
-            r("current_link_speed"),
-            r("max_link_speed"),
-            r("current_link_width"),
-            r("max_link_width"),
-        ) {
-            let slow = gts(&cs).zip(gts(&ms)).is_some_and(|(c, m)| c < m);
-            let narrow =
-                cw.parse::<u32>().ok().zip(mw.parse::<u32>().ok()).is_some_and(|(c, m)| c < m);
-            if slow || narrow {
-                out.push(Finding {
-                    severity: Severity::Error,
-                    kind: "pcie-link".into(),
-                    component: label.clone(),
-                    seen: format!("PCIe link at {cs} x{cw}, capable of {ms} x{mw}"),
-                    why: "the link trained below the device's capability: every byte the NIC moves to or from memory (or the GPU) is capped at the link's bandwidth".into(),
-                    fix: "reseat the card or its riser; check the slot's width and the BIOS's bifurcation and link-speed settings; `lspci -vv` shows LnkCap/LnkSta".into(),
-                    evidence: vec![
-                        format!("{dev}/current_link_speed = {cs}"),
-                        format!("{dev}/max_link_speed = {ms}"),
-                        format!("{dev}/current_link_width = {cw}"),
-                        format!("{dev}/max_link_width = {mw}"),
-                    ],
-                });
-            }
+        if let Some(k) = pcie_link(src, &dev)
+            && k.degraded()
+        {
+            let [cs, ms, cw, mw] = &k.text;
+            out.push(Finding {
+                severity: Severity::Error,
+                kind: "pcie-link".into(),
+                component: label.clone(),
+                seen: format!("PCIe link at {cs} x{cw}, capable of {ms} x{mw}"),
+                why: "the link trained below the device's capability: every byte the NIC moves to or from memory (or the GPU) is capped at the link's bandwidth".into(),
+                fix: "reseat the card or its riser; check the slot's width and the BIOS's bifurcation and link-speed settings; `lspci -vv` shows LnkCap/LnkSta".into(),
+                evidence: vec![
+                    format!("{dev}/current_link_speed = {cs}"),
+                    format!("{dev}/max_link_speed = {ms}"),
+                    format!("{dev}/current_link_width = {cw}"),
+                    format!("{dev}/max_link_width = {mw}"),
+                ],
+            });
         }
-        for (file, total, sev) in [
-            ("aer_dev_fatal", "TOTAL_ERR_FATAL", Severity::Error),
-            ("aer_dev_nonfatal", "TOTAL_ERR_NONFATAL", Severity::Error),
-            ("aer_dev_correctable", "TOTAL_ERR_COR", Severity::Warning),
-        ] {
-            let Some(text) = r(file) else { continue };
-            let n: u64 =
-                text.lines().find_map(|l| l.strip_prefix(total)?.trim().parse().ok()).unwrap_or(0);
+        for (kind, n, named) in aer_totals(src, &dev) {
             if n == 0 {
                 continue;
             }
-            let named: Vec<String> = text
-                .lines()
-                .filter(|l| !l.starts_with("TOTAL_"))
-                .filter(|l| l.split_whitespace().last().is_some_and(|v| v != "0"))
-                .map(str::to_string)
-                .collect();
-            let rate = uptime
-                .map(|u| format!(", {:.2} an hour since boot", n as f64 * 3600.0 / u))
-                .unwrap_or_default();
+            let sev = if kind == "correctable" { Severity::Warning } else { Severity::Error };
+            let total = match kind {
+                "fatal" => "TOTAL_ERR_FATAL",
+                "nonfatal" => "TOTAL_ERR_NONFATAL",
+                _ => "TOTAL_ERR_COR",
+            };
             out.push(Finding {
                 severity: sev,
                 kind: "pcie-aer".into(),
                 component: label.clone(),
-                seen: format!("{n} {} PCIe errors{rate} ({})", file.trim_start_matches("aer_dev_"), named.join(", ")),
+                seen: format!("{n} {kind} PCIe errors{} ({})", since_boot(n, uptime), named.join(", ")),
                 why: if sev == Severity::Error {
                     "uncorrectable PCIe errors lose transactions: the device may have been reset, and RDMA traffic through it failed".into()
                 } else {
                     "corrected PCIe errors are link-level replays: a rising rate costs bandwidth and precedes uncorrectable ones".into()
                 },
                 fix: "reseat or replace the card or its riser if the count keeps rising; the kernel log's AER lines name the error".into(),
-                evidence: vec![format!("{dev}/{file}: {total} {n}")],
+                evidence: vec![format!("{dev}/aer_dev_{kind}: {total} {n}")],
             });
         }
     }
@@ -521,30 +555,25 @@ fn fmt(v: Option<u64>) -> String {
 /// The netdevs under the RDMA devices: MTU, RoCE v2 GIDs, IRQ placement, and with several
 /// RDMA netdevs the settings that keep each answering and sending on its own.
 pub fn netdevs(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
-    let mut rdma_netdevs: Vec<String> = Vec::new();
     for d in devices {
         for (port, ll, nd) in &d.ports {
             let roce = ll.as_deref() == Some("Ethernet");
-            if let Some(nd) = nd {
-                if !rdma_netdevs.contains(nd) {
-                    rdma_netdevs.push(nd.clone());
-                }
-                if roce
-                    && let Some(mtu) = src.read_u64(&format!("sys/class/net/{nd}/mtu"))
-                    && let active = host::active_mtu_for(mtu.min(u64::from(u32::MAX)) as u32)
-                    && active.is_none_or(|a| a < 4096)
-                {
-                    let active = active.map_or("none".to_string(), |a| a.to_string());
-                    out.push(Finding {
-                        severity: Severity::Info,
-                        kind: "roce-mtu".into(),
-                        component: format!("{} port {port} ({nd})", d.name),
-                        seen: format!("netdev MTU {mtu}: RoCE active MTU {active}"),
-                        why: "RoCE packets carry at most the active MTU: below 4096 a large message takes more packets, headers and completions (the whole path, switches included, must carry the jumbo frames)".into(),
-                        fix: format!("ip link set {nd} mtu 9000 (and the switch ports)"),
-                        evidence: vec![format!("sys/class/net/{nd}/mtu = {mtu}")],
-                    });
-                }
+            if let Some(nd) = nd
+                && roce
+                && let Some(mtu) = src.read_u64(&format!("sys/class/net/{nd}/mtu"))
+                && let active = host::active_mtu_for(mtu.min(u64::from(u32::MAX)) as u32)
+                && active.is_none_or(|a| a < 4096)
+            {
+                let active = active.map_or("none".to_string(), |a| a.to_string());
+                out.push(Finding {
+                    severity: Severity::Info,
+                    kind: "roce-mtu".into(),
+                    component: format!("{} port {port} ({nd})", d.name),
+                    seen: format!("netdev MTU {mtu}: RoCE active MTU {active}"),
+                    why: "RoCE packets carry at most the active MTU: below 4096 a large message takes more packets, headers and completions (the whole path, switches included, must carry the jumbo frames)".into(),
+                    fix: format!("ip link set {nd} mtu 9000 (and the switch ports)"),
+                    evidence: vec![format!("sys/class/net/{nd}/mtu = {mtu}")],
+                });
             }
             if roce {
                 let base = format!("sys/class/infiniband/{}/ports/{port}", d.name);
@@ -601,10 +630,11 @@ pub fn netdevs(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
             }
         }
     }
+    let rdma_netdevs = rdma_netdevs(devices);
     if rdma_netdevs.len() < 2 {
         return;
     }
-    for nd in &rdma_netdevs {
+    for (nd, _, _) in &rdma_netdevs {
         if let Some((v, ev)) = conf(src, nd, "rp_filter")
             && v == 1
         {
@@ -651,20 +681,9 @@ pub fn netdevs(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
 /// mode against the link speed and the physical-layer counters (`ethtool`), and the
 /// firmware health reporters (`devlink health`).
 pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
-    let uptime = src
-        .read("proc/uptime")
-        .and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok())
-        .filter(|u| *u > 0.0);
-    let mut netdevs: Vec<(String, String)> = Vec::new();
-    for d in devices {
-        for (_, ll, nd) in &d.ports {
-            if let (Some("Ethernet"), Some(nd)) = (ll.as_deref(), nd)
-                && !netdevs.iter().any(|(n, _)| n == nd)
-            {
-                netdevs.push((nd.clone(), d.name.clone()));
-            }
-        }
-    }
+    let uptime = uptime(src);
+    let netdevs: Vec<(String, String)> =
+        rdma_netdevs(devices).into_iter().filter(|n| n.2).map(|(n, d, _)| (n, d)).collect();
     for (nd, dev) in &netdevs {
         // mlx5: ecn/roce_np/enable/<prio> (the notification point: marks CNPs back) and
         // ecn/roce_rp/enable/<prio> (the reaction point: slows down on CNPs).
@@ -821,9 +840,7 @@ pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
                 ),
             ] {
                 if let Some(n) = get(key).filter(|n| *n > 0) {
-                    let rate = uptime
-                        .map(|u| format!(", {:.2} an hour since boot", n as f64 * 3600.0 / u))
-                        .unwrap_or_default();
+                    let rate = since_boot(n, uptime);
                     out.push(Finding {
                         severity: Severity::Warning,
                         kind: kind.into(),

@@ -52,6 +52,18 @@ impl Source {
         }
     }
 
+    /// The host whose sysfs is at `sys` and procfs at `proc` (a tool's `--sysfs-root` and
+    /// `--procfs-root`): the live host, with its kernel log and commands, when `sys` is
+    /// `/sys`, else [`Source::with_roots`].
+    pub fn for_roots(sys: &Path, proc: &Path) -> Source {
+        let mut s = Source::with_roots(sys, proc);
+        if sys == Path::new("/sys") {
+            s.root = PathBuf::from("/");
+            s.live = true;
+        }
+        s
+    }
+
     /// Where `rel` is on disk.
     fn at(&self, rel: &str) -> PathBuf {
         if let Some((sys, proc)) = &self.split {
@@ -148,11 +160,6 @@ impl Source {
         // a value it refuses with the write's error.
         let mut f = std::fs::OpenOptions::new().write(true).truncate(true).open(self.at(rel))?;
         f.write_all(format!("{value}\n").as_bytes())
-    }
-
-    /// The file of `rel` on disk (for `tune`'s state file beside a recorded tree).
-    pub fn path(&self, rel: &str) -> PathBuf {
-        self.at(rel)
     }
 
     fn keep(&self, rel: &str, bytes: &[u8]) {

@@ -14,7 +14,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::Source;
-use crate::checks::{cpulist, rdma_devices};
+use crate::checks::{cpulist, rdma_devices, rdma_netdevs};
 
 /// What a profile tunes for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,10 +136,8 @@ pub fn plan(src: &Source, profile: Profile) -> Vec<Change> {
         .map(|d| format!("sys/class/infiniband/{}/device", d.name))
         .collect();
     let netdevs: Vec<String> = {
-        let mut v: Vec<String> =
-            devices.iter().flat_map(|d| d.ports.iter().filter_map(|p| p.2.clone())).collect();
+        let mut v: Vec<String> = rdma_netdevs(&devices).into_iter().map(|n| n.0).collect();
         v.sort();
-        v.dedup();
         v
     };
     funcs.extend(netdevs.iter().map(|nd| format!("sys/class/net/{nd}/device")));

@@ -385,11 +385,8 @@ fn host_checks(plan: &Plan, sys: &Path, r: &mut Run<'_>) {
     let h = &plan.host;
     if !h.doctor.is_empty() {
         // The live host, or the tree `sys` stands in (its procfs beside it).
-        let src = if sys == Path::new("/sys") {
-            doctor::Source::live()
-        } else {
-            doctor::Source::with_roots(sys, &sys.parent().unwrap_or(Path::new("/")).join("proc"))
-        };
+        let src =
+            doctor::Source::for_roots(sys, &sys.parent().unwrap_or(Path::new("/")).join("proc"));
         let report = doctor::diagnose(&src);
         for kind in &h.doctor {
             let hits: Vec<&doctor::Finding> = report

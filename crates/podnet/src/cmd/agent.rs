@@ -91,12 +91,18 @@ impl HostHealth {
                 ("pci".to_string(), f.pci.clone().unwrap_or_default()),
             ];
             if let Some(k) = doctor::checks::pcie_link(&self.src, &f.dir) {
-                speed.get_or_create(&l).set(k.speed);
-                max_speed.get_or_create(&l).set(k.max_speed);
-                width.get_or_create(&l).set(i64::from(k.width));
-                max_width.get_or_create(&l).set(i64::from(k.max_width));
+                for (fam, v) in [(&speed, k.speed), (&max_speed, k.max_speed)] {
+                    if let Some(v) = v {
+                        fam.get_or_create(&l).set(v);
+                    }
+                }
+                for (fam, v) in [(&width, k.width), (&max_width, k.max_width)] {
+                    if let Some(v) = v {
+                        fam.get_or_create(&l).set(i64::from(v));
+                    }
+                }
             }
-            for (sev, n) in doctor::checks::aer_totals(&self.src, &f.dir) {
+            for (sev, n, _) in doctor::checks::aer_totals(&self.src, &f.dir) {
                 let mut l = l.clone();
                 l.push(("severity".into(), sev.into()));
                 aer.get_or_create(&l).set(i64::try_from(n).unwrap_or(i64::MAX));
@@ -184,11 +190,7 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
     };
     let pod = super::pod::Monitor::start(args)?;
     let host = HostHealth {
-        src: if roots.live {
-            doctor::Source::live()
-        } else {
-            doctor::Source::with_roots(&roots.sys, &roots.proc)
-        },
+        src: doctor::Source::for_roots(&roots.sys, &roots.proc),
         log: Mutex::new(None),
     };
     let agent = Arc::new(Agent {
