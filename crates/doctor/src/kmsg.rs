@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::Severity;
 
@@ -204,7 +204,7 @@ const PATTERNS: &[Pattern] = &[
 const WATCHED: &[&str] = &["mlx5_core", "mlx5_ib", "bnxt_en", "bnxt_re", "irdma", "ice"];
 
 /// A recognised kind of kernel log line on one device, its repeats grouped.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogEvent {
     /// What it is (`pcie-link-limited`, `aer-corrected`, `nic-firmware-health`, …).
     pub kind: String,
@@ -227,7 +227,7 @@ pub struct LogEvent {
 }
 
 /// Lines of a watched driver (or AER) that no pattern recognised.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Unrecognised {
     /// The driver (`mlx5_core`) or `AER`.
     pub source: String,
@@ -238,7 +238,7 @@ pub struct Unrecognised {
 }
 
 /// What the log says: recognised events by kind and device, and the rest counted.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LogReport {
     /// Lines read.
     pub lines: usize,

@@ -17,7 +17,7 @@ pub mod tune;
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use kmsg::{LogEvent, LogReport};
 pub use source::Source;
@@ -68,7 +68,7 @@ pub const KINDS: &[&str] = &[
 ];
 
 /// How bad a finding is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Worth knowing; not a fault.
@@ -91,7 +91,7 @@ impl Severity {
 }
 
 /// One thing doctor found.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
     /// How bad.
     pub severity: Severity,
@@ -110,7 +110,7 @@ pub struct Finding {
 }
 
 /// What one run found.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// The host's name (`proc/sys/kernel/hostname`), where readable.
     pub host: Option<String>,
@@ -128,7 +128,58 @@ pub struct Report {
 impl Report {
     /// How many findings of error severity.
     pub fn errors(&self) -> usize {
-        self.findings.iter().filter(|f| f.severity == Severity::Error).count()
+        self.count(Severity::Error)
+    }
+
+    /// How many findings of severity `s`.
+    pub fn count(&self, s: Severity) -> usize {
+        self.findings.iter().filter(|f| f.severity == s).count()
+    }
+
+    /// The report made to fit `limit` bytes of JSON (to cross a pod's bootstrap link): the
+    /// log's events are already findings and go first, then evidence past each finding's
+    /// first line, then the last findings (notes before warnings before errors; one more
+    /// finding says how many were left out). Every error and warning survives unless they
+    /// alone are too big.
+    pub fn fit(&self, limit: usize) -> Report {
+        let size = |r: &Report| serde_json::to_vec(r).map_or(usize::MAX, |v| v.len());
+        let mut r = self.clone();
+        if size(&r) <= limit {
+            return r;
+        }
+        if let Some(l) = &mut r.log {
+            l.events.clear();
+            l.unrecognised.clear();
+        }
+        for f in &mut r.findings {
+            f.evidence.truncate(1);
+        }
+        let full = std::mem::take(&mut r.findings);
+        let mut keep = full.len();
+        loop {
+            // Findings are sorted errors first: the last kept is the least severe.
+            r.findings = full[..keep].to_vec();
+            if keep < full.len() {
+                r.findings.push(Finding {
+                    severity: Severity::Info,
+                    kind: "report-truncated".into(),
+                    component: r.host.clone().unwrap_or_else(|| "this host".into()),
+                    seen: format!(
+                        "{} of {} findings left out to fit {limit} bytes",
+                        full.len() - keep,
+                        full.len()
+                    ),
+                    why: "a pod's hosts send their reports to rank 0 over the bootstrap link"
+                        .into(),
+                    fix: "run podnet doctor on this host to see all of them".into(),
+                    evidence: Vec::new(),
+                });
+            }
+            if keep == 0 || size(&r) <= limit {
+                return r;
+            }
+            keep -= 1;
+        }
     }
 }
 

@@ -192,3 +192,25 @@ fn compare_names_the_host_whose_versions_differ_from_the_pods() {
     // The same versions everywhere: nothing.
     assert!(doctor::compare(&reports[1..]).is_empty());
 }
+
+/// A report sent across a pod fits the bootstrap's line: the log's copies and the evidence
+/// past the first line go first, then the least severe findings, with one finding saying how
+/// many were left out; the errors stay.
+#[test]
+fn a_report_fits_the_line_it_is_sent_on() {
+    let r = run("mlx5-problems");
+    assert_eq!(r.fit(1 << 20), r, "a report that fits is sent whole");
+    let size = |r: &Report| serde_json::to_vec(r).unwrap().len();
+    let whole = size(&r);
+    let limit = 12_000;
+    assert!(whole > limit, "the problem host's report is {whole} bytes");
+    let f = r.fit(limit);
+    assert!(size(&f) <= limit, "{} bytes", size(&f));
+    assert_eq!(f.errors(), r.errors());
+    let last = f.findings.last().unwrap();
+    assert_eq!(last.kind, "report-truncated");
+    let left = r.findings.len() - (f.findings.len() - 1);
+    assert!(left > 0);
+    assert!(last.seen.starts_with(&format!("{left} of {} findings", r.findings.len())), "{last:?}");
+    assert_eq!(f.versions, r.versions);
+}

@@ -182,7 +182,8 @@ pub(crate) enum Command {
     #[command(after_help = "Examples:\n  sudo podnet doctor\n  \
         sudo podnet doctor --record gpu07-doctor && tar czf gpu07-doctor.tgz gpu07-doctor\n  \
         podnet doctor --root gpu07-doctor --json | jq '.findings[] | select(.severity == \"error\")'\n  \
-        podnet doctor --compare gpu0*-doctor")]
+        podnet doctor --compare gpu0*-doctor\n  \
+        podnet doctor --hostfile pod.hosts      (on every host of pod.hosts; rank 0 reports)")]
     Doctor(DoctorArgs),
 
     /// Run-time tuning for RDMA: what doctor finds wrong in the settings, changed and put back.
@@ -264,6 +265,22 @@ pub(crate) struct DoctorArgs {
     /// share with most of the others (`version-mismatch`), beside each host's error count.
     #[arg(long, value_name = "DIR", num_args = 2.., conflicts_with_all = ["root", "record"])]
     pub(crate) compare: Vec<PathBuf>,
+
+    /// A pod at once: with --hostfile (or --rank/--world-size/--coordinator) every host runs
+    /// the same command, diagnoses itself and sends its report to rank 0, which prints each
+    /// host's findings, the versions side by side and the hosts that differ.
+    #[command(flatten)]
+    pub(crate) world: WorldArgs,
+}
+
+impl WorldArgs {
+    /// Whether any flag asks for a multi-host run.
+    pub(crate) fn given(&self) -> bool {
+        self.rank.is_some()
+            || self.world_size.is_some()
+            || self.hostfile.is_some()
+            || self.coordinator.is_some()
+    }
 }
 
 /// Where a rank of a multi-host run stands, and how the ranks meet (`burnin`, and `qualify`

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::util::{in_netns, stderr, stdout};
+use crate::util::{bridged_hosts, in_netns, stderr, stdout};
 
 /// Splits the `== rank N rc=X` sections a script printed.
 fn ranks(out: &str) -> Vec<(u32, i32, String)> {
@@ -237,16 +237,9 @@ fn launch_through_slurm_open_mpi_and_torchrun_variables() {
 fn a_hostfile_and_a_kubernetes_indexed_job_place_every_rank() {
     // Three hosts (namespaces on a bridge) run the same command with one hostfile: each
     // finds its line by its address; rank 0 is the first line's host.
-    let o = in_netns(
-        "set -e\n\
-         S=pksw$$; ip netns add $S; ip -n $S link add br0 type bridge; ip -n $S link set br0 up\n\
-         trap 'for i in 1 2 3; do ip netns del pkh$$_$i 2>/dev/null; done; ip netns del $S 2>/dev/null' EXIT\n\
+    let o = in_netns(&format!(
+        "set -e\n{}\
          printf '# the pod\\n10.78.0.1 slots=1\\n10.78.0.2\\n10.78.0.3\\n' > hosts\n\
-         for i in 1 2 3; do H=pkh$$_$i; ip netns add $H\n\
-           ip link add eth0 netns $H type veth peer name p$i netns $S\n\
-           ip -n $S link set p$i master br0; ip -n $S link set p$i up\n\
-           ip -n $H addr add 10.78.0.$i/24 dev eth0; ip -n $H link set eth0 up; ip -n $H link set lo up\n\
-         done\n\
          for i in 3 2 1; do\n\
            ip netns exec pkh$$_$i \"$PODNET\" burnin --hostfile hosts -d soft:10.78.0.$i \
              --patterns ring --count 200 --sizes 4096 > o$i 2>&1 &\n\
@@ -258,7 +251,8 @@ fn a_hostfile_and_a_kubernetes_indexed_job_place_every_rank() {
          JOB_COMPLETION_INDEX=0 \"$PODNET\" burnin -d soft:127.0.9.3 --patterns ring --count 200 --sizes 4096 > k0 2>&1 & a=$!\n\
          JOB_COMPLETION_INDEX=1 \"$PODNET\" burnin -d soft:127.0.9.4 --patterns ring --count 200 --sizes 4096 > k1 2>&1; b=$?\n\
          wait $a; echo \"k0 rc=$? k1 rc=$b\"; cat k0 k1",
-    );
+        bridged_hosts("pk", "10.78.0", 3)
+    ));
     let out = stdout(&o);
     let (hostfile, k8s) = out.split_once("== kubernetes").unwrap_or((&out, ""));
     for (i, rank) in [(1, 0), (2, 1), (3, 2)] {

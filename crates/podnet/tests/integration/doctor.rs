@@ -207,3 +207,43 @@ fn doctor_compare_marks_the_host_that_differs() {
     let o = podnet(&["doctor", "--compare", &a]);
     assert_eq!(o.status.code(), Some(2), "one host is no comparison");
 }
+
+/// A pod at once: three hosts (namespaces on a bridge, each diagnosing one recorded host)
+/// run the same `doctor --hostfile`; rank 0 prints every host side by side, marks the one
+/// whose firmware and kernel differ, lists its errors, and exits 1 (a host has errors); the
+/// clean rank 1 exits 0, the problem host's own rank 1.
+#[test]
+fn doctor_over_a_hostfile_reports_the_pod_at_rank_0() {
+    let t = |n: &str| testdata(&format!("doctor/{n}")).to_str().unwrap().to_string();
+    let o = crate::util::in_netns(&format!(
+        "set -e\n\
+         {hosts}\
+         printf '10.79.0.1\\n10.79.0.2\\n10.79.0.3\\n' > hosts\n\
+         R1={a} R2={b} R3={bad}\n\
+         for i in 3 2 1; do eval root=\\$R$i\n\
+           ip netns exec pdh$$_$i \"$PODNET\" doctor --hostfile hosts --root $root > o$i 2> e$i &\n\
+           eval p$i=$!\n\
+         done\n\
+         set +e; for i in 1 2 3; do eval wait \\$p$i; echo \"rc$i=$?\"; done\n\
+         for i in 1 2 3; do echo \"== host $i\"; cat o$i e$i; done",
+        a = t("clean"),
+        b = t("clean-b"),
+        bad = t("mlx5-problems"),
+        hosts = crate::util::bridged_hosts("pd", "10.79.0", 3),
+    ));
+    let out = stdout(&o);
+    for (host, rc) in [(1, 1), (2, 0), (3, 1)] {
+        assert!(out.contains(&format!("rc{host}={rc}")), "host {host}: {out}{}", stderr(&o));
+    }
+    let rank0 = out.split("== host 1\n").nth(1).unwrap_or("").split("== host 2").next().unwrap();
+    assert!(rank0.contains("gpu07 (rank 2)"), "{rank0}");
+    assert!(
+        rank0.lines().any(|l| l.starts_with("gpu07 (rank 2)") && l.contains("*22.36.1010")),
+        "{rank0}"
+    );
+    assert!(rank0.lines().any(|l| l.starts_with("gpu08 (rank 0)") && !l.contains('*')), "{rank0}");
+    assert!(rank0.contains("ERROR    pcie-link                gpu07 (rank 2): mlx5_0"), "{rank0}");
+    assert!(rank0.contains("3 hosts, 4 version mismatches (* above), 9 errors in all"), "{rank0}");
+    let host3 = out.split("== host 3\n").nth(1).unwrap_or("");
+    assert!(host3.contains("rank 2 (gpu07): report sent to rank 0 (9 errors"), "{host3}");
+}

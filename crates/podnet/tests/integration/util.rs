@@ -114,6 +114,21 @@ pub(crate) fn in_netns(script: &str) -> Output {
         .expect("unshare (util-linux) runs")
 }
 
+/// Shell lines (for [`in_netns`]) that make `n` hosts on one bridge: namespaces
+/// `{tag}h$$_1` … `{tag}h$$_n`, host `i` at `{subnet}.i/24` on its `eth0`, all removed when
+/// the script exits.
+pub(crate) fn bridged_hosts(tag: &str, subnet: &str, n: u32) -> String {
+    format!(
+        "S={tag}sw$$; ip netns add $S; ip -n $S link add br0 type bridge; ip -n $S link set br0 up\n\
+         trap 'for i in $(seq {n}); do ip netns del {tag}h$$_$i 2>/dev/null; done; ip netns del $S 2>/dev/null' EXIT\n\
+         for i in $(seq {n}); do H={tag}h$$_$i; ip netns add $H\n\
+           ip link add eth0 netns $H type veth peer name p$i netns $S\n\
+           ip -n $S link set p$i master br0; ip -n $S link set p$i up\n\
+           ip -n $H addr add {subnet}.$i/24 dev eth0; ip -n $H link set eth0 up; ip -n $H link set lo up\n\
+         done\n"
+    )
+}
+
 /// Runs podnet (host, in the tap's namespace) against a tool in the QEMU guest: with
 /// `podnet_serves`, podnet listens (TCP 18515) and the guest runs `guest_cmd connect_to`;
 /// otherwise the guest tool listens and podnet connects to the guest's IPv4 address. Returns
