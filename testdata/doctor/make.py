@@ -18,6 +18,7 @@ rxe-guest/      is not made here: `podnet doctor --record` in the QEMU guest wit
                 (PODNET_DOCTOR_KEEP=DIR and the test doctor_rxe::…).
 """
 import json
+import math
 import os
 import shutil
 
@@ -119,8 +120,17 @@ def host(root, bad, name=None):
             put(root, f"sys/class/net/{nd}/ecn/roce_rp/enable/{prio}", "1")
         # What `ethtool --show-fec` and `ethtool -S` print (mlx5's names).
         fec = "Off" if bad and i == 0 else "RS"
-        put(root, f"cmd/ethtool-show-fec-{nd}",
-            f"FEC parameters for {nd}:\nSupported/Configured FEC encodings: Auto RS BaseR\nActive FEC encoding: {fec}")
+        # `ethtool -I --show-fec` (ethtool 6.1's netlink/fec.c: per-lane lines under each).
+        corr, uncorr = (123456789, 37) if bad and i == 1 else (1024, 0)
+        put(root, f"cmd/ethtool-show-fec-{nd}", "\n".join([
+            f"FEC parameters for {nd}:", "Supported/Configured FEC encodings: Auto RS BaseR",
+            f"Active FEC encoding: {fec}", "Statistics:", f"  corrected_blocks: {corr}",
+            f"    Lane 0: {corr}", f"  uncorrectable_blocks: {uncorr}", f"    Lane 0: {uncorr}"]))
+        # `ethtool --show-module` (netlink/module.c): the first rail's module in low power.
+        low_power = bad and i == 0
+        put(root, f"cmd/ethtool-show-module-{nd}", "\n".join([
+            f"Module parameters for {nd}:", "power-mode-policy: auto",
+            f"power-mode: {'low' if low_power else 'high'}"]))
         pfc = "0:off 1:off 2:off 3:off" if bad and i == 0 else "0:off 1:off 2:off 3:on"
         put(root, f"cmd/dcb-pfc-{nd}", f"pfc-cap 8 macsec-bypass off delay 4096\nprio-pfc {pfc} 4:off 5:off 6:off 7:off")
         rx = 1024 if bad and i == 0 else 8192
@@ -135,6 +145,13 @@ def host(root, bad, name=None):
             f"\tModule temperature                        : {74.12 if hot else 45.27:.2f} degrees C / 165.42 degrees F",
             "\tModule temperature high alarm threshold   : 80.00 degrees C / 176.00 degrees F",
             "\tModule temperature high warning threshold : 70.00 degrees C / 158.00 degrees F",
+        ] + [
+            # Receive power per lane (qsfp.c); the hot module's third lane is dim.
+            f"\tRcvr signal avg optical power(Channel {ch})  : {0.0700 if hot and ch == 3 else 0.8123:.4f} mW / "
+            f"{10 * math.log10(0.0700 if hot and ch == 3 else 0.8123):.2f} dBm" for ch in range(1, 5)
+        ] + [
+            "\tLaser rx power low alarm threshold        : 0.0467 mW / -13.31 dBm",
+            "\tLaser rx power low warning threshold      : 0.0933 mW / -10.30 dBm",
         ]))
         phy = bad and i == 1
         put(root, f"cmd/ethtool-S-{nd}", "\n".join([

@@ -677,9 +677,117 @@ pub fn netdevs(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
     }
 }
 
-/// The NIC side of the RoCE netdevs: ECN on the mlx5 priorities (sysfs `ecn/`), the FEC
-/// mode against the link speed and the physical-layer counters (`ethtool`), and the
-/// firmware health reporters (`devlink health`).
+/// The findings of one RDMA netdev's physical layer: FEC off at PAM4 speeds and its
+/// uncorrectable blocks, the PHY's error counters, and the cable module's temperature,
+/// receive power and power mode.
+fn physical_layer(
+    phy: &crate::phy::Phy,
+    src: &Source,
+    dev: &str,
+    nd: &str,
+    uptime: Option<f64>,
+    out: &mut Vec<Finding>,
+) {
+    let component = format!("{dev} ({nd})");
+    let speed = src.read_u64(&format!("sys/class/net/{nd}/speed"));
+    if let Some(active) = &phy.fec
+        && speed.is_some_and(|s| s >= 50_000 && s < u64::from(u32::MAX))
+        && matches!(active.to_ascii_lowercase().as_str(), "off" | "none")
+    {
+        out.push(Finding {
+            severity: Severity::Error,
+            kind: "fec-off".into(),
+            component: component.clone(),
+            seen: format!("FEC {active} at {} Gb/s", speed.unwrap_or(0) / 1000),
+            why: "links of 50 Gb/s per lane and up (PAM4) need RS-FEC: without it bit errors reach the packets and RoCE retransmits (or the switch port disagrees and the link flaps)".into(),
+            fix: format!("ethtool --set-fec {nd} encoding rs (the switch port the same)"),
+            evidence: vec![format!("ethtool --show-fec {nd}: Active FEC encoding: {active}"), format!("sys/class/net/{nd}/speed = {}", speed.unwrap_or(0))],
+        });
+    }
+    if let Some(n) = phy.fec_uncorrectable.filter(|n| *n > 0) {
+        out.push(Finding {
+            severity: Severity::Warning,
+            kind: "fec-uncorrectable".into(),
+            component: component.clone(),
+            seen: format!("{n} FEC blocks uncorrectable{}{}", since_boot(n, uptime), phy.fec_corrected.map(|c| format!(" ({c} corrected)")).unwrap_or_default()),
+            why: "a block FEC could not correct is a frame lost on the wire: RoCE retransmits it (go-back-N), and a rising count precedes the link's failure".into(),
+            fix: "clean or replace the cable or optic; compare the switch port's FEC counters for the same link".into(),
+            evidence: vec![format!("ethtool -I --show-fec {nd}: uncorrectable_blocks: {n}")],
+        });
+    }
+    for (key, n) in &phy.counters {
+        let Some((_, kind, why)) = crate::phy::PHY_COUNTERS.iter().find(|c| c.0 == *key) else {
+            continue;
+        };
+        if *n > 0 {
+            out.push(Finding {
+                severity: Severity::Warning,
+                kind: (*kind).into(),
+                component: component.clone(),
+                seen: format!("{key} {n}{}", since_boot(*n, uptime)),
+                why: (*why).into(),
+                fix: "clean or replace the cable or optic; check the switch port's counters for the same link".into(),
+                evidence: vec![format!("ethtool -S {nd}: {key}: {n}")],
+            });
+        }
+    }
+    // The module's temperature against its own thresholds (70 °C where it gives none).
+    if let Some(t) = phy.module_temp {
+        let warn = phy.module_temp_warn.unwrap_or(70.0);
+        let alarm = phy.module_temp_alarm.unwrap_or(f64::INFINITY);
+        if t >= warn {
+            out.push(Finding {
+                severity: if t >= alarm { Severity::Error } else { Severity::Warning },
+                kind: "module-temperature".into(),
+                component: component.clone(),
+                seen: format!("cable module at {t:.1} °C (warning at {warn:.1} °C{})", if alarm.is_finite() { format!(", alarm at {alarm:.1} °C") } else { String::new() }),
+                why: "a hot optic's laser degrades: bit errors rise, then the module shuts the link down".into(),
+                fix: "check the airflow and fan speed at the NIC; replace the module if it stays hot".into(),
+                evidence: vec![format!("ethtool -m {nd}: Module temperature : {t:.2} degrees C")],
+            });
+        }
+    }
+    // Receive power per lane against the module's own low thresholds.
+    if let (Some(warn), alarm) = phy.rx_power_low {
+        let low: Vec<(usize, f64)> =
+            phy.rx_power_mw.iter().copied().enumerate().filter(|(_, p)| *p < warn).collect();
+        if !low.is_empty() {
+            let dbm = |mw: f64| 10.0 * mw.log10();
+            let under_alarm = alarm.is_some_and(|a| low.iter().any(|(_, p)| *p < a));
+            out.push(Finding {
+                severity: if under_alarm { Severity::Error } else { Severity::Warning },
+                kind: "module-rx-power".into(),
+                component: component.clone(),
+                seen: format!(
+                    "receive power low on {} of {} lanes: {} (module's low warning {:.2} dBm{})",
+                    low.len(),
+                    phy.rx_power_mw.len(),
+                    low.iter().map(|(i, p)| format!("lane {} {:.2} dBm", i + 1, dbm(*p))).collect::<Vec<_>>().join(", "),
+                    dbm(warn),
+                    alarm.map(|a| format!(", alarm {:.2} dBm", dbm(a))).unwrap_or_default()
+                ),
+                why: "too little light reaches the receiver: a dirty connector, a bent or broken fibre, or the far end's failing laser; bit errors and FEC's uncorrectable blocks follow".into(),
+                fix: "clean both connectors (and the switch port's), reseat the optic; replace the cable if it stays low; compare the far end's transmit power".into(),
+                evidence: low.iter().map(|(i, p)| format!("ethtool -m {nd}: Rcvr signal avg optical power(Channel {}) : {p:.4} mW", i + 1)).collect(),
+            });
+        }
+    }
+    if let Some(mode) = phy.power_mode.as_deref().filter(|m| *m == "low") {
+        out.push(Finding {
+            severity: Severity::Error,
+            kind: "module-power-low".into(),
+            component,
+            seen: format!("the cable module is in {mode} power mode"),
+            why: "a module in low power mode keeps its laser off: the link cannot come up (or the host's power policy put it there while the port was down)".into(),
+            fix: format!("ethtool --set-module {nd} power-mode-policy high (or auto, with the port up)"),
+            evidence: vec![format!("ethtool --show-module {nd}: power-mode: {mode}")],
+        });
+    }
+}
+
+/// The NIC side of the RoCE netdevs: ECN on the mlx5 priorities (sysfs `ecn/`), PFC
+/// (`dcb`), ring sizes and the physical layer (`ethtool`), source routing, the IOMMU,
+/// irqbalance, and the firmware health reporters (`devlink health`).
 pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
     let uptime = uptime(src);
     let netdevs: Vec<(String, String)> =
@@ -730,32 +838,7 @@ pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
                 });
             }
         }
-        // The cable module's temperature against its own thresholds (`ethtool -m`).
-        if let Some(m) = src.command(&format!("ethtool-m-{nd}"), &["ethtool", "-m", nd]) {
-            let deg = |key: &str| {
-                m.lines().find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    (k.trim() == key)
-                        .then(|| v.split_whitespace().next()?.parse::<f64>().ok())
-                        .flatten()
-                })
-            };
-            if let Some(t) = deg("Module temperature") {
-                let warn = deg("Module temperature high warning threshold").unwrap_or(70.0);
-                let alarm = deg("Module temperature high alarm threshold").unwrap_or(f64::INFINITY);
-                if t >= warn {
-                    out.push(Finding {
-                        severity: if t >= alarm { Severity::Error } else { Severity::Warning },
-                        kind: "module-temperature".into(),
-                        component: format!("{dev} ({nd})"),
-                        seen: format!("cable module at {t:.1} °C (warning at {warn:.1} °C{})", if alarm.is_finite() { format!(", alarm at {alarm:.1} °C") } else { String::new() }),
-                        why: "a hot optic's laser degrades: bit errors rise, then the module shuts the link down".into(),
-                        fix: "check the airflow and fan speed at the NIC; replace the module if it stays hot".into(),
-                        evidence: vec![format!("ethtool -m {nd}: Module temperature : {t:.2} degrees C")],
-                    });
-                }
-            }
-        }
+        let phy = crate::phy::read(src, nd);
         // Ring sizes (`ethtool -g`): what each ring is set to against its maximum.
         if let Some(g) = src.command(&format!("ethtool-g-{nd}"), &["ethtool", "-g", nd]) {
             let section = |title: &str| -> Vec<(String, u64)> {
@@ -794,65 +877,7 @@ pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
                 });
             }
         }
-        let speed = src.read_u64(&format!("sys/class/net/{nd}/speed"));
-        if let Some(fec) =
-            src.command(&format!("ethtool-show-fec-{nd}"), &["ethtool", "--show-fec", nd])
-            && let Some(active) =
-                fec.lines().find_map(|l| l.trim().strip_prefix("Active FEC encoding:"))
-        {
-            let active = active.trim();
-            if speed.is_some_and(|s| s >= 50_000 && s < u64::from(u32::MAX))
-                && matches!(active.to_ascii_lowercase().as_str(), "off" | "none")
-            {
-                out.push(Finding {
-                    severity: Severity::Error,
-                    kind: "fec-off".into(),
-                    component: format!("{dev} ({nd})"),
-                    seen: format!("FEC {active} at {} Gb/s", speed.unwrap_or(0) / 1000),
-                    why: "links of 50 Gb/s per lane and up (PAM4) need RS-FEC: without it bit errors reach the packets and RoCE retransmits (or the switch port disagrees and the link flaps)".into(),
-                    fix: format!("ethtool --set-fec {nd} encoding rs (the switch port the same)"),
-                    evidence: vec![format!("ethtool --show-fec {nd}: Active FEC encoding: {active}"), format!("sys/class/net/{nd}/speed = {}", speed.unwrap_or(0))],
-                });
-            }
-        }
-        if let Some(stats) = src.command(&format!("ethtool-S-{nd}"), &["ethtool", "-S", nd]) {
-            let get = |k: &str| {
-                stats.lines().find_map(|l| {
-                    l.trim().strip_prefix(k)?.strip_prefix(':')?.trim().parse::<u64>().ok()
-                })
-            };
-            // mlx5's names (ethtool -S): the PHY's own counters.
-            for (key, kind, why) in [
-                (
-                    "rx_pcs_symbol_err_phy",
-                    "phy-symbol-errors",
-                    "symbol errors the PHY could not correct: a dirty or failing cable, optic or port; packets are lost to them",
-                ),
-                (
-                    "rx_crc_errors_phy",
-                    "phy-crc-errors",
-                    "frames with a bad CRC: corrupted on the wire, each a lost RoCE packet",
-                ),
-                (
-                    "link_down_events_phy",
-                    "phy-link-down",
-                    "the link went down: every QP on it stalled or failed",
-                ),
-            ] {
-                if let Some(n) = get(key).filter(|n| *n > 0) {
-                    let rate = since_boot(n, uptime);
-                    out.push(Finding {
-                        severity: Severity::Warning,
-                        kind: kind.into(),
-                        component: format!("{dev} ({nd})"),
-                        seen: format!("{key} {n}{rate}"),
-                        why: why.into(),
-                        fix: "clean or replace the cable or optic; check the switch port's counters for the same link".into(),
-                        evidence: vec![format!("ethtool -S {nd}: {key}: {n}")],
-                    });
-                }
-            }
-        }
+        physical_layer(&phy, src, dev, nd, uptime, out);
     }
     source_routing(src, &netdevs, out);
     for d in devices.iter().filter(|d| d.pci.is_some()) {

@@ -12,6 +12,7 @@
 
 pub mod checks;
 pub mod kmsg;
+pub mod phy;
 pub mod source;
 pub mod tune;
 
@@ -42,6 +43,9 @@ pub const KINDS: &[&str] = &[
     "arp-announce",
     "ecn-off",
     "fec-off",
+    "fec-uncorrectable",
+    "module-rx-power",
+    "module-power-low",
     "phy-symbol-errors",
     "phy-crc-errors",
     "phy-link-down",

@@ -38,6 +38,9 @@ const EXPECTED: &[(&str, &str, Severity)] = &[
     ("arp-announce", "ens1f1np1", Severity::Warning),
     ("ecn-off", "mlx5_0 (ens1f0np0)", Severity::Warning),
     ("fec-off", "mlx5_0 (ens1f0np0)", Severity::Error),
+    ("fec-uncorrectable", "mlx5_1 (ens1f1np1)", Severity::Warning),
+    ("module-rx-power", "mlx5_1 (ens1f1np1)", Severity::Warning),
+    ("module-power-low", "mlx5_0 (ens1f0np0)", Severity::Error),
     ("phy-symbol-errors", "mlx5_1 (ens1f1np1)", Severity::Warning),
     ("phy-link-down", "mlx5_1 (ens1f1np1)", Severity::Warning),
     // fw_fatal in error (an error), fw with errors it recovered from (a warning).
@@ -94,7 +97,7 @@ fn every_problem_of_the_problem_host_is_found_with_its_evidence() {
     assert!(irq.evidence.iter().any(|e| e == "proc/irq/120/smp_affinity_list = 2-3"));
     // Errors first; the exit status's count.
     assert_eq!(r.findings[0].severity, Severity::Error);
-    assert_eq!(r.errors(), 9);
+    assert_eq!(r.errors(), 10);
     // Every kind is one a plan may name.
     for f in &r.findings {
         assert!(doctor::KINDS.contains(&f.kind.as_str()), "{} is not in doctor::KINDS", f.kind);

@@ -68,11 +68,29 @@ impl telemetry::expose::Extra for Agent {
     }
 }
 
-/// The host's PCIe links, AER counters and recognised kernel-log events, read through
-/// doctor's [`doctor::Source`] at each scrape (the kernel log at most every 30 s).
+/// The host's PCIe links, AER counters, physical layer and recognised kernel-log events,
+/// read through doctor's [`doctor::Source`] at each scrape (the kernel log and `ethtool`'s
+/// answers at most every 30 s: reading a module's EEPROM takes tens of milliseconds).
 struct HostHealth {
     src: doctor::Source,
     log: Mutex<Option<(Instant, Option<doctor::LogReport>)>>,
+    phy: Mutex<Option<(Instant, PhyRead)>>,
+}
+
+/// Each RoCE netdev's physical layer: (netdev, its RDMA device, what ethtool said).
+type PhyRead = Vec<(String, String, doctor::phy::Phy)>;
+
+/// `cache`'s value, read again by `read` when it is older than 30 s.
+fn cached<T: Clone>(cache: &Mutex<Option<(Instant, T)>>, read: impl FnOnce() -> T) -> T {
+    let mut g = cache.lock().unwrap_or_else(PoisonError::into_inner);
+    match g.as_ref() {
+        Some((t, v)) if t.elapsed() < Duration::from_secs(30) => v.clone(),
+        _ => {
+            let v = read();
+            *g = Some((Instant::now(), v.clone()));
+            v
+        }
+    }
 }
 
 impl HostHealth {
@@ -125,14 +143,8 @@ impl HostHealth {
             max_width,
         );
         r.register("podnet_pcie_aer_errors", "AER errors the function reported since boot, by severity (correctable, nonfatal, fatal)", aer);
-        let log = {
-            let mut g = self.log.lock().unwrap_or_else(PoisonError::into_inner);
-            if g.as_ref().is_none_or(|(t, _)| t.elapsed() >= Duration::from_secs(30)) {
-                let rep = self.src.kernel_log().map(|l| doctor::kmsg::recognise(&l));
-                *g = Some((Instant::now(), rep));
-            }
-            g.as_ref().and_then(|(_, l)| l.clone())
-        };
+        self.register_phy(r, &devices);
+        let log = cached(&self.log, || self.src.kernel_log().map(|l| doctor::kmsg::recognise(&l)));
         if let Some(log) = log {
             let ev: Family<Labels, Gauge> = Family::default();
             for e in &log.events {
@@ -159,6 +171,105 @@ impl HostHealth {
                 un,
             );
         }
+    }
+}
+
+impl HostHealth {
+    /// The physical layer's series: FEC mode and block counters, PHY error counters, the
+    /// cable module's temperature (and its warning threshold), receive power and power mode.
+    fn register_phy(
+        &self,
+        r: &mut telemetry::prometheus_client::registry::Registry,
+        devices: &[doctor::checks::RdmaDevice],
+    ) {
+        use telemetry::prometheus_client::metrics::family::Family;
+        use telemetry::prometheus_client::metrics::gauge::Gauge;
+        type Labels = Vec<(String, String)>;
+        type F64 = Gauge<f64, std::sync::atomic::AtomicU64>;
+        let phys = cached(&self.phy, || {
+            doctor::checks::rdma_netdevs(devices)
+                .into_iter()
+                .filter(|(_, _, roce)| *roce)
+                .map(|(nd, dev, _)| {
+                    let p = doctor::phy::read(&self.src, &nd);
+                    (nd, dev, p)
+                })
+                .collect()
+        });
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        type Ints = Family<Labels, Gauge>;
+        type Floats = Family<Labels, F64>;
+        let (fec, corrected, uncorrectable) = (Ints::default(), Ints::default(), Ints::default());
+        let (phy_errors, low_power) = (Ints::default(), Ints::default());
+        let (temp, temp_warn, rx_power) = (Floats::default(), Floats::default(), Floats::default());
+        for (nd, dev, p) in &phys {
+            let l = vec![("device".to_string(), dev.clone()), ("netdev".to_string(), nd.clone())];
+            let with = |k: &str, v: String| {
+                let mut l = l.clone();
+                l.push((k.to_string(), v));
+                l
+            };
+            if let Some(m) = &p.fec {
+                fec.get_or_create(&with("mode", m.clone())).set(1);
+            }
+            if let Some(n) = p.fec_corrected {
+                corrected.get_or_create(&l).set(int(n));
+            }
+            if let Some(n) = p.fec_uncorrectable {
+                uncorrectable.get_or_create(&l).set(int(n));
+            }
+            for (key, n) in &p.counters {
+                phy_errors.get_or_create(&with("counter", (*key).to_string())).set(int(*n));
+            }
+            if let Some(t) = p.module_temp {
+                temp.get_or_create(&l).set(t);
+            }
+            if let Some(t) = p.module_temp_warn {
+                temp_warn.get_or_create(&l).set(t);
+            }
+            for (i, mw) in p.rx_power_mw.iter().enumerate() {
+                rx_power.get_or_create(&with("lane", (i + 1).to_string())).set(10.0 * mw.log10());
+            }
+            if let Some(m) = &p.power_mode {
+                low_power.get_or_create(&l).set(i64::from(m == "low"));
+            }
+        }
+        r.register(
+            "podnet_nic_fec_active",
+            "The FEC encoding the RoCE netdev's link runs (1 for its mode: RS, BaseR, Off)",
+            fec,
+        );
+        r.register(
+            "podnet_nic_fec_corrected_blocks",
+            "FEC blocks the PHY corrected (ethtool -I --show-fec)",
+            corrected,
+        );
+        r.register(
+            "podnet_nic_fec_uncorrectable_blocks",
+            "FEC blocks the PHY could not correct: each a frame lost on the wire",
+            uncorrectable,
+        );
+        r.register("podnet_nic_phy_errors", "The PHY's error counters from ethtool -S (mlx5: rx_pcs_symbol_err_phy, rx_crc_errors_phy, link_down_events_phy)", phy_errors);
+        r.register(
+            "podnet_nic_module_temperature_celsius",
+            "The cable module's temperature (ethtool -m)",
+            temp,
+        );
+        r.register(
+            "podnet_nic_module_temperature_warning_celsius",
+            "The cable module's own high-temperature warning threshold",
+            temp_warn,
+        );
+        r.register(
+            "podnet_nic_module_rx_power_dbm",
+            "The cable module's receive power per lane, dBm",
+            rx_power,
+        );
+        r.register(
+            "podnet_nic_module_low_power",
+            "1 when the cable module is in low power mode (its laser off)",
+            low_power,
+        );
     }
 }
 
@@ -192,6 +303,7 @@ pub(crate) fn run(args: &AgentArgs) -> anyhow::Result<ExitCode> {
     let host = HostHealth {
         src: doctor::Source::for_roots(&roots.sys, &roots.proc),
         log: Mutex::new(None),
+        phy: Mutex::new(None),
     };
     let agent = Arc::new(Agent {
         host,

@@ -20,12 +20,12 @@ fn doctor_names_the_problem_hosts_faults_and_exits_1() {
     );
     assert!(text.contains("ERROR    pcie-link                mlx5_0 (0000:3b:00.0): PCIe link at 8.0 GT/s PCIe x8, capable of 16.0 GT/s PCIe x16"), "{text}");
     assert!(text.contains("         fix: sysctl -w kernel.numa_balancing=0"), "{text}");
-    assert!(text.contains("9 errors, 22 warnings, 10 notes"), "{text}");
+    assert!(text.contains("10 errors, 24 warnings, 10 notes"), "{text}");
     let o = podnet(&["doctor", "--root", root.to_str().unwrap(), "--json"]);
     assert_eq!(o.status.code(), Some(1));
     let v: Value = serde_json::from_str(&stdout(&o)).expect("one JSON object");
     let f = v["findings"].as_array().unwrap();
-    assert_eq!(f.len(), 41);
+    assert_eq!(f.len(), 44);
     assert!(f.iter().any(|f| f["kind"] == "log:nic-firmware-health" && f["severity"] == "error"));
     assert_eq!(v["log"]["events"].as_array().unwrap().len(), 7);
 }
@@ -77,7 +77,7 @@ fn doctor_record_then_root_diagnoses_as_the_live_host() {
 /// count, its kernel log's events — and the clean host's link at full width and no events;
 /// each family is defined in docs/metrics.md.
 #[test]
-fn the_agent_exports_pcie_links_aer_and_kernel_log_events() {
+fn the_agent_exports_pcie_links_aer_the_physical_layer_and_kernel_log_events() {
     let print = |tree: &str| {
         let root = testdata(&format!("doctor/{tree}"));
         let o = podnet(&[
@@ -103,6 +103,11 @@ fn the_agent_exports_pcie_links_aer_and_kernel_log_events() {
         "podnet_kernel_log_events{kind=\"nic-firmware-health\",device=\"0000:3b:00.0\",severity=\"error\"} 1",
         "podnet_kernel_log_events{kind=\"aer-corrected\",device=\"0000:3a:00.0\",severity=\"warning\"} 2",
         "podnet_kernel_log_unrecognised_lines{source=\"mlx5_core\"} 3",
+        "podnet_nic_fec_active{device=\"mlx5_0\",netdev=\"ens1f0np0\",mode=\"Off\"} 1",
+        "podnet_nic_fec_uncorrectable_blocks{device=\"mlx5_1\",netdev=\"ens1f1np1\"} 37",
+        "podnet_nic_phy_errors{device=\"mlx5_1\",netdev=\"ens1f1np1\",counter=\"rx_pcs_symbol_err_phy\"} 1234",
+        "podnet_nic_module_temperature_celsius{device=\"mlx5_1\",netdev=\"ens1f1np1\"} 74.12",
+        "podnet_nic_module_low_power{device=\"mlx5_0\",netdev=\"ens1f0np0\"} 1",
     ] {
         assert!(bad.lines().any(|l| l == line), "no {line} in:\n{bad}");
     }
@@ -113,6 +118,19 @@ fn the_agent_exports_pcie_links_aer_and_kernel_log_events() {
             .any(|l| l == "podnet_pcie_link_width{device=\"mlx5_0\",pci=\"0000:3b:00.0\"} 16")
     );
     assert!(!clean.lines().any(|l| l.starts_with("podnet_kernel_log_events{")), "{clean}");
+    for line in [
+        "podnet_nic_fec_uncorrectable_blocks{device=\"mlx5_1\",netdev=\"ens1f1np1\"} 0",
+        "podnet_nic_module_low_power{device=\"mlx5_0\",netdev=\"ens1f0np0\"} 0",
+    ] {
+        assert!(clean.lines().any(|l| l == line), "no {line} in:\n{clean}");
+    }
+    let dim = bad
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("podnet_nic_module_rx_power_dbm{device=\"mlx5_1\",netdev=\"ens1f1np1\",lane=\"3\"} ")
+        })
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(dim.is_some_and(|d| (d + 11.55).abs() < 0.01), "lane 3 at {dim:?} dBm");
     let doc = std::fs::read_to_string(testdata("../docs/metrics.md")).unwrap();
     for name in bad
         .lines()
@@ -243,7 +261,7 @@ fn doctor_over_a_hostfile_reports_the_pod_at_rank_0() {
     );
     assert!(rank0.lines().any(|l| l.starts_with("gpu08 (rank 0)") && !l.contains('*')), "{rank0}");
     assert!(rank0.contains("ERROR    pcie-link                gpu07 (rank 2): mlx5_0"), "{rank0}");
-    assert!(rank0.contains("3 hosts, 4 version mismatches (* above), 9 errors in all"), "{rank0}");
+    assert!(rank0.contains("3 hosts, 4 version mismatches (* above), 10 errors in all"), "{rank0}");
     let host3 = out.split("== host 3\n").nth(1).unwrap_or("");
-    assert!(host3.contains("rank 2 (gpu07): report sent to rank 0 (9 errors"), "{host3}");
+    assert!(host3.contains("rank 2 (gpu07): report sent to rank 0 (10 errors"), "{host3}");
 }
