@@ -83,6 +83,15 @@ def host(root, bad, name=None):
     put(root, "proc/sys/kernel/numa_balancing", "1" if bad else "0")
     put(root, "sys/kernel/mm/transparent_hugepage/enabled",
         "[always] madvise never" if bad else "always [madvise] never")
+    # Huge pages of 2 MiB: on the problem host all taken, and all on node 1 (the NICs are on
+    # node 0); on the clean one half free, on node 0.
+    hp = "sys/kernel/mm/hugepages/hugepages-2048kB"
+    put(root, f"{hp}/nr_hugepages", "1024")
+    put(root, f"{hp}/free_hugepages", "0" if bad else "512")
+    for node in range(2):
+        on = (node == 1) if bad else (node == 0)
+        put(root, f"sys/devices/system/node/node{node}/hugepages/hugepages-2048kB/nr_hugepages",
+            "1024" if on else "0")
     for i, (dev, pci, nd, irq0) in enumerate([("mlx5_0", "0000:3b:00.0", "ens1f0np0", 120),
                                                ("mlx5_1", "0000:3b:00.1", "ens1f1np1", 140)]):
         d = f"sys/class/infiniband/{dev}"
@@ -132,6 +141,9 @@ def host(root, bad, name=None):
             f"Module parameters for {nd}:", "power-mode-policy: auto",
             f"power-mode: {'low' if low_power else 'high'}"]))
         pfc = "0:off 1:off 2:off 3:off" if bad and i == 0 else "0:off 1:off 2:off 3:on"
+        # `dcb app show` (iproute2's dcb_app.c; DSCP names where iproute2 knows them): the
+        # problem host maps only CNPs' DSCP (CS6, 48) to priority 6, not RoCE's 26 to 3.
+        put(root, f"cmd/dcb-app-{nd}", "dscp-prio CS6:6" if bad else "dscp-prio 26:3 CS6:6")
         put(root, f"cmd/dcb-pfc-{nd}", f"pfc-cap 8 macsec-bypass off delay 4096\nprio-pfc {pfc} 4:off 5:off 6:off 7:off")
         rx = 1024 if bad and i == 0 else 8192
         put(root, f"cmd/ethtool-g-{nd}", "\n".join([

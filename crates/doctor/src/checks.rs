@@ -785,6 +785,85 @@ fn physical_layer(
     }
 }
 
+/// Huge pages reserved for RDMA buffers (DPDK, NCCL, UCX and MPI use them where given):
+/// every one of a size taken, or reserved only on NUMA nodes the RDMA devices are not on.
+pub fn hugepages(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
+    let base = "sys/kernel/mm/hugepages";
+    let nic_nodes: Vec<String> = devices
+        .iter()
+        .filter_map(|d| src.read(&format!("sys/class/infiniband/{}/device/numa_node", d.name)))
+        .filter(|n| n != "-1")
+        .collect();
+    for size in src.list(base) {
+        let Some(n) = src.read_u64(&format!("{base}/{size}/nr_hugepages")).filter(|n| *n > 0)
+        else {
+            continue;
+        };
+        let label = size.trim_start_matches("hugepages-");
+        if let Some(free) = src.read_u64(&format!("{base}/{size}/free_hugepages"))
+            && free == 0
+        {
+            out.push(Finding {
+                severity: Severity::Warning,
+                kind: "hugepages".into(),
+                component: "memory".into(),
+                seen: format!("all {n} huge pages of {label} are in use"),
+                why: "a process that asks for huge pages now fails or falls back to 4 KiB pages: many more page-table and IOTLB entries for the NIC to walk when it registers and touches large buffers".into(),
+                fix: format!("echo {} > /sys/kernel/mm/hugepages/{size}/nr_hugepages (or hugepages= on the kernel command line)", n * 2),
+                evidence: vec![format!("{base}/{size}/nr_hugepages = {n}"), format!("{base}/{size}/free_hugepages = 0")],
+            });
+        }
+        // Where they are: per NUMA node.
+        let per_node: Vec<(String, u64)> = src
+            .list("sys/devices/system/node")
+            .into_iter()
+            .filter_map(|node| {
+                let id = node.strip_prefix("node")?.to_string();
+                let k = src.read_u64(&format!(
+                    "sys/devices/system/node/{node}/hugepages/{size}/nr_hugepages"
+                ))?;
+                Some((id, k))
+            })
+            .collect();
+        let on_nic_node = per_node.iter().any(|(id, k)| *k > 0 && nic_nodes.contains(id));
+        if !nic_nodes.is_empty() && per_node.len() > 1 && !on_nic_node {
+            let mut nodes = nic_nodes.clone();
+            nodes.sort();
+            nodes.dedup();
+            out.push(Finding {
+                severity: Severity::Info,
+                kind: "hugepages".into(),
+                component: "memory".into(),
+                seen: format!(
+                    "huge pages of {label} only on node {} (the RDMA devices are on node {})",
+                    per_node
+                        .iter()
+                        .filter(|(_, k)| *k > 0)
+                        .map(|(id, k)| format!("{id} ({k})"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    nodes.join(", ")
+                ),
+                why:
+                    "a buffer in them is far from the NIC: every DMA crosses the inter-socket link"
+                        .into(),
+                fix: format!(
+                    "echo N > /sys/devices/system/node/node{}/hugepages/{size}/nr_hugepages",
+                    nodes[0]
+                ),
+                evidence: per_node
+                    .iter()
+                    .map(|(id, k)| {
+                        format!(
+                            "sys/devices/system/node/node{id}/hugepages/{size}/nr_hugepages = {k}"
+                        )
+                    })
+                    .collect(),
+            });
+        }
+    }
+}
+
 /// The NIC side of the RoCE netdevs: ECN on the mlx5 priorities (sysfs `ecn/`), PFC
 /// (`dcb`), ring sizes and the physical layer (`ethtool`), source routing, the IOMMU,
 /// irqbalance, and the firmware health reporters (`devlink health`).
@@ -816,6 +895,7 @@ pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
         }
         // PFC per priority (`dcb pfc show`): lossless RoCE needs it on RoCE's priority;
         // without it and without ECN, nothing keeps a congested switch from dropping RoCE.
+        let mut pfc_on: Option<Vec<String>> = None;
         if let Some(pfc) = src.command(&format!("dcb-pfc-{nd}"), &["dcb", "pfc", "show", "dev", nd])
             && let Some(line) = pfc.lines().find_map(|l| l.trim().strip_prefix("prio-pfc"))
         {
@@ -823,6 +903,7 @@ pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
                 .split_whitespace()
                 .filter_map(|kv| kv.split_once(':').filter(|(_, v)| *v == "on").map(|(p, _)| p))
                 .collect();
+            pfc_on = Some(on.iter().map(|p| (*p).to_string()).collect());
             if on.is_empty() {
                 let ecn_off = out
                     .iter()
@@ -835,6 +916,39 @@ pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
                     why: "RoCE runs lossy here: a congested switch drops packets and RoCE retransmits (go-back-N); that is a design choice only with ECN (DCQCN) on, and the switch must agree".into(),
                     fix: format!("for lossless RoCE: dcb pfc set dev {nd} prio-pfc 3:on (RoCE's priority; the switch ports the same); for lossy RoCE keep ECN on"),
                     evidence: vec![format!("dcb pfc show dev {nd}: prio-pfc{line}")],
+                });
+            }
+        }
+        // DSCP trust: RoCE v2 packets are untagged IP; a port that classifies by PCP (the
+        // default, until a DSCP mapping exists: `dcb app`'s dscp-prio entries switch mlx5 to
+        // DSCP trust) puts them all in priority 0, whatever priority PFC protects.
+        if let Some(pfc_on) = pfc_on
+            && !pfc_on.is_empty()
+            && let Some(app) =
+                src.command(&format!("dcb-app-{nd}"), &["dcb", "app", "show", "dev", nd])
+        {
+            let mapped: Vec<&str> = app
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("dscp-prio"))
+                .flat_map(str::split_whitespace)
+                .filter_map(|kv| kv.rsplit_once(':').map(|(_, p)| p))
+                .collect();
+            let unmapped: Vec<&String> =
+                pfc_on.iter().filter(|p| !mapped.contains(&p.as_str())).collect();
+            if !unmapped.is_empty() {
+                let list = unmapped.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ");
+                out.push(Finding {
+                    severity: Severity::Warning,
+                    kind: "dscp-trust".into(),
+                    component: format!("{dev} ({nd})"),
+                    seen: if mapped.is_empty() {
+                        format!("PFC on priority {list}, but no DSCP is mapped to a priority: the port trusts PCP")
+                    } else {
+                        format!("PFC on priority {list}, but no DSCP is mapped to it")
+                    },
+                    why: "RoCE v2 is untagged IP: without a DSCP-to-priority map its packets land in priority 0, which PFC does not protect, so they are dropped under congestion though PFC is on".into(),
+                    fix: format!("dcb app add dev {nd} dscp-prio 26:{} (RoCE's DSCP; mlnx_qos -i {nd} --trust dscp on MLNX_OFED), the switch the same", unmapped[0]),
+                    evidence: vec![format!("dcb app show dev {nd}: {}", if app.trim().is_empty() { "(nothing)" } else { app.trim() })],
                 });
             }
         }

@@ -1,6 +1,6 @@
 //! The kernel log read for what pod engineers meet: PCIe links trained below their
 //! capability, AER errors, NIC firmware health reports, failed firmware commands, port module
-//! (cable) events, transmit timeouts, link flaps, error CQEs. Each pattern is the fixed text
+//! (cable) events, transmit timeouts, link flaps, error CQEs, QPs failed by the device. Each pattern is the fixed text
 //! of the kernel's or the driver's own format string (the source file is named beside it);
 //! repeats are grouped per kind and device with their count and first and last time, and the
 //! lines of the RDMA drivers and AER that no pattern recognises are counted and shown.
@@ -143,6 +143,34 @@ const PATTERNS: &[Pattern] = &[
         why: "the NIC's firmware refused a command (status and syndrome name the reason): resources, configuration or firmware state",
         fix: "look the syndrome up in the firmware release notes; a resource status (e.g. bad resource state, exceeded lim) often means a limit to raise (log_max_qp, max MRs)",
     },
+    // drivers/infiniband/hw/irdma/utils.c, irdma_handle_cqp_op(): "[%s Error][op_code=%d]
+    // status=%d waiting=%d completion_err=%d maj=0x%x min=0x%x" — a control-QP command the
+    // device failed (or that timed out: status -110).
+    Pattern {
+        kind: "nic-command-failed",
+        needle: " Error][op_code=",
+        severity: always(Severity::Error),
+        why: "the device failed a command of its control QP (maj and min codes name the reason; status -110: it did not answer in time)",
+        fix: "look the maj/min codes up with Intel's irdma release notes; repeated timeouts mean the device needs a reset and newer NVM/firmware",
+    },
+    // drivers/infiniband/hw/irdma/hw.c, irdma_process_aeq(): "abnormal ae_id = 0x%x bool
+    // qp=%d qp_id = %d" — an asynchronous event that moved a QP to error.
+    Pattern {
+        kind: "qp-async-error",
+        needle: "abnormal ae_id = ",
+        severity: always(Severity::Warning),
+        why: "the device moved a QP to error on an asynchronous event (ae_id: a bad or unregistered memory key, a bounds or rights violation, too many retries): one connection failed",
+        fix: "look the ae_id up in irdma's defs.h (IRDMA_AE_*); access errors point at the application's memory registration, retries at the path",
+    },
+    // drivers/infiniband/hw/irdma/main.c, irdma_request_reset(): "Requesting a reset" — after
+    // a critical error the RDMA driver has the LAN driver (ice) reset the function.
+    Pattern {
+        kind: "nic-firmware-reset",
+        needle: "Requesting a reset",
+        severity: always(Severity::Error),
+        why: "the RDMA driver hit a critical error and asked for the function to be reset: every QP on it failed",
+        fix: "read the lines before it for the cause; update the ice/irdma drivers and the NVM",
+    },
     // drivers/net/ethernet/mellanox/mlx5/core/events.c, port_module(): "Port module
     // event[error]: module %u, %s, %s" (status, error: "High Temperature", "Bad or shorted
     // cable/module", "Power Budget Exceeded", …) and "Port module event: module %u, %s"
@@ -256,6 +284,13 @@ fn device_of(text: &str) -> (Option<&str>, Option<String>) {
     let Some(addr) = it.next() else { return (driver, None) };
     let a = addr.trim_end_matches(':');
     if !looks_pci(a) {
+        // ibdev_printk under an auxiliary device: "irdma ice.roce.0 irdma0: …".
+        if !addr.ends_with(':')
+            && addr.contains('.')
+            && let Some(ib) = it.next().and_then(|d| d.strip_suffix(':'))
+        {
+            return (driver, Some(ib.to_string()));
+        }
         return (driver, None);
     }
     // netdev_printk: "driver addr netdev: …".
@@ -381,11 +416,15 @@ mod tests {
 [  172.000000] mlx5_core 0000:41:00.0 ens1f0np0: Link down
 [  180.000000] bnxt_en 0000:5b:00.0 ens2f0np0: Firmware fatal reset event received
 [  181.000000] bnxt_en 0000:5b:00.0 ens2f0np0: Firmware non-fatal reset event received, max wait time 4000 msec
+[  190.000000] irdma ice.roce.0 irdma0: abnormal ae_id = 0x503 bool qp=1 qp_id = 7
+[  191.000000] irdma ice.roce.0 irdma0: [Modify QP Cmd Error][op_code=21] status=-110 waiting=1 completion_err=1 maj=0xffff min=0x8029
+[  192.000000] irdma ice.roce.0 irdma0: Requesting a reset
+[  193.000000] irdma ice.roce.0 irdma0: some message no pattern knows
 [    2.100000] mlx5_core 0000:41:00.0: firmware version: 22.39.1002
 [    2.200000] e1000e 0000:00:19.0 eth0: NIC Link is Up 1000 Mbps Full Duplex
 ";
         let r = recognise(log);
-        assert_eq!(r.lines, 21);
+        assert_eq!(r.lines, 25);
         let get = |k: &str, d: &str| {
             r.events
                 .iter()
@@ -407,7 +446,11 @@ mod tests {
         assert_eq!(get("link-down", "ens1f0np0").count, 2);
         let bnxt = get("nic-firmware-reset", "ens2f0np0");
         assert_eq!((bnxt.count, bnxt.severity), (2, Severity::Error), "the fatal one is the worst");
-        assert_eq!(r.events.len(), 11, "{:#?}", r.events);
+        // irdma prints through ibdev_printk: the line names the RDMA device.
+        assert_eq!(get("qp-async-error", "irdma0").severity, Severity::Warning);
+        assert!(get("nic-command-failed", "irdma0").example.contains("maj=0xffff min=0x8029"));
+        assert_eq!(get("nic-firmware-reset", "irdma0").severity, Severity::Error);
+        assert_eq!(r.events.len(), 14, "{:#?}", r.events);
         // Not dropped: AER's own lines and mlx5's that no pattern knows; e1000e's are not
         // watched.
         let aer = r.unrecognised.iter().find(|u| u.source == "AER").unwrap();
@@ -415,7 +458,9 @@ mod tests {
         let mlx = r.unrecognised.iter().find(|u| u.source == "mlx5_core").unwrap();
         assert_eq!(mlx.count, 2, "{mlx:?}");
         assert!(mlx.examples.iter().any(|e| e.contains("firmware version")));
-        assert_eq!(r.unrecognised.len(), 2);
+        let irdma = r.unrecognised.iter().find(|u| u.source == "irdma").unwrap();
+        assert_eq!(irdma.count, 1);
+        assert_eq!(r.unrecognised.len(), 3);
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub const KINDS: &[&str] = &[
     "cpu-governor",
     "numa-balancing",
     "thp",
+    "hugepages",
     "smt",
     "cpu-boost-off",
     "c-states",
@@ -51,6 +52,7 @@ pub const KINDS: &[&str] = &[
     "phy-link-down",
     "devlink-health",
     "pfc-off",
+    "dscp-trust",
     "ring-size",
     "module-temperature",
     "source-routing",
@@ -67,6 +69,7 @@ pub const KINDS: &[&str] = &[
     "log:module-event",
     "log:tx-timeout",
     "log:error-cqe",
+    "log:qp-async-error",
     "log:link-down",
     "log:unrecognised",
 ];
@@ -206,6 +209,7 @@ pub fn diagnose(src: &Source) -> Report {
     let mut findings = Vec::new();
     let devices = checks::rdma_devices(src);
     checks::cpu(src, &mut findings);
+    checks::hugepages(src, &devices, &mut findings);
     checks::pcie(src, &devices, &mut findings);
     checks::netdevs(src, &devices, &mut findings);
     checks::nic(src, &devices, &mut findings);
