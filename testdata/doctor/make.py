@@ -47,6 +47,18 @@ def config_space(mrrs_code):
     return bytes(c)
 
 
+def bridge_config(acs_ctl):
+    """A PCIe switch port's 4 KiB config space (as root reads it): an ACS extended capability
+    (0x000d) at 0x100 with every control supported and ACS Control `acs_ctl`."""
+    c = bytearray(4096)
+    c[0:4] = bytes([0xb5, 0x10, 0x87, 0x97])  # 10b5:9787, a PCIe switch
+    c[0x0e] = 0x01  # a bridge's header
+    c[0x100:0x104] = (0x000d | (1 << 16)).to_bytes(4, "little")  # ACS v1, the last
+    c[0x104:0x106] = (0x007f).to_bytes(2, "little")
+    c[0x106:0x108] = acs_ctl.to_bytes(2, "little")
+    return bytes(c)
+
+
 def aer(kind, counts):
     names = {
         "correctable": ["RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr",
@@ -212,6 +224,37 @@ def host(root, bad, name=None):
     put(root, f"{g}/max_link_speed", "32.0 GT/s PCIe")
     put(root, f"{g}/current_link_width", "8" if bad else "16")
     put(root, f"{g}/max_link_width", "16")
+    # A second GPU beside the NICs under one PCIe switch (root port 38:00.0, upstream 39:00.0,
+    # downstream 3a:00.0 to the NICs and 3a:01.0 to the GPU): what `ls -l /sys/bus/pci/devices`
+    # prints, and the downstream ports' ACS (the problem host redirects peer-to-peer: SV, RR,
+    # CR, UF on; the clean one source validation only).
+    g2 = "sys/bus/pci/devices/0000:3c:00.0"
+    put(root, f"{g2}/class", "0x030200")
+    put(root, f"{g2}/vendor", "0x10de")
+    put(root, f"{g2}/current_link_speed", "32.0 GT/s PCIe")
+    put(root, f"{g2}/max_link_speed", "32.0 GT/s PCIe")
+    put(root, f"{g2}/current_link_width", "16")
+    put(root, f"{g2}/max_link_width", "16")
+    tree = {
+        "0000:38:00.0": "pci0000:38/0000:38:00.0",
+        "0000:39:00.0": "pci0000:38/0000:38:00.0/0000:39:00.0",
+        "0000:3a:00.0": "pci0000:38/0000:38:00.0/0000:39:00.0/0000:3a:00.0",
+        "0000:3a:01.0": "pci0000:38/0000:38:00.0/0000:39:00.0/0000:3a:01.0",
+        "0000:3b:00.0": "pci0000:38/0000:38:00.0/0000:39:00.0/0000:3a:00.0/0000:3b:00.0",
+        "0000:3b:00.1": "pci0000:38/0000:38:00.0/0000:39:00.0/0000:3a:00.0/0000:3b:00.1",
+        "0000:3c:00.0": "pci0000:38/0000:38:00.0/0000:39:00.0/0000:3a:01.0/0000:3c:00.0",
+        "0000:5d:00.0": "pci0000:5d/0000:5d:00.0",
+        "0000:5e:00.0": "pci0000:5d/0000:5d:00.0/0000:5e:00.0",
+    }
+    put(root, "cmd/pci-devices", "\n".join(["total 0"] + [
+        f"lrwxrwxrwx 1 root root 0 Dec  5 09:12 {bdf} -> ../../../devices/{path}"
+        for bdf, path in sorted(tree.items())]))
+    for port in ["0000:3a:00.0", "0000:3a:01.0"]:
+        p = os.path.join(root, f"sys/bus/pci/devices/{port}/config")
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "wb") as f:
+            f.write(bridge_config(0x001d if bad else 0x0001))
+        put(root, f"sys/bus/pci/devices/{port}/class", "0x060400")
     put(root, "sys/bus/pci/devices/0000:3b:00.0/class", "0x020000")
     put(root, "sys/bus/pci/devices/0000:3b:00.0/vendor", "0x15b3")
     # The kernel log as /dev/kmsg gives it (PRIO,SEQ,USEC,FLAGS;text and the device).

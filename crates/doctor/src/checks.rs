@@ -468,6 +468,119 @@ pub fn payload_sizes(config: &[u8]) -> Option<(u32, u32, u32)> {
     None
 }
 
+/// The ACS Control register of a function from its config space (the extended capability
+/// 0x000D past offset 0x100, so the whole 4 KiB: root reads it, others see 64 bytes).
+pub fn acs_control(config: &[u8]) -> Option<u16> {
+    let u32_at = |o: usize| {
+        Some(u32::from_le_bytes([
+            *config.get(o)?,
+            *config.get(o + 1)?,
+            *config.get(o + 2)?,
+            *config.get(o + 3)?,
+        ]))
+    };
+    let mut ptr = 0x100;
+    for _ in 0..64 {
+        let h = u32_at(ptr)?;
+        if h == 0 || h == u32::MAX {
+            return None;
+        }
+        if h & 0xffff == 0x000d {
+            return Some(u16::from_le_bytes([*config.get(ptr + 6)?, *config.get(ptr + 7)?]));
+        }
+        ptr = (h >> 20) as usize & 0xffc;
+        if ptr < 0x100 {
+            return None;
+        }
+    }
+    None
+}
+
+/// Each PCI function's place in the hierarchy: BDF → the BDFs from its root port down to
+/// itself, from `ls -l /sys/bus/pci/devices` (the links into `/sys/devices/pci…`; recorded
+/// as `cmd/pci-devices`, or written by hand).
+pub fn pci_paths(src: &Source) -> std::collections::BTreeMap<String, Vec<String>> {
+    let text = src.command("pci-devices", &["ls", "-l", "/sys/bus/pci/devices"]);
+    text.iter()
+        .flat_map(|t| t.lines())
+        .filter_map(|l| {
+            let (head, target) = l.split_once(" -> ")?;
+            let name = head.split_whitespace().last()?.to_string();
+            let path: Vec<String> =
+                target.split('/').filter(|c| looks_pci(c)).map(str::to_string).collect();
+            path.last().is_some_and(|p| *p == name).then_some((name, path))
+        })
+        .collect()
+}
+
+/// `0000:3b:00.0`.
+fn looks_pci(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && s.chars().enumerate().all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
+}
+
+/// ACS redirecting peer-to-peer traffic between an RDMA NIC and a GPU under one PCIe switch:
+/// each bridge below their common ancestor whose ACS Control has P2P Request or Completion
+/// Redirect on sends GPUDirect RDMA's traffic up to the root complex (and its IOMMU).
+pub fn acs(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
+    let funcs = pci_functions(src, devices);
+    let gpus: Vec<&PciFunction> = funcs.iter().filter(|f| f.device == "gpu").collect();
+    if gpus.is_empty() {
+        return;
+    }
+    let paths = pci_paths(src);
+    let mut seen: Vec<String> = Vec::new();
+    for nic in funcs.iter().filter(|f| f.device != "gpu") {
+        let Some(np) = nic.pci.as_ref().and_then(|p| paths.get(p)) else { continue };
+        for gpu in &gpus {
+            let Some(gp) = gpu.pci.as_ref().and_then(|p| paths.get(p)) else { continue };
+            let common = np.iter().zip(gp).take_while(|(a, b)| a == b).count();
+            if common == 0 {
+                continue; // under different root ports: P2P crosses the root complex anyway
+            }
+            // The bridges each side enters the common switch through, and below.
+            let below: Vec<&String> =
+                np[common..np.len() - 1].iter().chain(&gp[common..gp.len() - 1]).collect();
+            for b in below {
+                if seen.contains(b) {
+                    continue;
+                }
+                let cfg = format!("sys/bus/pci/devices/{b}/config");
+                let Some(ctl) = src.read_bytes(&cfg).as_deref().and_then(acs_control) else {
+                    continue;
+                };
+                if ctl & 0b1100 == 0 {
+                    continue;
+                }
+                seen.push(b.clone());
+                let on: Vec<&str> = [(2, "P2P Request Redirect"), (3, "P2P Completion Redirect")]
+                    .iter()
+                    .filter(|(bit, _)| ctl & (1 << bit) != 0)
+                    .map(|(_, n)| *n)
+                    .collect();
+                out.push(Finding {
+                    severity: Severity::Warning,
+                    kind: "acs-redirect".into(),
+                    component: format!("PCIe bridge {b}"),
+                    seen: format!(
+                        "ACS {} on, on the path between {} and GPU {}",
+                        on.join(" and "),
+                        nic.label,
+                        gpu.pci.as_deref().unwrap_or("?")
+                    ),
+                    why: "the switch sends every peer-to-peer request up to the root complex instead of across to the GPU: GPUDirect RDMA loses most of its bandwidth, or fails where the IOMMU does not map the peer".into(),
+                    fix: format!("setpci -s {b} ECAP_ACS+0x6.w=0000 (until reboot), or pci=disable_acs_redir={b} on the kernel command line, or ACS off in the BIOS"),
+                    evidence: vec![format!("{cfg}: ACS Control 0x{ctl:04x}")],
+                });
+            }
+        }
+    }
+}
+
 /// The PCIe links and AER counters of the RDMA devices and GPUs.
 pub fn pcie(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
     let funcs: Vec<(String, String)> =
@@ -1059,6 +1172,21 @@ pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn acs_control_comes_from_the_extended_capability_list() {
+        // 4 KiB with AER (0x0001) at 0x100 pointing at ACS (0x000d) at 0x148.
+        let mut c = vec![0u8; 4096];
+        c[0x100..0x104].copy_from_slice(&(0x0001u32 | (2 << 16) | (0x148 << 20)).to_le_bytes());
+        c[0x148..0x14c].copy_from_slice(&(0x000du32 | (1 << 16)).to_le_bytes());
+        c[0x14e..0x150].copy_from_slice(&0x001du16.to_le_bytes());
+        assert_eq!(acs_control(&c), Some(0x001d));
+        // No ACS in the list; the 64 bytes an unprivileged reader sees; an empty list.
+        c[0x148..0x14c].copy_from_slice(&(0x0019u32 | (1 << 16)).to_le_bytes());
+        assert_eq!(acs_control(&c), None);
+        assert_eq!(acs_control(&c[..64]), None);
+        assert_eq!(acs_control(&[0u8; 4096]), None);
+    }
 
     #[test]
     fn payload_sizes_come_from_the_pcie_capability() {

@@ -36,6 +36,7 @@ pub const KINDS: &[&str] = &[
     "pcie-link",
     "pcie-aer",
     "pcie-mrrs",
+    "acs-redirect",
     "irq-affinity",
     "roce-mtu",
     "roce-v2-gid",
@@ -211,6 +212,7 @@ pub fn diagnose(src: &Source) -> Report {
     checks::cpu(src, &mut findings);
     checks::hugepages(src, &devices, &mut findings);
     checks::pcie(src, &devices, &mut findings);
+    checks::acs(src, &devices, &mut findings);
     checks::netdevs(src, &devices, &mut findings);
     checks::nic(src, &devices, &mut findings);
     let log = src.kernel_log().map(|l| kmsg::recognise(&l));

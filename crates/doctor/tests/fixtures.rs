@@ -28,6 +28,9 @@ const EXPECTED: &[(&str, &str, Severity)] = &[
     ("pcie-link", "GPU 0000:5e:00.0", Severity::Error),
     ("pcie-aer", "mlx5_0 (0000:3b:00.0)", Severity::Warning),
     ("pcie-mrrs", "mlx5_0 (0000:3b:00.0)", Severity::Info),
+    // Both downstream ports of the switch the NICs share with the second GPU.
+    ("acs-redirect", "PCIe bridge 0000:3a:00.0", Severity::Warning),
+    ("acs-redirect", "PCIe bridge 0000:3a:01.0", Severity::Warning),
     ("irq-affinity", "mlx5_0 (0000:3b:00.0)", Severity::Warning),
     ("roce-mtu", "mlx5_0 port 1 (ens1f0np0)", Severity::Info),
     ("roce-v2-gid", "mlx5_1 port 1", Severity::Error),
