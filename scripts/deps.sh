@@ -14,6 +14,7 @@
 #                                scripts/build-deps.sh, run first
 #   iproute2, tcpdump, nftables, python3, util-linux
 #                                the guest's network, captures, loss rules, and helpers
+#   ethtool                      doctor's and tune's NIC settings, read and set in the guest
 set -euo pipefail
 "$(dirname "$0")/build-deps.sh"
 # command  package
@@ -31,6 +32,7 @@ ibv_rc_pingpong ibverbs-utils
 ib_send_bw perftest
 rping rdmacm-utils
 rdma iproute2
+ethtool ethtool
 tcpdump tcpdump
 nft nftables
 python3 python3

@@ -977,6 +977,40 @@ pub fn hugepages(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
     }
 }
 
+/// The RX and TX rings of `nd` from `ethtool -g` (recorded as `cmd/ethtool-g-ND`): (ring,
+/// its size now, its maximum), for each ring the driver gives both of.
+pub fn rings(src: &Source, nd: &str) -> Vec<(&'static str, u64, u64)> {
+    let Some(g) = src.command(&format!("ethtool-g-{nd}"), &["ethtool", "-g", nd]) else {
+        return Vec::new();
+    };
+    // ethtool's netlink/rings.c: "Pre-set maximums:" and "Current hardware settings:", each
+    // followed by "RX:\t\t8192"-style lines.
+    let section = |title: &str| -> Vec<(String, u64)> {
+        g.split(title)
+            .nth(1)
+            .map(|rest| {
+                rest.lines()
+                    .skip(1)
+                    .take_while(|l| !l.trim_end().ends_with(':') || l.contains('\t'))
+                    .filter_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        Some((k.trim().to_string(), v.trim().parse().ok()?))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (max, cur) = (section("Pre-set maximums:"), section("Current hardware settings:"));
+    ["RX", "TX"]
+        .into_iter()
+        .filter_map(|k| {
+            let m = max.iter().find(|(n, _)| n == k)?.1;
+            let c = cur.iter().find(|(n, _)| n == k)?.1;
+            Some((k, c, m))
+        })
+        .collect()
+}
+
 /// The NIC side of the RoCE netdevs: ECN on the mlx5 priorities (sysfs `ecn/`), PFC
 /// (`dcb`), ring sizes and the physical layer (`ethtool`), source routing, the IOMMU,
 /// irqbalance, and the firmware health reporters (`devlink health`).
@@ -1067,42 +1101,21 @@ pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
         }
         let phy = crate::phy::read(src, nd);
         // Ring sizes (`ethtool -g`): what each ring is set to against its maximum.
-        if let Some(g) = src.command(&format!("ethtool-g-{nd}"), &["ethtool", "-g", nd]) {
-            let section = |title: &str| -> Vec<(String, u64)> {
-                g.split(title)
-                    .nth(1)
-                    .map(|rest| {
-                        rest.lines()
-                            .skip(1)
-                            .take_while(|l| !l.trim_end().ends_with(':') || l.contains('\t'))
-                            .filter_map(|l| {
-                                let (k, v) = l.split_once(':')?;
-                                Some((k.trim().to_string(), v.trim().parse().ok()?))
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            };
-            let (max, cur) = (section("Pre-set maximums:"), section("Current hardware settings:"));
-            let small: Vec<String> = ["RX", "TX"]
-                .iter()
-                .filter_map(|k| {
-                    let m = max.iter().find(|(n, _)| n == k)?.1;
-                    let c = cur.iter().find(|(n, _)| n == k)?.1;
-                    (c < m).then(|| format!("{k} {c} of {m}"))
-                })
-                .collect();
-            if !small.is_empty() {
-                out.push(Finding {
-                    severity: Severity::Info,
-                    kind: "ring-size".into(),
-                    component: format!("{dev} ({nd})"),
-                    seen: format!("rings below their maximum: {}", small.join(", ")),
-                    why: "the netdev's rings carry its IP traffic (RDMA goes to the QPs, not through them): small rings drop bursts of the TCP beside it — collective bootstrap, storage, the control plane".into(),
-                    fix: format!("ethtool -G {nd} rx <max> tx <max>"),
-                    evidence: vec![format!("ethtool -g {nd}: {}", small.join(", "))],
-                });
-            }
+        let small: Vec<String> = rings(src, nd)
+            .iter()
+            .filter(|(_, cur, max)| cur < max)
+            .map(|(k, c, m)| format!("{k} {c} of {m}"))
+            .collect();
+        if !small.is_empty() {
+            out.push(Finding {
+                severity: Severity::Info,
+                kind: "ring-size".into(),
+                component: format!("{dev} ({nd})"),
+                seen: format!("rings below their maximum: {}", small.join(", ")),
+                why: "the netdev's rings carry its IP traffic (RDMA goes to the QPs, not through them): small rings drop bursts of the TCP beside it — collective bootstrap, storage, the control plane".into(),
+                fix: format!("ethtool -G {nd} rx <max> tx <max>"),
+                evidence: vec![format!("ethtool -g {nd}: {}", small.join(", "))],
+            });
         }
         physical_layer(&phy, src, dev, nd, uptime, out);
     }

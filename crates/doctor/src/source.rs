@@ -162,6 +162,48 @@ impl Source {
         f.write_all(format!("{value}\n").as_bytes())
     }
 
+    /// Runs `argv` on the live host to change a setting (`ethtool -G`), at most 5 s; its
+    /// error output is the error. A recorded tree runs nothing: `Unsupported`.
+    pub fn run(&self, argv: &[&str]) -> std::io::Result<()> {
+        if !self.live {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "a recorded host runs no command",
+            ));
+        }
+        let (cmd, args) = argv.split_first().ok_or(std::io::ErrorKind::InvalidInput)?;
+        let mut child = std::process::Command::new(cmd)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let status = loop {
+            if let Some(s) = child.try_wait()? {
+                break s;
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("{} did not finish in 5 s", argv.join(" ")),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        if status.success() {
+            return Ok(());
+        }
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            use std::io::Read;
+            let _ = e.by_ref().take(4096).read_to_string(&mut err);
+        }
+        Err(std::io::Error::other(format!("{}: {status}: {}", argv.join(" "), err.trim())))
+    }
+
     fn keep(&self, rel: &str, bytes: &[u8]) {
         if let Some(r) = &self.record {
             let p = r.join(rel);

@@ -6,15 +6,51 @@
 //! What it changes (each only where it differs): every CPU's cpufreq governor
 //! (`performance`), turbo (on), automatic NUMA balancing (off), transparent huge pages (`madvise`; the
 //! latency profile only), the IRQs of the RDMA devices' PCI functions and of the netdevs
-//! under them (onto the device's NUMA-local CPUs), and on a host with several RDMA netdevs
-//! each one's `rp_filter` (2, loose), `arp_ignore` (1) and `arp_announce` (2).
+//! under them (onto the device's NUMA-local CPUs), the RX and TX rings of the RoCE netdevs
+//! (their maximum; the throughput profile only, through `ethtool -G`), and on a host with
+//! several RDMA netdevs each one's `rp_filter` (2, loose), `arp_ignore` (1) and
+//! `arp_announce` (2).
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::Source;
-use crate::checks::{cpulist, rdma_devices, rdma_netdevs};
+use crate::checks::{cpulist, rdma_devices, rdma_netdevs, rings};
+
+/// The setting at `path` set to `value`: a file written, or a ring resized with `ethtool -G`
+/// (in a recorded tree, the recorded `ethtool -g` answer rewritten as the kernel would show
+/// it, so that a tree can be tuned and restored like a host).
+fn set(src: &Source, path: &str, value: &str) -> std::io::Result<()> {
+    let Some((nd, ring)) = path.strip_prefix("ethtool/").and_then(|p| p.split_once('/')) else {
+        return src.write(path, value);
+    };
+    let which = ring.strip_suffix("-ring").unwrap_or(ring);
+    if src.is_live() {
+        return src.run(&["ethtool", "-G", nd, which, value]);
+    }
+    let rec = format!("cmd/ethtool-g-{nd}");
+    let text = src.read(&rec).ok_or(std::io::ErrorKind::NotFound)?;
+    let key = format!("{}:", which.to_ascii_uppercase());
+    let (head, current) =
+        text.split_once("Current hardware settings:").ok_or(std::io::ErrorKind::InvalidData)?;
+    let mut done = false;
+    let current: Vec<String> = current
+        .split('\n')
+        .map(|l| match l.strip_prefix(&key) {
+            Some(v) if !done => {
+                done = true;
+                let pad: String = v.chars().take_while(|c| c.is_whitespace()).collect();
+                format!("{key}{pad}{value}")
+            }
+            _ => l.to_string(),
+        })
+        .collect();
+    if !done {
+        return Err(std::io::ErrorKind::InvalidData.into());
+    }
+    src.write(&rec, &format!("{head}Current hardware settings:{}", current.join("\n")))
+}
 
 /// What a profile tunes for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,7 +65,8 @@ pub enum Profile {
 /// One setting to change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
-    /// The file (`sys/devices/system/cpu/cpu0/cpufreq/scaling_governor`).
+    /// The file (`sys/devices/system/cpu/cpu0/cpufreq/scaling_governor`), or a netdev's ring
+    /// (`ethtool/ens1f0np0/rx-ring`: set with `ethtool -G`).
     pub path: String,
     /// Its value now.
     pub from: String,
@@ -163,6 +200,18 @@ pub fn plan(src: &Source, profile: Profile) -> Vec<Change> {
             }
         }
     }
+    if profile == Profile::Throughput {
+        for (nd, _, _) in rdma_netdevs(&devices) {
+            for (ring, cur, max) in rings(src, &nd).into_iter().filter(|(_, c, m)| c < m) {
+                out.push(Change {
+                    path: format!("ethtool/{nd}/{}-ring", ring.to_ascii_lowercase()),
+                    from: cur.to_string(),
+                    to: max.to_string(),
+                    why: "the netdev's own IP traffic (bootstrap, storage, the control plane) rides out bursts".into(),
+                });
+            }
+        }
+    }
     if netdevs.len() >= 2 {
         for nd in &netdevs {
             // Strict reverse-path filtering (1) becomes loose (2); off (0) stays off.
@@ -233,10 +282,10 @@ pub fn apply(src: &Source, profile: Profile, state: &Path) -> Result<Vec<Change>
         save(state, &next)?;
     }
     for (i, c) in changes.iter().enumerate() {
-        if let Err(err) = src.write(&c.path, &c.to) {
+        if let Err(err) = set(src, &c.path, &c.to) {
             // Back, newest first, to what each was before this apply.
             for d in changes[..i].iter().rev() {
-                let _ = src.write(&d.path, &d.from);
+                let _ = set(src, &d.path, &d.from);
             }
             if existed {
                 save(state, &before)?;
@@ -261,7 +310,7 @@ pub fn restore(src: &Source, state: &Path) -> Result<Vec<Saved>, TuneError> {
     let mut failed = Vec::new();
     let mut done = Vec::new();
     for saved in s.saved.iter().rev() {
-        match src.write(&saved.path, &saved.original) {
+        match set(src, &saved.path, &saved.original) {
             Ok(()) => done.push(saved.clone()),
             Err(e) => failed.push((saved.clone(), e)),
         }
@@ -355,6 +404,36 @@ mod tests {
         assert!(saved.saved.iter().any(|s| s.original == "powersave"));
         assert_eq!(restore(&src, &state).unwrap().len(), n);
         assert!(!state.exists());
+        let after = snapshot(&root);
+        let diff: Vec<_> = after.iter().filter(|f| !before.contains(f)).collect();
+        assert!(diff.is_empty(), "not as it was: {diff:?}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// The throughput profile also sizes the RoCE netdevs' rings to their maximum (in a tree:
+    /// the recorded `ethtool -g` answer, rewritten as the kernel would show it); restore puts
+    /// them back byte for byte.
+    #[test]
+    fn the_throughput_profile_sizes_rings_and_restore_puts_them_back() {
+        let root = copy("mlx5-problems");
+        let state = root.join("podnet-tune.json");
+        let src = Source::recorded(&root).unwrap();
+        let before = snapshot(&root);
+        let rec = std::fs::read(root.join("cmd/ethtool-g-ens1f0np0")).unwrap();
+        assert_eq!(rings(&src, "ens1f0np0"), [("RX", 1024, 8192), ("TX", 1024, 8192)]);
+        let planned = plan(&src, Profile::Throughput);
+        let ring: Vec<_> = planned.iter().filter(|c| c.path.starts_with("ethtool/")).collect();
+        assert_eq!(ring.len(), 2, "{planned:#?}");
+        assert_eq!(
+            (ring[0].path.as_str(), ring[0].from.as_str(), ring[0].to.as_str()),
+            ("ethtool/ens1f0np0/rx-ring", "1024", "8192")
+        );
+        assert!(!plan(&src, Profile::Latency).iter().any(|c| c.path.starts_with("ethtool/")));
+        apply(&src, Profile::Throughput, &state).unwrap();
+        assert_eq!(rings(&src, "ens1f0np0"), [("RX", 8192, 8192), ("TX", 8192, 8192)]);
+        assert!(!crate::diagnose(&src).findings.iter().any(|f| f.kind == "ring-size"));
+        restore(&src, &state).unwrap();
+        assert_eq!(std::fs::read(root.join("cmd/ethtool-g-ens1f0np0")).unwrap(), rec);
         let after = snapshot(&root);
         let diff: Vec<_> = after.iter().filter(|f| !before.contains(f)).collect();
         assert!(diff.is_empty(), "not as it was: {diff:?}");

@@ -191,14 +191,16 @@ pub(crate) enum Command {
     /// `check` lists what `apply --profile` would change and exits 1 when something would;
     /// `apply` changes it — every CPU's governor to `performance`, turbo on, automatic NUMA
     /// balancing off, transparent huge pages to `madvise` (latency profile), the IRQs of the RDMA
-    /// devices and of the netdevs under them onto the device's NUMA-local CPUs, and on a host
-    /// with several RDMA netdevs `rp_filter` 2, `arp_ignore` 1 and `arp_announce` 2 on each —
-    /// writing every original value to the state file (--state) before the first change;
-    /// a change the kernel refuses puts back every change of that apply. `apply` again keeps
-    /// the first originals; `restore` writes them back and removes the state file. Nothing
-    /// is changed without `apply`. Ring sizes, DCB and the NIC's own settings are not tuned
-    /// yet. Exit status: 0 done (check: nothing to change), 1 check found changes or apply
-    /// was refused and rolled back, 2 bad input.
+    /// devices and of the netdevs under them onto the device's NUMA-local CPUs, the RDMA
+    /// netdevs' RX and TX rings to their maximum (throughput profile, `ethtool -G`), and on a
+    /// host with several RDMA netdevs `rp_filter` 2, `arp_ignore` 1 and `arp_announce` 2 on
+    /// each — writing every original value to the state file (--state) before the first
+    /// change; a change the kernel refuses puts back every change of that apply. `apply` again
+    /// keeps the first originals; `restore` writes them back and removes the state file.
+    /// Nothing is changed without `apply`. DCB (PFC, ECN, DSCP trust), FEC and the NIC's
+    /// firmware settings are left to the operator: they must match the switch. Exit status:
+    /// 0 done (check: nothing to change), 1 check found changes or apply was refused and
+    /// rolled back, 2 bad input.
     #[command(subcommand)]
     Tune(TuneCommand),
 }

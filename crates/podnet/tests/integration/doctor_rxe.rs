@@ -57,9 +57,11 @@ fn doctor_records_the_rxe_guest_and_diagnoses_the_recording_alike() {
     );
 }
 
-/// `podnet tune` on the guest's real settings (never on the CI host: they are global): apply,
-/// apply again, restore leaves every value as it was; a setting the kernel refuses (a
-/// read-only bind mount over one sysctl) rolls the whole apply back.
+/// `podnet tune` on the guest's real settings (never on the CI host: they are global): for
+/// each profile, apply, apply again, restore leaves every value as it was — the throughput
+/// profile also grows the virtio NIC's RX ring (shrunk to 128 of 256 first) with `ethtool -G`
+/// and shrinks it back; a setting the kernel refuses (a read-only bind mount over one sysctl)
+/// rolls the whole apply back.
 #[test]
 fn tune_applies_and_restores_in_the_rxe_guest_and_rolls_back_a_refused_change() {
     let vm = Vm::boot(&Config::default()).unwrap_or_else(|e| panic!("{e}"));
@@ -68,22 +70,32 @@ fn tune_applies_and_restores_in_the_rxe_guest_and_rolls_back_a_refused_change() 
     let script = format!(
         r#"set -u
 st=$OUT/tune.json
-paths=$({p} tune check --json | python3 -c 'import json,sys; print(" ".join(c["path"] for c in json.load(sys.stdin)["changes"]))')
-echo "planned: $paths"
-[ -n "$paths" ] || {{ echo "nothing planned"; exit 1; }}
-snap() {{ for f in $paths; do printf '%s=%s\n' "$f" "$(cat /$f)"; done; }}
-snap > $OUT/before
-{p} tune apply --state $st; echo "apply rc=$?"
-{p} tune check; echo "check after apply rc=$?"
-{p} tune apply --state $st; echo "apply again rc=$?"
-python3 -c 'import json; print("saved", len(json.load(open("'$st'"))["saved"]))'
-{p} tune restore --state $st; echo "restore rc=$?"
-snap > $OUT/after
-cmp -s $OUT/before $OUT/after && echo "restored: same" || {{ echo "restored: differs"; diff $OUT/before $OUT/after; }}
-[ -e $st ] && echo "state left" || echo "state gone"
+ethtool -G eth0 rx 128 || echo "cannot shrink eth0's ring"
+# A file's value, or a ring's size as `ethtool -g` shows it now.
+snap() {{ for f in $paths; do case $f in
+  ethtool/*) nd=${{f#ethtool/}}; nd=${{nd%%/*}}; r=$(basename $f | cut -d- -f1 | tr a-z A-Z)
+    printf '%s=%s\n' "$f" "$(ethtool -g $nd | sed -n '/^Current/,$p' | grep "^$r:" | tr -d ' \t')";;
+  *) printf '%s=%s\n' "$f" "$(cat /$f)";;
+esac; done; }}
+for prof in latency throughput; do
+  paths=$({p} tune check --profile $prof --json | python3 -c 'import json,sys; print(" ".join(c["path"] for c in json.load(sys.stdin)["changes"]))')
+  echo "$prof planned: $paths"
+  [ -n "$paths" ] || {{ echo "nothing planned"; exit 1; }}
+  snap > $OUT/before
+  {p} tune apply --profile $prof --state $st; echo "$prof apply rc=$?"
+  snap > $OUT/applied; grep ethtool $OUT/applied
+  {p} tune check --profile $prof; echo "$prof check after apply rc=$?"
+  {p} tune apply --profile $prof --state $st; echo "$prof apply again rc=$?"
+  python3 -c 'import json; print("saved", len(json.load(open("'$st'"))["saved"]))'
+  {p} tune restore --state $st; echo "$prof restore rc=$?"
+  snap > $OUT/after
+  cmp -s $OUT/before $OUT/after && echo "$prof restored: same" || {{ echo "$prof restored: differs"; diff $OUT/before $OUT/after; }}
+  grep ethtool $OUT/after
+  [ -e $st ] && echo "$prof state left" || echo "$prof state gone"
+done
 f=/proc/sys/net/ipv4/conf/vB/arp_announce
 mount --bind $f $f && mount -o remount,bind,ro $f || echo "no ro bind mount"
-{p} tune apply --state $st; echo "refused apply rc=$?"
+{p} tune apply --profile throughput --state $st; echo "refused apply rc=$?"
 umount $f
 snap > $OUT/after2
 cmp -s $OUT/before $OUT/after2 && echo "rolled back: same" || {{ echo "rolled back: differs"; diff $OUT/before $OUT/after2; }}
@@ -93,13 +105,23 @@ cmp -s $OUT/before $OUT/after2 && echo "rolled back: same" || {{ echo "rolled ba
     let out = vm.run("tune", &script, Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e}"));
     let o = &out.output;
     eprintln!("{o}");
+    for prof in ["latency", "throughput"] {
+        for want in [
+            "apply rc=0",
+            "check after apply rc=0",
+            "apply again rc=0",
+            "restore rc=0",
+            "restored: same",
+            "state gone",
+        ] {
+            let want = format!("{prof} {want}");
+            assert!(o.lines().any(|l| l == want), "no {want:?} in:\n{o}");
+        }
+    }
     for want in [
-        "apply rc=0",
-        "check after apply rc=0",
-        "apply again rc=0",
-        "restore rc=0",
-        "restored: same",
-        "state gone",
+        // The ring grown to its maximum by apply, and back to 128 after restore.
+        "ethtool/eth0/rx-ring=RX:256",
+        "ethtool/eth0/rx-ring=RX:128",
         "refused apply rc=1",
         "rolled back: same",
         "no state after refusal",
