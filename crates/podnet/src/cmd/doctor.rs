@@ -40,6 +40,10 @@ pub(crate) fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         };
         let host = report.host.as_deref().unwrap_or("this host");
         writeln!(out, "podnet doctor: {host}: {devs}; {log}")?;
+        if !report.versions.is_empty() {
+            let v: Vec<String> = report.versions.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            writeln!(out, "versions: {}", v.join("; "))?;
+        }
         for f in &report.findings {
             writeln!(out)?;
             writeln!(

@@ -18,6 +18,11 @@ fn doctor_names_the_problem_hosts_faults_and_exits_1() {
         ),
         "{text}"
     );
+    assert!(
+        text.lines().nth(1).is_some_and(|l| l.starts_with("versions: kernel 6.1.0-18-amd64; ")
+            && l.contains("mlx5_0 firmware 22.36.1010")),
+        "{text}"
+    );
     assert!(text.contains("ERROR    pcie-link                mlx5_0 (0000:3b:00.0): PCIe link at 8.0 GT/s PCIe x8, capable of 16.0 GT/s PCIe x16"), "{text}");
     assert!(text.contains("         fix: sysctl -w kernel.numa_balancing=0"), "{text}");
     assert!(text.contains("10 errors, 28 warnings, 11 notes"), "{text}");
