@@ -182,7 +182,7 @@ def host(root, bad, name=None):
             "NIC statistics:",
             "     rx_packets: 81234567",
             "     tx_packets: 79123456",
-            f"     rx_crc_errors_phy: 0",
+            f"     rx_crc_errors_phy: {17 if phy else 0}",
             f"     rx_pcs_symbol_err_phy: {1234 if phy else 0}",
             f"     rx_corrected_bits_phy: {987654 if phy else 12}",
             f"     link_down_events_phy: {3 if phy else 0}",

@@ -48,6 +48,7 @@ const EXPECTED: &[(&str, &str, Severity)] = &[
     ("module-rx-power", "mlx5_1 (ens1f1np1)", Severity::Warning),
     ("module-power-low", "mlx5_0 (ens1f0np0)", Severity::Error),
     ("phy-symbol-errors", "mlx5_1 (ens1f1np1)", Severity::Warning),
+    ("phy-crc-errors", "mlx5_1 (ens1f1np1)", Severity::Warning),
     ("phy-link-down", "mlx5_1 (ens1f1np1)", Severity::Warning),
     // fw_fatal in error (an error), fw with errors it recovered from (a warning).
     ("devlink-health", "mlx5_0 (0000:3b:00.0)", Severity::Error),

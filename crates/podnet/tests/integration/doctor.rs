@@ -25,12 +25,12 @@ fn doctor_names_the_problem_hosts_faults_and_exits_1() {
     );
     assert!(text.contains("ERROR    pcie-link                mlx5_0 (0000:3b:00.0): PCIe link at 8.0 GT/s PCIe x8, capable of 16.0 GT/s PCIe x16"), "{text}");
     assert!(text.contains("         fix: sysctl -w kernel.numa_balancing=0"), "{text}");
-    assert!(text.contains("10 errors, 28 warnings, 11 notes"), "{text}");
+    assert!(text.contains("10 errors, 29 warnings, 11 notes"), "{text}");
     let o = podnet(&["doctor", "--root", root.to_str().unwrap(), "--json"]);
     assert_eq!(o.status.code(), Some(1));
     let v: Value = serde_json::from_str(&stdout(&o)).expect("one JSON object");
     let f = v["findings"].as_array().unwrap();
-    assert_eq!(f.len(), 49);
+    assert_eq!(f.len(), 50);
     assert!(f.iter().any(|f| f["kind"] == "log:nic-firmware-health" && f["severity"] == "error"));
     assert_eq!(v["log"]["events"].as_array().unwrap().len(), 7);
 }
