@@ -18,7 +18,7 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::ptr::{self, NonNull};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
@@ -105,6 +105,24 @@ impl<T> Raw<T> {
     }
 }
 
+/// What the endpoint knows of a registration: its keys (the remote key only with a remote
+/// right), its range and rights.
+fn mr_info(mr: &SwMr, pd: PdId, addr: u64, len: usize, access: Access) -> MrInfo {
+    MrInfo {
+        id: MrId(mr.lkey()),
+        pd,
+        addr,
+        len: len as u64,
+        access,
+        lkey: mr.lkey(),
+        rkey: if access.0 & !Access::LOCAL_WRITE.0 != 0 { mr.rkey() } else { 0 },
+    }
+}
+
+/// The kernel modules that let `ibv_reg_mr` take a GPU's address (GPUDirect RDMA without
+/// dma-buf): NVIDIA's current one and the older Mellanox one.
+const PEER_MEMORY: &[&str] = &["nvidia_peermem", "nv_peer_mem"];
+
 /// Registered memory: this provider's own allocation (page-aligned, zeroed, unmapped after
 /// deregistration) or a dma-buf (no host mapping).
 #[derive(Debug)]
@@ -113,6 +131,9 @@ struct Region {
     mr: Option<Arc<SwMr>>,
     /// The mapping, for host-memory regions.
     map: Option<(Raw<u8>, usize)>,
+    /// Device (GPU) memory registered through its dma-buf or a peer-memory module: the
+    /// region's bytes are copied through it.
+    device: Option<Arc<dyn verbs::DeviceMemory>>,
 }
 
 impl Region {
@@ -163,6 +184,14 @@ struct Tables {
 }
 
 impl Tables {
+    /// The protection domain `pd`.
+    fn pd(&self, pd: PdId) -> Result<Arc<SwPd>> {
+        self.pds
+            .get(&pd.0)
+            .cloned()
+            .ok_or(Error::no_such(format_args!("protection domain {:?}", pd)))
+    }
+
     fn id(&mut self) -> u32 {
         self.next_id += 1;
         self.next_id
@@ -464,11 +493,7 @@ impl RdmaCoreDevice {
         access: Access,
     ) -> Result<MrInfo> {
         let mut t = write_tables(&self.tables);
-        let swpd = t
-            .pds
-            .get(&pd.0)
-            .ok_or(Error::no_such(format_args!("protection domain {:?}", pd)))?
-            .clone();
+        let swpd = t.pd(pd)?;
         // SAFETY: the caller's `fd` is borrowed for the call; the kernel takes its own
         // reference to the dma-buf it names.
         let mr = unsafe { swpd.reg_dmabuf_mr(offset, len, iova, fd, access_flags(access)) };
@@ -487,16 +512,8 @@ impl RdmaCoreDevice {
                 _ => self.call_err("ibv_reg_dmabuf_mr", io),
             }
         })?;
-        let info = MrInfo {
-            id: MrId(mr.lkey()),
-            pd,
-            addr: iova,
-            len: len as u64,
-            access,
-            lkey: mr.lkey(),
-            rkey: mr.rkey(),
-        };
-        t.mrs.insert(info.lkey, Region { mr: Some(mr), map: None });
+        let info = mr_info(&mr, pd, iova, len, access);
+        t.mrs.insert(info.lkey, Region { mr: Some(mr), map: None, device: None });
         Ok(info)
     }
 }
@@ -702,11 +719,7 @@ impl Provider for RdmaCoreDevice {
             ));
         }
         let mut t = write_tables(&self.tables);
-        let swpd = t
-            .pds
-            .get(&pd.0)
-            .ok_or(Error::no_such(format_args!("protection domain {:?}", pd)))?
-            .clone();
+        let swpd = t.pd(pd)?;
         // SAFETY: a fresh private anonymous mapping; the result is checked.
         let p = unsafe {
             libc::mmap(
@@ -733,16 +746,8 @@ impl Provider for RdmaCoreDevice {
                 return Err(self.call_err("ibv_reg_mr", io::Error::other(e.to_string())));
             }
         };
-        let info = MrInfo {
-            id: MrId(mr.lkey()),
-            pd,
-            addr: p as u64,
-            len: len as u64,
-            access,
-            lkey: mr.lkey(),
-            rkey: if access.0 & !Access::LOCAL_WRITE.0 != 0 { mr.rkey() } else { 0 },
-        };
-        t.mrs.insert(info.lkey, Region { mr: Some(mr), map: Some(map) });
+        let info = mr_info(&mr, pd, p as u64, len, access);
+        t.mrs.insert(info.lkey, Region { mr: Some(mr), map: Some(map), device: None });
         Ok(info)
     }
 
@@ -753,6 +758,10 @@ impl Provider for RdmaCoreDevice {
 
     fn mr_read(&self, lkey: u32, offset: usize, out: &mut [u8]) -> Result<()> {
         let t = read_tables(&self.tables);
+        if let Some(d) = t.mrs.get(&lkey).and_then(|r| r.device.clone()) {
+            drop(t);
+            return self.device_copy(&d, offset, out.len(), |d| d.read(offset, out));
+        }
         let (p, len) = self.host_bytes(&t, lkey)?;
         if offset.checked_add(out.len()).is_none_or(|end| end > len) {
             return Err(Error::OutOfBounds { offset, len: out.len(), region_len: len });
@@ -765,6 +774,10 @@ impl Provider for RdmaCoreDevice {
 
     fn mr_write(&self, lkey: u32, offset: usize, data: &[u8]) -> Result<()> {
         let t = read_tables(&self.tables);
+        if let Some(d) = t.mrs.get(&lkey).and_then(|r| r.device.clone()) {
+            drop(t);
+            return self.device_copy(&d, offset, data.len(), |d| d.write(offset, data));
+        }
         let (p, len) = self.host_bytes(&t, lkey)?;
         if offset.checked_add(data.len()).is_none_or(|end| end > len) {
             return Err(Error::OutOfBounds { offset, len: data.len(), region_len: len });
@@ -784,6 +797,44 @@ impl Provider for RdmaCoreDevice {
         access: Access,
     ) -> Result<MrInfo> {
         self.reg_dmabuf(pd, fd, offset, len, iova, access)
+    }
+
+    fn reg_device_mr(
+        &self,
+        pd: PdId,
+        mem: Arc<dyn verbs::DeviceMemory>,
+        access: Access,
+    ) -> Result<MrInfo> {
+        use std::os::fd::AsRawFd;
+        let (addr, len) = (mem.addr(), mem.len());
+        let info = match mem.dmabuf() {
+            // The GPU exports its memory as a dma-buf: the NIC's driver maps its pages.
+            Ok(fd) => self.reg_dmabuf(pd, fd.as_raw_fd(), 0, len, addr, access)?,
+            // Else a peer-memory module lets ibv_reg_mr take the GPU's address itself.
+            Err(_) if PEER_MEMORY.iter().any(|m| Path::new("/sys/module").join(m).exists()) => {
+                let mut t = write_tables(&self.tables);
+                let swpd = t.pd(pd)?;
+                // SAFETY: `addr` is the GPU allocation `mem` keeps alive for as long as the
+                // region holds it (the table's entry, dropped after deregistration); the
+                // peer-memory module pins its pages for the device.
+                let mr = unsafe { swpd.reg_mr(addr as usize, len, access_flags(access)) }
+                    .map_err(|e| self.call_err("ibv_reg_mr", io::Error::other(e.to_string())))?;
+                let info = mr_info(&mr, pd, addr, len, access);
+                t.mrs.insert(info.lkey, Region { mr: Some(mr), map: None, device: None });
+                info
+            }
+            Err(_) => {
+                return Err(Error::Unsupported {
+                    device: self.name.clone(),
+                    what: "GPU memory registration: the GPU exports no dma-buf and no \
+                           peer-memory module (nvidia_peermem) is loaded",
+                });
+            }
+        };
+        if let Some(r) = write_tables(&self.tables).mrs.get_mut(&info.lkey) {
+            r.device = Some(mem);
+        }
+        Ok(info)
     }
 
     fn create_channel(&self) -> Result<u32> {
@@ -863,11 +914,7 @@ impl Provider for RdmaCoreDevice {
 
     fn create_srq(&self, pd: PdId, max_wr: u32) -> Result<SrqId> {
         let mut t = write_tables(&self.tables);
-        let swpd = t
-            .pds
-            .get(&pd.0)
-            .ok_or(Error::no_such(format_args!("protection domain {:?}", pd)))?
-            .clone();
+        let swpd = t.pd(pd)?;
         let id = t.id();
         let mut attr = sys::ibv_srq_init_attr {
             srq_context: id as usize as *mut libc::c_void,
@@ -1442,6 +1489,20 @@ impl RdmaCoreDevice {
             return post(&mut r);
         }
         with_recv_wrs(wrs, post)
+    }
+
+    /// A copy of `len` bytes at `offset` through a device region's memory, bounds checked.
+    fn device_copy(
+        &self,
+        d: &Arc<dyn verbs::DeviceMemory>,
+        offset: usize,
+        len: usize,
+        copy: impl FnOnce(&dyn verbs::DeviceMemory) -> io::Result<()>,
+    ) -> Result<()> {
+        if offset.checked_add(len).is_none_or(|end| end > d.len()) {
+            return Err(Error::OutOfBounds { offset, len, region_len: d.len() });
+        }
+        copy(d.as_ref()).map_err(|e| self.call_err("a GPU copy", e))
     }
 
     fn host_bytes(&self, t: &Tables, lkey: u32) -> Result<(*mut u8, usize)> {

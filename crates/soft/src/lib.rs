@@ -95,14 +95,33 @@ impl HeldBack {
     }
 }
 
-/// Memory owned by the soft device: one zeroed buffer per registered region. The region's
-/// virtual address is the buffer's real address, as a NIC would see it.
+/// The soft device's registered memory: one zeroed buffer per region it allocated (the
+/// region's virtual address is the buffer's real address, as a NIC would see it), or device
+/// memory it was given (a GPU's buffer, read and written through its driver's copy engine).
 #[derive(Debug, Default)]
 struct SoftMemory {
-    bufs: HashMap<MrId, Box<[u8]>>,
+    bufs: HashMap<MrId, Buf>,
     next: u32,
     /// The fault-injection hook ([`crate::FaultInjection`]).
     fault: Option<Fault>,
+}
+
+/// A region's bytes.
+#[derive(Debug)]
+enum Buf {
+    /// Host memory the device allocated.
+    Host(Box<[u8]>),
+    /// Device memory (a GPU buffer), copied through.
+    Device(Arc<dyn verbs::DeviceMemory>),
+}
+
+impl Buf {
+    fn len(&self) -> usize {
+        match self {
+            Buf::Host(b) => b.len(),
+            Buf::Device(d) => d.len(),
+        }
+    }
 }
 
 /// Corrupts (or, with `drop`, leaves out) every `every`-th payload the transport places,
@@ -116,15 +135,8 @@ struct Fault {
 }
 
 impl SoftMemory {
-    /// Copies `data` in, with no fault injection (the application's own writes).
-    fn write_plain(&mut self, mr: MrId, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
-        let s = self.range(mr, offset, data.len())?.1;
-        let b = self.bufs.get_mut(&mr).ok_or(MemoryError::UnknownRegion(mr))?;
-        b[s..s + data.len()].copy_from_slice(data);
-        Ok(())
-    }
-
-    fn range(&self, mr: MrId, offset: u64, len: usize) -> Result<(&[u8], usize), MemoryError> {
+    /// The region and the start of `[offset, offset + len)` in it, checked.
+    fn range(&self, mr: MrId, offset: u64, len: usize) -> Result<(&Buf, usize), MemoryError> {
         let b = self.bufs.get(&mr).ok_or(MemoryError::UnknownRegion(mr))?;
         let s = usize::try_from(offset).map_err(|_| MemoryError::OutOfBounds)?;
         match s.checked_add(len) {
@@ -133,6 +145,19 @@ impl SoftMemory {
         }
     }
 
+    /// Copies `data` in, with no fault injection (the application's own writes).
+    fn write_plain(&mut self, mr: MrId, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
+        let s = self.range(mr, offset, data.len())?.1;
+        match self.bufs.get_mut(&mr).ok_or(MemoryError::UnknownRegion(mr))? {
+            Buf::Host(b) => b[s..s + data.len()].copy_from_slice(data),
+            Buf::Device(d) => d.write(s, data).map_err(|_| MemoryError::Device)?,
+        }
+        Ok(())
+    }
+
+    /// Replaces the 64-bit word at `offset` with `f` of it; returns the original value. On
+    /// device memory a read and a write through the copy engine: the soft device serializes
+    /// its own accesses, as a NIC's atomics are atomic only among the NIC's.
     fn word(
         &mut self,
         mr: MrId,
@@ -140,19 +165,31 @@ impl SoftMemory {
         f: impl FnOnce(u64) -> u64,
     ) -> Result<u64, MemoryError> {
         let s = self.range(mr, offset, 8)?.1;
-        let b = self.bufs.get_mut(&mr).ok_or(MemoryError::UnknownRegion(mr))?;
-        let w: &mut [u8; 8] =
-            (&mut b[s..s + 8]).try_into().map_err(|_| MemoryError::OutOfBounds)?;
-        let orig = u64::from_ne_bytes(*w);
-        *w = f(orig).to_ne_bytes();
-        Ok(orig)
+        match self.bufs.get_mut(&mr).ok_or(MemoryError::UnknownRegion(mr))? {
+            Buf::Host(b) => {
+                let w: &mut [u8; 8] =
+                    (&mut b[s..s + 8]).try_into().map_err(|_| MemoryError::OutOfBounds)?;
+                let orig = u64::from_ne_bytes(*w);
+                *w = f(orig).to_ne_bytes();
+                Ok(orig)
+            }
+            Buf::Device(d) => {
+                let mut w = [0u8; 8];
+                d.read(s, &mut w).map_err(|_| MemoryError::Device)?;
+                let orig = u64::from_ne_bytes(w);
+                d.write(s, &f(orig).to_ne_bytes()).map_err(|_| MemoryError::Device)?;
+                Ok(orig)
+            }
+        }
     }
 }
 
 impl Memory for SoftMemory {
     fn read(&self, mr: MrId, offset: u64, out: &mut [u8]) -> Result<(), MemoryError> {
-        let (b, s) = self.range(mr, offset, out.len())?;
-        out.copy_from_slice(&b[s..s + out.len()]);
+        match self.range(mr, offset, out.len())? {
+            (Buf::Host(b), s) => out.copy_from_slice(&b[s..s + out.len()]),
+            (Buf::Device(d), s) => d.read(s, out).map_err(|_| MemoryError::Device)?,
+        }
         Ok(())
     }
 
@@ -179,10 +216,9 @@ impl Memory for SoftMemory {
             if f.placed.is_multiple_of(f.every) {
                 f.corrupted += 1;
                 let at = offset + (data.len() / 2) as u64;
-                let s = self.range(mr, at, 1)?.1;
-                if let Some(b) = self.bufs.get_mut(&mr) {
-                    b[s] ^= 0x5a;
-                }
+                let mut byte = [0u8; 1];
+                self.read(mr, at, &mut byte)?;
+                self.write_plain(mr, at, &[byte[0] ^ 0x5a])?;
             }
         }
         Ok(())
@@ -914,6 +950,30 @@ fn read_region(st: &State, lkey: u32, offset: usize, out: &mut [u8]) -> Result<(
     }
 }
 
+impl SoftDevice {
+    /// Registers `buf` in `pd`: its address is the host buffer's own, or the device
+    /// memory's.
+    fn register(&self, pd: PdId, buf: Buf, access: Access) -> Result<MrInfo> {
+        let mut st = lock(&self.sh.state);
+        exhausted("memory regions", st.ep.memory().bufs.len(), LIMITS.max_mr)?;
+        let (addr, len) = match &buf {
+            Buf::Host(b) => (b.as_ptr() as u64, b.len()),
+            Buf::Device(d) => (d.addr(), d.len()),
+        };
+        let mem = st.ep.memory_mut();
+        let id = MrId(mem.next);
+        mem.next = mem.next.wrapping_add(1);
+        mem.bufs.insert(id, buf);
+        match st.ep.register_mr(pd, id, addr, len as u64, access) {
+            Ok(info) => Ok(info),
+            Err(e) => {
+                st.ep.memory_mut().bufs.remove(&id);
+                Err(e.into())
+            }
+        }
+    }
+}
+
 impl Provider for SoftDevice {
     fn device_name(&self) -> String {
         self.sh.name.clone()
@@ -959,21 +1019,18 @@ impl Provider for SoftDevice {
     fn reg_mr(&self, pd: PdId, len: usize, access: Access) -> Result<MrInfo> {
         // Checked before the region's memory is allocated.
         within("memory region of", len as u64, "bytes", LIMITS.max_mr_size)?;
-        let mut st = lock(&self.sh.state);
-        exhausted("memory regions", st.ep.memory().bufs.len(), LIMITS.max_mr)?;
-        let mem = st.ep.memory_mut();
-        let id = MrId(mem.next);
-        mem.next = mem.next.wrapping_add(1);
-        let buf = vec![0u8; len].into_boxed_slice();
-        let addr = buf.as_ptr() as u64;
-        mem.bufs.insert(id, buf);
-        match st.ep.register_mr(pd, id, addr, len as u64, access) {
-            Ok(info) => Ok(info),
-            Err(e) => {
-                st.ep.memory_mut().bufs.remove(&id);
-                Err(e.into())
-            }
-        }
+        exhausted("memory regions", lock(&self.sh.state).ep.memory().bufs.len(), LIMITS.max_mr)?;
+        self.register(pd, Buf::Host(vec![0u8; len].into_boxed_slice()), access)
+    }
+
+    fn reg_device_mr(
+        &self,
+        pd: PdId,
+        device: Arc<dyn verbs::DeviceMemory>,
+        access: Access,
+    ) -> Result<MrInfo> {
+        within("memory region of", device.len() as u64, "bytes", LIMITS.max_mr_size)?;
+        self.register(pd, Buf::Device(device), access)
     }
 
     fn dereg_mr(&self, lkey: u32) {

@@ -16,6 +16,9 @@ pub enum MemoryError {
     /// The access falls outside the buffer.
     #[error("access outside the buffer")]
     OutOfBounds,
+    /// The buffer is device (GPU) memory and its driver failed the copy.
+    #[error("the device memory's driver failed a copy")]
+    Device,
 }
 
 /// The provider's registered memory. The endpoint calls it only for accesses it has checked

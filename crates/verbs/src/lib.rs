@@ -47,7 +47,7 @@ pub use cq::{CompletionChannel, CompletionQueue, empty_wc};
 pub use device::{DeviceAttr, DeviceName, ROCE_PORT};
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{CqId, SrqId};
-pub use memory::{Access, MrId, MrInfo, PdId};
+pub use memory::{Access, DeviceMemory, MrId, MrInfo, PdId};
 pub use mr::{MappedByte, MemoryRegion};
 pub use pd::ProtectionDomain;
 pub use port::{AsyncEvent, Gid, GidEntry, GidType, LinkLayer, PhysState, PortAttr, PortState};

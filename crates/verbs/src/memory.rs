@@ -81,3 +81,28 @@ impl MrInfo {
         (end <= self.len).then_some(off)
     }
 }
+
+/// Memory a provider does not allocate: a GPU's buffer, read and written through its
+/// driver's copy engine, registered with [`crate::ProtectionDomain::reg_device_mr`]. The
+/// soft provider copies through it as it places and gathers payloads; a NIC's provider
+/// registers its dma-buf.
+pub trait DeviceMemory: Send + Sync + fmt::Debug {
+    /// The address its first byte is named by: work requests and peers use it as they use
+    /// a host region's (a GPU's unified virtual address).
+    fn addr(&self) -> u64;
+    /// Its length in bytes.
+    fn len(&self) -> usize;
+    /// Whether it is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies `out.len()` bytes at `offset` out of it (the caller checked the range).
+    fn read(&self, offset: usize, out: &mut [u8]) -> std::io::Result<()>;
+    /// Copies `data` into it at `offset` (the caller checked the range).
+    fn write(&self, offset: usize, data: &[u8]) -> std::io::Result<()>;
+    /// A dma-buf of the whole buffer, for a NIC's driver (`ibv_reg_dmabuf_mr`); an error
+    /// where the memory cannot export one (says why).
+    fn dmabuf(&self) -> std::io::Result<std::os::fd::OwnedFd>;
+    /// What it is, for messages: `GPU 0 (0000:3c:00.0)`.
+    fn describe(&self) -> String;
+}

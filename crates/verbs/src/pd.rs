@@ -89,6 +89,20 @@ impl ProtectionDomain {
         Ok(self.region(info))
     }
 
+    /// Registers `mem` (a GPU buffer, [`crate::DeviceMemory`]) with `access` rights: peers
+    /// and work requests name it by `mem.addr()`; [`MemoryRegion::read`] and
+    /// [`MemoryRegion::write`] copy through it (a GPU's copy engine). The soft provider places
+    /// and gathers payloads through it; the rdma-core provider registers its dma-buf. A
+    /// provider that cannot answers [`Error::Unsupported`] naming what is missing.
+    pub fn reg_device_mr(
+        &self,
+        mem: Arc<dyn crate::DeviceMemory>,
+        access: Access,
+    ) -> Result<MemoryRegion> {
+        let info = self.dev.reg_device_mr(self.id, mem, access)?;
+        Ok(self.region(info))
+    }
+
     /// The region the provider registered as `info`, in this PD.
     fn region(&self, info: MrInfo) -> MemoryRegion {
         MemoryRegion {

@@ -79,6 +79,21 @@ pub trait Provider: Send + Sync + fmt::Debug {
             what: "dma-buf memory registration (ibv_reg_dmabuf_mr)",
         })
     }
+    /// Registers memory the provider does not own (a GPU buffer): the region's address is
+    /// `mem.addr()`, its bytes are read and written through `mem`. Providers that cannot
+    /// answer [`crate::Error::Unsupported`] naming what is missing.
+    fn reg_device_mr(
+        &self,
+        pd: PdId,
+        mem: std::sync::Arc<dyn crate::DeviceMemory>,
+        access: Access,
+    ) -> Result<MrInfo> {
+        let _ = (pd, mem, access);
+        Err(crate::Error::Unsupported {
+            device: self.device_name(),
+            what: "device (GPU) memory registration",
+        })
+    }
     /// Deregisters a region and frees its memory.
     fn dereg_mr(&self, lkey: u32);
     /// Copies bytes out of a region (bounds already checked).
