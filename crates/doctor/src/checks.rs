@@ -507,20 +507,10 @@ pub fn pci_paths(src: &Source) -> std::collections::BTreeMap<String, Vec<String>
             let (head, target) = l.split_once(" -> ")?;
             let name = head.split_whitespace().last()?.to_string();
             let path: Vec<String> =
-                target.split('/').filter(|c| looks_pci(c)).map(str::to_string).collect();
+                target.split('/').filter(|c| host::pci::is_bdf(c)).map(str::to_string).collect();
             path.last().is_some_and(|p| *p == name).then_some((name, path))
         })
         .collect()
-}
-
-/// `0000:3b:00.0`.
-fn looks_pci(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 12
-        && b[4] == b':'
-        && b[7] == b':'
-        && b[10] == b'.'
-        && s.chars().enumerate().all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
 }
 
 /// ACS redirecting peer-to-peer traffic between an RDMA NIC and a GPU under one PCIe switch:

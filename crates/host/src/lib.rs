@@ -9,6 +9,7 @@
 
 pub mod cpu;
 pub mod net;
+pub mod pci;
 pub mod port;
 pub mod rdma;
 

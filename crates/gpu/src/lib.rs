@@ -1,0 +1,372 @@
+//! GPU memory as an RDMA source and target: CUDA buffers through the driver library, loaded
+//! at run time.
+//!
+//! The same podnet binary starts on a host without CUDA: [`Gpu::count`] and [`Gpu::open`]
+//! first look for the driver library (`libcuda.so`, without calling into it) and answer
+//! [`GpuError::NoDriver`] where there is none. A [`GpuBuffer`] is [`verbs::DeviceMemory`]:
+//! registered with [`verbs::ProtectionDomain::reg_device_mr`], the soft provider copies each
+//! payload through the GPU's copy engine and the rdma-core provider registers its dma-buf
+//! (`cuMemGetHandleForAddressRange`).
+
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys};
+
+/// Why GPU memory is not to be had.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// No CUDA driver library on this host.
+    #[error(
+        "no CUDA driver library (libcuda.so.1) on this host: GPU memory needs the NVIDIA driver"
+    )]
+    NoDriver,
+    /// The host has fewer GPUs.
+    #[error("GPU {asked} does not exist: this host has {count} CUDA device(s)")]
+    NoDevice {
+        /// The ordinal asked for.
+        asked: u32,
+        /// How many there are.
+        count: u32,
+    },
+    /// A driver call failed.
+    #[error("{call} failed: {name} ({code})")]
+    Driver {
+        /// The driver function.
+        call: &'static str,
+        /// Its `CUresult`.
+        code: u32,
+        /// The result's name (`CUDA_ERROR_OUT_OF_MEMORY`).
+        name: String,
+    },
+    /// The GPU cannot do it.
+    #[error("{0}")]
+    Unsupported(&'static str),
+}
+
+impl From<GpuError> for std::io::Error {
+    fn from(e: GpuError) -> std::io::Error {
+        let kind = match e {
+            GpuError::Unsupported(_) => std::io::ErrorKind::Unsupported,
+            GpuError::NoDriver | GpuError::NoDevice { .. } => std::io::ErrorKind::NotFound,
+            GpuError::Driver { .. } => std::io::ErrorKind::Other,
+        };
+        std::io::Error::new(kind, e)
+    }
+}
+
+/// A failed call as [`GpuError::Driver`].
+fn driver(call: &'static str) -> impl Fn(result::DriverError) -> GpuError {
+    move |e| GpuError::Driver {
+        call,
+        code: e.0 as u32,
+        name: e.error_name().map_or_else(|_| "unknown".into(), |n| n.to_string_lossy().into()),
+    }
+}
+
+/// Whether the driver library can be loaded: asked before any call into it, since the
+/// loader panics when it finds none.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to open the library under each of its names (no call into it).
+    unsafe { sys::is_culib_present() }
+}
+
+/// Loads the driver and initializes it (`cuInit`), once the library is known to be there.
+fn init() -> Result<(), GpuError> {
+    if !driver_present() {
+        return Err(GpuError::NoDriver);
+    }
+    result::init().map_err(driver("cuInit"))
+}
+
+/// One GPU, with its primary context made current on each thread that copies.
+#[derive(Debug)]
+pub struct Gpu {
+    ordinal: u32,
+    dev: sys::CUdevice,
+    ctx: Context,
+    name: String,
+    pci: String,
+    dma_buf: bool,
+}
+
+/// A CUDA context handle.
+#[derive(Debug)]
+struct Context(sys::CUcontext);
+
+// SAFETY: a CUDA context may be made current on any thread (the driver serializes what it
+// must); the handle is only passed to the driver.
+unsafe impl Send for Context {}
+// SAFETY: as for Send: the handle is never dereferenced by podnet.
+unsafe impl Sync for Context {}
+
+impl Gpu {
+    /// How many GPUs this host has; [`GpuError::NoDriver`] without the driver library.
+    pub fn count() -> Result<u32, GpuError> {
+        init()?;
+        let n = result::device::get_count().map_err(driver("cuDeviceGetCount"))?;
+        Ok(u32::try_from(n).unwrap_or(0))
+    }
+
+    /// GPU `ordinal`, its primary context retained.
+    pub fn open(ordinal: u32) -> Result<Arc<Gpu>, GpuError> {
+        let count = Gpu::count()?;
+        if ordinal >= count {
+            return Err(GpuError::NoDevice { asked: ordinal, count });
+        }
+        let dev = result::device::get(ordinal as i32).map_err(driver("cuDeviceGet"))?;
+        // SAFETY: `dev` came from cuDeviceGet.
+        let ctx = unsafe { result::primary_ctx::retain(dev) }
+            .map_err(driver("cuDevicePrimaryCtxRetain"))?;
+        let name = result::device::get_name(dev).map_err(driver("cuDeviceGetName"))?;
+        let mut bus = [0 as std::ffi::c_char; 32];
+        // SAFETY: the buffer is 32 bytes, as its length says; the driver NUL-terminates.
+        unsafe { sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as i32, dev) }
+            .result()
+            .map_err(driver("cuDeviceGetPCIBusId"))?;
+        // SAFETY: NUL-terminated within the buffer (the driver's contract; zeroed before).
+        let pci = unsafe { std::ffi::CStr::from_ptr(bus.as_ptr()) }
+            .to_string_lossy()
+            .to_ascii_lowercase();
+        // SAFETY: `dev` came from cuDeviceGet.
+        let dma_buf = unsafe {
+            result::device::get_attribute(
+                dev,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+            )
+        }
+        .is_ok_and(|v| v != 0);
+        Ok(Arc::new(Gpu { ordinal, dev, ctx: Context(ctx), name, pci, dma_buf }))
+    }
+
+    /// Its CUDA ordinal.
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
+    /// Its name (`NVIDIA H200`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its PCI address, as sysfs writes it (`0000:3c:00.0`).
+    pub fn pci_bus_id(&self) -> &str {
+        &self.pci
+    }
+
+    /// Whether it exports its memory as dma-bufs (`CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`).
+    pub fn dma_buf_supported(&self) -> bool {
+        self.dma_buf
+    }
+
+    /// Makes its context current on this thread.
+    fn bind(&self) -> Result<(), GpuError> {
+        // SAFETY: the context was retained by `open` and is released only on drop.
+        unsafe { result::ctx::set_current(self.ctx.0) }.map_err(driver("cuCtxSetCurrent"))
+    }
+
+    /// `len` bytes of GPU memory, zeroed (`cuMemAlloc`, rounded up to 64 KiB so that a
+    /// dma-buf of it covers whole host pages).
+    pub fn alloc(self: &Arc<Self>, len: usize) -> Result<GpuBuffer, GpuError> {
+        self.bind()?;
+        let size = len.max(1).div_ceil(ALIGN) * ALIGN;
+        // SAFETY: a plain allocation; freed by GpuBuffer's drop.
+        let ptr = unsafe { result::malloc_sync(size) }.map_err(driver("cuMemAlloc"))?;
+        let b = GpuBuffer { gpu: self.clone(), ptr, len, size };
+        b.zero()?;
+        Ok(b)
+    }
+}
+
+/// Pinned host memory (`cuMemHostAlloc`), for copies at the copy engine's full speed.
+struct Pinned {
+    ptr: *mut std::ffi::c_void,
+    len: usize,
+}
+
+impl Pinned {
+    fn new(gpu: &Gpu, len: usize) -> Result<Pinned, GpuError> {
+        gpu.bind()?;
+        // SAFETY: a plain allocation, freed by drop.
+        let ptr = unsafe { result::malloc_host(len, 0) }.map_err(driver("cuMemHostAlloc"))?;
+        Ok(Pinned { ptr, len })
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: `len` bytes the driver allocated, owned by `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.cast(), self.len) }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc, freed once.
+        let _ = unsafe { result::free_host(self.ptr) };
+    }
+}
+
+/// What the copy engine moved: bytes per second host to device and device to host.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CopyBandwidth {
+    /// Host (pinned) to device, GB/s (10^9 bytes).
+    pub htod_gbs: f64,
+    /// Device to host (pinned), GB/s.
+    pub dtoh_gbs: f64,
+}
+
+impl Gpu {
+    /// Measures synchronous copies of `len` bytes between pinned host memory and the GPU,
+    /// `iters` times each way (what `cudaMemcpy` with pinned memory reaches: the figure a
+    /// soft provider's GPU path is bounded by).
+    pub fn copy_bandwidth(
+        self: &Arc<Self>,
+        len: usize,
+        iters: u32,
+    ) -> Result<CopyBandwidth, GpuError> {
+        let dev = self.alloc(len)?;
+        let mut host = Pinned::new(self, len)?;
+        host.bytes().fill(0x5a);
+        let time = |f: &mut dyn FnMut() -> Result<(), GpuError>| -> Result<f64, GpuError> {
+            f()?; // warm-up
+            let t = std::time::Instant::now();
+            for _ in 0..iters {
+                f()?;
+            }
+            Ok(len as f64 * f64::from(iters) / t.elapsed().as_secs_f64().max(1e-9) / 1e9)
+        };
+        let htod_gbs = time(&mut || {
+            let h = host.bytes();
+            dev.copy_in(0, h)
+        })?;
+        let dtoh_gbs = time(&mut || {
+            let h = host.bytes();
+            dev.copy_out(0, h)
+        })?;
+        Ok(CopyBandwidth { htod_gbs, dtoh_gbs })
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        // SAFETY: `dev` came from cuDeviceGet and its primary context was retained once.
+        let _ = unsafe { result::primary_ctx::release(self.dev) };
+    }
+}
+
+/// What an allocation is rounded up to.
+const ALIGN: usize = 64 << 10;
+
+/// A buffer in a GPU's memory.
+#[derive(Debug)]
+pub struct GpuBuffer {
+    gpu: Arc<Gpu>,
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    /// What was allocated (`len` rounded up).
+    size: usize,
+}
+
+impl GpuBuffer {
+    /// The GPU it is on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    fn zero(&self) -> Result<(), GpuError> {
+        let z = vec![0u8; (1 << 20).min(self.size)];
+        let mut at = 0;
+        while at < self.size {
+            let n = z.len().min(self.size - at);
+            self.copy_in(at, &z[..n])?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), GpuError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(GpuError::Unsupported("a copy outside the GPU buffer")),
+        }
+    }
+
+    /// Copies `data` to `offset` (host to device, synchronous).
+    fn copy_in(&self, offset: usize, data: &[u8]) -> Result<(), GpuError> {
+        self.gpu.bind()?;
+        // SAFETY: `[offset, offset + data.len())` lies inside the allocation (checked by the
+        // callers), which lives as long as `self`.
+        unsafe { result::memcpy_htod_sync(self.ptr + offset as u64, data) }
+            .map_err(driver("cuMemcpyHtoD"))
+    }
+
+    /// Copies `out.len()` bytes at `offset` out (device to host, synchronous).
+    fn copy_out(&self, offset: usize, out: &mut [u8]) -> Result<(), GpuError> {
+        self.gpu.bind()?;
+        // SAFETY: as in copy_in.
+        unsafe { result::memcpy_dtoh_sync(out, self.ptr + offset as u64) }
+            .map_err(driver("cuMemcpyDtoH"))
+    }
+}
+
+impl Drop for GpuBuffer {
+    fn drop(&mut self) {
+        if self.gpu.bind().is_ok() {
+            // SAFETY: allocated by cuMemAlloc in `alloc`, freed once here.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+impl verbs::DeviceMemory for GpuBuffer {
+    fn addr(&self) -> u64 {
+        self.ptr
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn read(&self, offset: usize, out: &mut [u8]) -> std::io::Result<()> {
+        self.check(offset, out.len())?;
+        Ok(self.copy_out(offset, out)?)
+    }
+
+    fn write(&self, offset: usize, data: &[u8]) -> std::io::Result<()> {
+        self.check(offset, data.len())?;
+        Ok(self.copy_in(offset, data)?)
+    }
+
+    fn dmabuf(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        use std::os::fd::FromRawFd;
+        if !self.gpu.dma_buf {
+            return Err(GpuError::Unsupported(
+                "the GPU does not export dma-bufs (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0: \
+                 an older GPU, driver or kernel)",
+            )
+            .into());
+        }
+        self.gpu.bind()?;
+        let mut fd: std::ffi::c_int = -1;
+        // SAFETY: the range is the whole allocation (64 KiB-aligned size, as the call needs);
+        // the driver writes one int, a new file descriptor that we own.
+        unsafe {
+            sys::cuMemGetHandleForAddressRange(
+                (&mut fd as *mut std::ffi::c_int).cast(),
+                self.ptr,
+                self.size,
+                sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                0,
+            )
+        }
+        .result()
+        .map_err(driver("cuMemGetHandleForAddressRange"))?;
+        if fd < 0 {
+            return Err(std::io::Error::other("cuMemGetHandleForAddressRange gave no fd"));
+        }
+        // SAFETY: a fresh descriptor the driver opened for this call.
+        Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    }
+
+    fn describe(&self) -> String {
+        format!("GPU {} ({})", self.gpu.ordinal, self.gpu.pci)
+    }
+}
