@@ -33,6 +33,8 @@ pub struct Plan {
     pub count: Option<u64>,
     /// QPs per edge.
     pub qps: usize,
+    /// Where this rank's buffers are: host memory, or a GPU's (`--memory cuda:GPU`).
+    pub memory: session::Placement,
 }
 
 /// Live totals for a progress bar.
@@ -132,6 +134,7 @@ fn options(plan: &Plan, extreme: bool) -> Options {
         }
     }
     o.validate = true;
+    o.memory = plan.memory;
     o.qps = if extreme { plan.qps.max(4) } else { plan.qps.max(1) };
     o.tx_depth = if extreme { 128 } else { 16 };
     // A completion per message: the queue refills as each one lands, not in steps.

@@ -74,6 +74,9 @@ pub enum Error {
     /// The options do not make a test.
     #[error("{0}")]
     Invalid(String),
+    /// GPU memory was asked for and is not to be had.
+    #[error("--use_cuda: {0}")]
+    Gpu(#[from] gpu::GpuError),
 }
 
 /// The eight tests.
@@ -238,6 +241,25 @@ pub struct Options {
     /// that gives it; both sides must ask for the same one. `None`: the port the QP numbers
     /// hash to, as rxe and RoCE NICs choose it. A probe that walks ECMP paths sets it.
     pub udp_source_port: Option<u16>,
+    /// Where the buffers are: host memory, or a GPU's (`--use_cuda`).
+    pub memory: Placement,
+}
+
+/// Where a test's buffers are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// Host memory the provider allocates.
+    #[default]
+    Host,
+    /// GPU memory (`--use_cuda=GPU`): the soft provider copies each payload through the
+    /// GPU's copy engine, the rdma-core provider registers it with the NIC (its dma-buf, or
+    /// through a peer-memory module).
+    Cuda {
+        /// The CUDA ordinal.
+        gpu: u32,
+        /// `--use_cuda_dmabuf`: register the GPU's dma-buf (refused where it exports none).
+        dmabuf: bool,
+    },
 }
 
 /// perftest's default inline size (`-I` not given) for `test` over `connection` on a device
@@ -291,6 +313,7 @@ impl Options {
             qp_timeout: 14,
             inline_size: 0,
             udp_source_port: None,
+            memory: Placement::Host,
         }
     }
 
@@ -490,6 +513,8 @@ pub struct Connected {
     pub cq_mod: usize,
     /// Work requests per post call in a bandwidth test ([`Options::post_list_on`]).
     pub post_list: usize,
+    /// Where this side's buffers are: `host`, or the GPU (`GPU 0 (0000:3c:00.0) NVIDIA H200`).
+    pub memory: String,
 }
 
 /// One result row.
@@ -542,6 +567,8 @@ struct Resources {
     qps: Vec<QueuePair>,
     layout: Layout,
     inline_size: usize,
+    /// Where the buffers are, for the report (`host`, `GPU 0 (0000:3c:00.0) NVIDIA H200`).
+    memory: String,
 }
 
 impl Resources {
@@ -585,7 +612,29 @@ fn create(ctx: &Context, o: &Options, events: bool) -> Result<Resources, Error> 
     {
         return Err(e);
     }
-    let mr = pd.reg_mr(layout.region_len(o.qps), Access::LOCAL_WRITE | remote_access)?;
+    let len = layout.region_len(o.qps);
+    let access = Access::LOCAL_WRITE | remote_access;
+    let (mr, memory) = match o.memory {
+        Placement::Host => (pd.reg_mr(len, access)?, "host".to_string()),
+        Placement::Cuda { gpu, dmabuf } => {
+            let g = gpu::Gpu::open(gpu)?;
+            if dmabuf && !g.dma_buf_supported() {
+                return Err(gpu::GpuError::Unsupported(
+                    "--use_cuda_dmabuf: the GPU exports no dma-buf (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0)",
+                )
+                .into());
+            }
+            let buf: std::sync::Arc<dyn verbs::DeviceMemory> = std::sync::Arc::new(g.alloc(len)?);
+            let mut what = format!("{} {}", buf.describe(), g.name());
+            if dmabuf {
+                // Exported here whatever the provider: the soft one copies through the
+                // copy engine, a NIC's registers the dma-buf (reg_device_mr exports again).
+                drop(buf.dmabuf().map_err(|e| Error::Invalid(format!("--use_cuda_dmabuf: {e}")))?);
+                what.push_str(", dma-buf exported");
+            }
+            (pd.reg_device_mr(buf, access)?, what)
+        }
+    };
     let channel = if events { Some(ctx.create_comp_channel()?) } else { None };
     let rx = o.rx_depth.max(130);
     let per_qp = o.tx_depth + rx + 4;
@@ -611,7 +660,7 @@ fn create(ctx: &Context, o: &Options, events: bool) -> Result<Resources, Error> 
         })?;
         qps.push(qp);
     }
-    Ok(Resources { _pd: pd, mr, cq, channel, qps, layout, inline_size: o.inline_size })
+    Ok(Resources { _pd: pd, mr, cq, channel, qps, layout, inline_size: o.inline_size, memory })
 }
 
 fn random_psn() -> u32 {
@@ -756,6 +805,7 @@ pub fn run(
         peer_is_podnet,
         post_list,
         cq_mod,
+        memory: res.memory.clone(),
     });
     let seeds =
         o.validate.then(|| Seeds { mine: seed(local[0].psn), peer: seed(peer.keys[0].psn) });

@@ -365,6 +365,13 @@ pub(crate) struct BurninArgs {
     #[arg(long, default_value_t = 1)]
     pub(crate) qps: usize,
 
+    /// Where this rank's buffers are: `host`, or `cuda[:GPU]` (GPU memory, CUDA device GPU
+    /// [default: 0]: the soft provider copies through the GPU's copy engine, rdma-core
+    /// registers it with the NIC). Ranks may differ. Every message is checked after a copy
+    /// back from the GPU.
+    #[arg(long, value_name = "WHERE", default_value = "host")]
+    pub(crate) memory: String,
+
     /// The first TCP port of this rank's side channels (one per incoming edge above it).
     #[arg(long, default_value_t = 18600)]
     pub(crate) port: u16,
@@ -602,6 +609,21 @@ pub(crate) struct DevicesArgs {
     /// Leave out the soft devices.
     #[arg(long)]
     pub(crate) no_soft: bool,
+
+    /// List the GPUs instead (NVIDIA and AMD, from sysfs: no driver needed): each one's PCI
+    /// address, NUMA node, and the RDMA NIC nearest it with their distance as
+    /// `nvidia-smi topo -m` names it (PIX: one PCIe switch, PXB: several bridges, PHB: the
+    /// CPU's host bridge, NODE: another root complex, SYS: another NUMA node). The table
+    /// without --gpus lists them too, after the devices.
+    #[arg(long)]
+    pub(crate) gpus: bool,
+
+    /// With --gpus: also ask the CUDA driver — each GPU's CUDA ordinal, name, whether it
+    /// exports dma-bufs (GPUDirect RDMA without a peer-memory module), and what its copy
+    /// engine moves between pinned host memory and the GPU (64 MiB copies, GB/s each way:
+    /// the ceiling of the soft provider's GPU path). Exit 2 without the CUDA driver.
+    #[arg(long, requires = "gpus")]
+    pub(crate) cuda: bool,
 }
 
 /// `podnet perf` flags, named as perftest's.
@@ -756,6 +778,21 @@ pub(crate) struct PerfArgs {
     /// a follow-up exchange). Both sides must be podnet and pass it.
     #[arg(long = "data-validation")]
     pub(crate) data_validation: bool,
+
+    /// Put this side's buffers in GPU memory, CUDA device GPU [default: 0] (perftest's
+    /// flag). The soft provider copies each payload through the GPU's copy engine (any host
+    /// with a GPU, with or without an RDMA NIC); the rdma-core provider registers the GPU
+    /// memory with the NIC (GPUDirect RDMA: its dma-buf, or a peer-memory module). The two
+    /// sides may differ. --data-validation checks the bytes copied back from the GPU. On a
+    /// host without CUDA: one line saying so, exit 2.
+    #[arg(long = "use_cuda", value_name = "GPU", num_args = 0..=1, default_missing_value = "0", require_equals = true)]
+    pub(crate) use_cuda: Option<u32>,
+
+    /// With --use_cuda: register the GPU buffer through its dma-buf
+    /// (`cuMemGetHandleForAddressRange`, `ibv_reg_dmabuf_mr`); refused where the GPU exports
+    /// none.
+    #[arg(long = "use_cuda_dmabuf", requires = "use_cuda")]
+    pub(crate) use_cuda_dmabuf: bool,
 
     /// Give up when the peer does not answer or nothing completes for this many seconds
     /// [default: 10]. Given, it also bounds how long a server waits for its client and a

@@ -205,6 +205,12 @@ pub struct Plan {
     pub perf: Vec<PerfCheck>,
     /// The integrity run.
     pub integrity: Option<Integrity>,
+    /// GPU memory per device: a device named here (`"mlx5_0" = 0`, `"soft:127.0.1.1" = 0`)
+    /// runs every measurement and the integrity run from that CUDA GPU's memory, and its
+    /// report gains `gpu/<device>`: the GPU, and its PCIe distance and NUMA node against
+    /// the device's.
+    #[serde(default)]
+    pub gpus: std::collections::BTreeMap<String, u32>,
     /// How often a performance figure outside its threshold is measured again before the
     /// check fails (0 or 1; default 1: one slow run on a busy host is noise).
     #[serde(default = "one")]
@@ -380,6 +386,12 @@ impl Plan {
             if plan.devices[..i].contains(d) {
                 return Err(invalid("devices", format!("`devices`: {d:?} is listed twice")));
             }
+        }
+        if let Some(d) = plan.gpus.keys().find(|d| !plan.devices.contains(d)) {
+            return Err(invalid("gpus", format!("`gpus`: {d:?} is not in `devices`")));
+        }
+        if plan.pod.is_some() && !plan.gpus.is_empty() {
+            return Err(invalid("gpus", "a pod plan does not run GPU memory yet (podnet burnin --memory cuda does, across hosts)".into()));
         }
         match &plan.pairs {
             Pairs::All(s) if s != "all" => {

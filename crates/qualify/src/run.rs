@@ -74,7 +74,9 @@ pub fn run(plan: &Plan, sys: &Path, progress: &mut dyn RunProgress) -> Report {
     let mut calibrate = |pc: &PerfCheck, ends: Option<(&str, &str)>, what: &str| {
         let (ca, cb) = open_pair(ends?.0, ends?.1)?;
         r.progress.starting(&format!("calibration {} ({what})", pc.test));
-        run_pair(&ca, cb.as_ref().unwrap_or(&ca), &options(pc)).map(|(o, _)| o.rows).ok()
+        run_pair(&ca, cb.as_ref().unwrap_or(&ca), &options(pc), &plan.gpus)
+            .map(|(o, _)| o.rows)
+            .ok()
     };
     let mut calibration: Vec<(Vec<Row>, Vec<Row>)> = Vec::new();
     for pc in &plan.perf {
@@ -128,7 +130,7 @@ pub fn run(plan: &Plan, sys: &Path, progress: &mut dyn RunProgress) -> Report {
                 o.sizes = vec![i.size];
                 o.duration = Some(Duration::from_secs_f64(i.seconds));
                 o.validate = true;
-                let c = match run_pair(ca, cb, &o) {
+                let c = match run_pair(ca, cb, &o, &plan.gpus) {
                     Ok((cli, srv)) => {
                         let mut v = cli.validation.unwrap_or_default();
                         v.merge(&srv.validation.unwrap_or_default());
@@ -182,7 +184,7 @@ fn perf_check(
     let base = format!("perf/{}/{pair}", pc.test);
     r.progress.starting(&base);
     let mut status = Status::Pass;
-    let mut outcome = run_pair(ca, cb, &options(pc));
+    let mut outcome = run_pair(ca, cb, &options(pc), &plan.gpus);
     // A figure outside its threshold is measured once more before it fails: one slow run on
     // a busy host is noise, two in a row are the pair. Both are reported.
     let mut note = None;
@@ -198,7 +200,7 @@ fn perf_check(
             .collect();
         if plan.retries > 0 && !failed.is_empty() {
             r.progress.starting(&format!("{base} (again)"));
-            if let Ok(again) = run_pair(ca, cb, &options(pc)) {
+            if let Ok(again) = run_pair(ca, cb, &options(pc), &plan.gpus) {
                 note = Some(format!("measured twice; the first run gave {}", failed.join(", ")));
                 outcome = Ok(again);
             }
@@ -259,11 +261,22 @@ fn options(pc: &PerfCheck) -> Options {
 
 /// Runs one test between `a` (server) and `b` (client) in two threads: (client's outcome,
 /// server's).
-fn run_pair(a: &Context, b: &Context, o: &Options) -> Result<(Outcome, Outcome), String> {
+fn run_pair(
+    a: &Context,
+    b: &Context,
+    o: &Options,
+    gpus: &std::collections::BTreeMap<String, u32>,
+) -> Result<(Outcome, Outcome), String> {
+    // Each side's buffers where the plan puts them: its GPU's memory, or the host's.
+    let place = |c: &Context| {
+        gpus.get(&c.device_name()).map_or(perf::session::Placement::Host, |g| {
+            perf::session::Placement::Cuda { gpu: *g, dmabuf: false }
+        })
+    };
     // Each side sends the GID its address comes from (index 0 is a link-local one on RoCE).
     let (oa, ob) = (
-        Options { gid_index: a.gid_index(), ..o.clone() },
-        Options { gid_index: b.gid_index(), ..o.clone() },
+        Options { gid_index: a.gid_index(), memory: place(a), ..o.clone() },
+        Options { gid_index: b.gid_index(), memory: place(b), ..o.clone() },
     );
     let (o_a, o_b) = (&oa, &ob);
     let listener =
@@ -543,6 +556,9 @@ fn device_checks(plan: &Plan, sys: &Path, d: &str, r: &mut Run<'_>) -> bool {
             return false;
         }
     };
+    if let Some(&g) = plan.gpus.get(d) {
+        gpu_check(sys, d, g, r);
+    }
     let dc = &plan.device;
     let port = ctx.query_port();
     if dc.port_active {
@@ -601,4 +617,48 @@ fn device_checks(plan: &Plan, sys: &Path, d: &str, r: &mut Run<'_>) -> bool {
         }
     }
     true
+}
+
+/// `gpu/<device>`: the device's GPU opens, and where it sits against the device — the PCIe
+/// distance (`nvidia-smi topo`'s words) and both NUMA nodes, from sysfs under `sys`.
+fn gpu_check(sys: &Path, d: &str, ordinal: u32, r: &mut Run<'_>) {
+    let t = Instant::now();
+    let name = format!("gpu/{d}");
+    let g = match gpu::Gpu::open(ordinal) {
+        Ok(g) => g,
+        Err(e) => {
+            r.push(failed(&name, format!("GPU {ordinal}: {e}"), t.elapsed()));
+            return;
+        }
+    };
+    let gpu_path = host::pci::path_of(sys, &Path::new("bus/pci/devices").join(g.pci_bus_id()));
+    let gpu_numa = host::read(&sys.join("bus/pci/devices").join(g.pci_bus_id()).join("numa_node"))
+        .and_then(|n| n.parse::<i64>().ok())
+        .filter(|n| *n >= 0);
+    let dev_path = host::pci::path_of(sys, &Path::new("class/infiniband").join(d).join("device"));
+    let dev_numa = host::numa_node(sys, d).filter(|n| *n >= 0);
+    let numa = |n: Option<i64>| n.map_or_else(|| "-".into(), |n| n.to_string());
+    let place = match (&gpu_path, &dev_path) {
+        (Some(gp), Some(dp)) => {
+            let dist = host::pci::distance(gp, dp, gpu_numa, dev_numa);
+            format!("{} to {d} ({})", dist.name(), dist.meaning())
+        }
+        (_, None) => format!(
+            "{d} has no PCI function: the soft provider copies through the GPU's copy engine"
+        ),
+        (None, _) => "the GPU's PCI function is not in sysfs".into(),
+    };
+    r.push(
+        Measurement::new(name)
+            .detail(format!(
+                "GPU {ordinal} {} ({}), dma-buf {}; {place}; NUMA node {} (GPU) and {} ({d})",
+                g.name(),
+                g.pci_bus_id(),
+                if g.dma_buf_supported() { "yes" } else { "no" },
+                numa(gpu_numa),
+                numa(dev_numa)
+            ))
+            .took(t.elapsed())
+            .judge(None),
+    );
 }

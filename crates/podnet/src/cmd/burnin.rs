@@ -62,8 +62,16 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
     let host = hostname();
     let info = serde_json::json!({ "ip": ctx.ip().to_string(), "port": args.port, "device": ctx.device_name() });
     ensure!(args.count != Some(0), "--count must be at least 1");
-    let plan =
-        Plan { patterns, extreme: args.extreme, sizes, seconds, count: args.count, qps: args.qps };
+    let memory = memory_placement(&args.memory)?;
+    let plan = Plan {
+        patterns,
+        extreme: args.extreme,
+        sizes,
+        seconds,
+        count: args.count,
+        qps: args.qps,
+        memory,
+    };
     let started = Instant::now();
     let title = format!("burn-in, rank {} of {}", world.rank, world.size);
     let session = match rendezvous::bootstrap::join(&world, &host, info, &t, secret.as_ref()) {
@@ -291,4 +299,19 @@ fn write_reports(
     r.seconds = took.as_secs_f64();
     r.summarize();
     Ok(qualify::write_reports(&r, dir)?)
+}
+
+/// `--memory host|cuda[:GPU]`, the GPU asked for at once (a host without it says so before
+/// it meets the others).
+pub(crate) fn memory_placement(spec: &str) -> anyhow::Result<perf::session::Placement> {
+    let gpu = match spec.split_once(':') {
+        None if spec == "host" => return Ok(perf::session::Placement::Host),
+        None if spec == "cuda" => 0,
+        Some(("cuda", n)) => n.parse::<u32>().map_err(|_| {
+            anyhow::anyhow!("--memory {spec}: the GPU is a CUDA ordinal (cuda:0, cuda:1, …)")
+        })?,
+        _ => bail!("--memory {spec}: host, cuda or cuda:GPU"),
+    };
+    gpu::Gpu::open(gpu).map_err(|e| anyhow::anyhow!("--memory {spec}: {e}"))?;
+    Ok(perf::session::Placement::Cuda { gpu, dmabuf: false })
 }

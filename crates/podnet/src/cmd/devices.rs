@@ -13,6 +13,9 @@ use crate::cli::DevicesArgs;
 pub(crate) fn run(args: &DevicesArgs) -> anyhow::Result<ExitCode> {
     let root = &args.sysfs_root;
     super::check_sysfs_root(root)?;
+    if args.gpus {
+        return gpus(args);
+    }
     let mut devs = host::rdma_devices(root);
     if !args.no_soft {
         devs.extend(providers::soft_devices(root)?);
@@ -84,6 +87,11 @@ pub(crate) fn run(args: &DevicesArgs) -> anyhow::Result<ExitCode> {
         }
     }
     print_table(&mut out, &rows)?;
+    let g = gpu_rows(root);
+    if !g.is_empty() {
+        writeln!(out)?;
+        print_table(&mut out, &gpu_table(&g))?;
+    }
     if args.gids {
         let mut g =
             vec![["device", "port", "index", "gid", "type", "netdev"].map(String::from).to_vec()];
@@ -161,4 +169,179 @@ fn to_json(devs: &[DeviceInfo], limits: &[Option<DeviceAttr>]) -> serde_json::Va
             }))
             .collect::<Vec<_>>()
     )
+}
+
+/// A GPU and the RDMA NICs by distance, nearest first.
+struct GpuRow {
+    gpu: host::pci::GpuFunction,
+    nics: Vec<(String, host::pci::Distance)>,
+}
+
+/// The GPUs under `root`, each with every hardware RDMA device's distance to it.
+fn gpu_rows(root: &std::path::Path) -> Vec<GpuRow> {
+    let nics: Vec<(String, Vec<String>, Option<i64>)> = host::rdma_devices(root)
+        .into_iter()
+        .filter_map(|d| {
+            let dev = std::path::PathBuf::from("class/infiniband").join(&d.name).join("device");
+            let path = host::pci::path_of(root, &dev)?;
+            let numa = host::numa_node(root, &d.name).filter(|n| *n >= 0);
+            Some((d.name, path, numa))
+        })
+        .collect();
+    host::pci::gpus(root)
+        .into_iter()
+        .map(|gpu| {
+            let mut by: Vec<(String, host::pci::Distance)> = match &gpu.path {
+                Some(gp) => nics
+                    .iter()
+                    .map(|(n, p, numa)| {
+                        (n.clone(), host::pci::distance(gp, p, gpu.numa_node, *numa))
+                    })
+                    .collect(),
+                None => Vec::new(),
+            };
+            by.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+            GpuRow { gpu, nics: by }
+        })
+        .collect()
+}
+
+fn gpu_table(rows: &[GpuRow]) -> Vec<Vec<String>> {
+    let mut t = vec![
+        ["gpu", "vendor", "numa", "nearest nic", "distance", "others"].map(String::from).to_vec(),
+    ];
+    for r in rows {
+        let near = r.nics.first();
+        t.push(vec![
+            r.gpu.pci.clone(),
+            r.gpu.vendor.into(),
+            r.gpu.numa_node.map_or_else(|| "-".into(), |n| n.to_string()),
+            near.map_or_else(|| "-".into(), |n| n.0.clone()),
+            near.map_or_else(|| "-".into(), |n| n.1.name().into()),
+            r.nics
+                .iter()
+                .skip(1)
+                .map(|(n, d)| format!("{n} {}", d.name()))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ]);
+    }
+    t
+}
+
+/// What the CUDA driver says of a GPU.
+struct CudaInfo {
+    ordinal: u32,
+    name: String,
+    pci: String,
+    dma_buf: bool,
+    copy: gpu::CopyBandwidth,
+}
+
+/// Every CUDA GPU, opened and measured.
+fn cuda_info() -> anyhow::Result<Vec<CudaInfo>> {
+    let n = gpu::Gpu::count().map_err(|e| anyhow::anyhow!("--cuda: {e}"))?;
+    (0..n)
+        .map(|i| {
+            let g = gpu::Gpu::open(i)?;
+            let copy = g.copy_bandwidth(64 << 20, 10)?;
+            Ok(CudaInfo {
+                ordinal: i,
+                name: g.name().to_string(),
+                pci: g.pci_bus_id().to_string(),
+                dma_buf: g.dma_buf_supported(),
+                copy,
+            })
+        })
+        .collect::<Result<Vec<_>, gpu::GpuError>>()
+        .map_err(|e| anyhow::anyhow!("--cuda: {e}"))
+}
+
+/// `podnet devices --gpus`.
+fn gpus(args: &DevicesArgs) -> anyhow::Result<ExitCode> {
+    let rows = gpu_rows(&args.sysfs_root);
+    let cuda = if args.cuda { Some(cuda_info()?) } else { None };
+    let of = |pci: &str| cuda.iter().flatten().find(|c| c.pci == pci);
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "pci": r.gpu.pci,
+                    "vendor": r.gpu.vendor,
+                    "numa_node": r.gpu.numa_node,
+                    "nearest_nic": r.nics.first().map(|n| n.0.clone()),
+                    "distance": r.nics.first().map(|n| n.1.name()),
+                    "nics": r.nics.iter().map(|(n, d)| json!({"device": n, "distance": d.name(), "meaning": d.meaning()})).collect::<Vec<_>>(),
+                    "cuda": of(&r.gpu.pci).map(|c| json!({
+                        "ordinal": c.ordinal,
+                        "name": c.name,
+                        "dma_buf": c.dma_buf,
+                        "pinned_copy_gbs": {"htod": c.copy.htod_gbs, "dtoh": c.copy.dtoh_gbs},
+                    })),
+                })
+            })
+            .chain(cuda.iter().flatten().filter(|c| !rows.iter().any(|r| r.gpu.pci == c.pci)).map(|c| {
+                // A GPU the driver knows and this sysfs does not (another --sysfs-root).
+                json!({
+                    "pci": c.pci,
+                    "vendor": "nvidia",
+                    "numa_node": null,
+                    "nearest_nic": null,
+                    "distance": null,
+                    "nics": [],
+                    "cuda": {
+                        "ordinal": c.ordinal,
+                        "name": c.name,
+                        "dma_buf": c.dma_buf,
+                        "pinned_copy_gbs": {"htod": c.copy.htod_gbs, "dtoh": c.copy.dtoh_gbs},
+                    },
+                })
+            }))
+            .collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if rows.is_empty() && cuda.as_ref().is_none_or(Vec::is_empty) {
+        eprintln!(
+            "podnet devices: no GPU under {}",
+            args.sysfs_root.join("bus/pci/devices").display()
+        );
+        return Ok(ExitCode::from(1));
+    }
+    let mut t = gpu_table(&rows);
+    if let Some(cuda) = &cuda {
+        t[0].extend(
+            ["cuda", "name", "dma-buf", "pinned copy GB/s (to/from GPU)"].map(String::from),
+        );
+        for (row, r) in t.iter_mut().skip(1).zip(&rows) {
+            match of(&r.gpu.pci) {
+                Some(c) => row.extend([
+                    c.ordinal.to_string(),
+                    c.name.clone(),
+                    if c.dma_buf { "yes" } else { "no" }.into(),
+                    format!("{:.1} / {:.1}", c.copy.htod_gbs, c.copy.dtoh_gbs),
+                ]),
+                None => row.extend(["-", "-", "-", "-"].map(String::from)),
+            }
+        }
+        // CUDA GPUs sysfs did not show (another --sysfs-root).
+        for c in cuda.iter().filter(|c| !rows.iter().any(|r| r.gpu.pci == c.pci)) {
+            t.push(vec![
+                c.pci.clone(),
+                "nvidia".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                String::new(),
+                c.ordinal.to_string(),
+                c.name.clone(),
+                if c.dma_buf { "yes" } else { "no" }.into(),
+                format!("{:.1} / {:.1}", c.copy.htod_gbs, c.copy.dtoh_gbs),
+            ]);
+        }
+    }
+    print_table(&mut out, &t)?;
+    Ok(ExitCode::SUCCESS)
 }

@@ -88,6 +88,17 @@ fn options(a: &PerfArgs) -> anyhow::Result<(Options, bool)> {
     o.qp_timeout = a.qp_timeout;
     o.inline_size = a.inline_size.unwrap_or(0) as usize;
     o.validate = a.data_validation;
+    if let Some(n) = a.use_cuda {
+        // Asked before a socket is opened: a host without the GPU says so at once.
+        let g = gpu::Gpu::open(n).map_err(|e| anyhow::anyhow!("--use_cuda={n}: {e}"))?;
+        if a.use_cuda_dmabuf && !g.dma_buf_supported() {
+            bail!(
+                "--use_cuda_dmabuf: GPU {n} ({}) exports no dma-buf (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0)",
+                g.pci_bus_id()
+            );
+        }
+        o.memory = session::Placement::Cuda { gpu: n, dmabuf: a.use_cuda_dmabuf };
+    }
     o.atomic = if a.atomic_type == "CMP_AND_SWAP" { BwOp::CompareSwap } else { BwOp::FetchAdd };
     let stall = match a.timeout {
         Some(t) if t.is_finite() && t > 0.0 && t < 1e6 => Duration::from_secs_f64(t),
@@ -194,6 +205,12 @@ impl Printer<'_> {
         if o.validate {
             l.push(" Data validation : ON (podnet)".into());
         }
+        if c.memory != "host" {
+            l.push(format!(" Memory          : {}", c.memory));
+            if o.validate {
+                l.push(" Validated on    : the host, after a copy back from the GPU".into());
+            }
+        }
         l.push(LINE.into());
         for k in &c.local {
             l.extend(key_lines("local", k, t));
@@ -269,6 +286,7 @@ impl Printer<'_> {
             "qps": self.opts.qps,
             "bidirectional": self.opts.bidirectional,
             "duration_mode": self.opts.duration.is_some(),
+            "memory": self.connected.as_ref().map(|c| c.memory.clone()),
         });
         let mut v = base;
         if let (Some(m), Some(u)) = (v.as_object_mut(), &self.unsorted) {
@@ -650,6 +668,7 @@ fn write_out_json(args: &PerfArgs, o: &Options, p: &Printer<'_>) -> anyhow::Resu
         "Data_ex_method": "Ethernet",
         "Duration": o.duration.map(|d| d.as_secs_f64()),
         "Data_validation": o.validate,
+        "Memory": c.map(|c| c.memory.clone()),
     });
     // As perftest writes them: the post list when it is more than 1, the CQ moderation for
     // the bandwidth tests.

@@ -209,3 +209,44 @@ fn a_root_without_devices_says_so() {
     assert!(stdout(&o).is_empty(), "{}", stdout(&o));
     assert!(stderr(&o).contains("no RDMA devices under"), "{}", stderr(&o));
 }
+
+/// GPUs from a two-socket host's sysfs links (`testdata/gpu-host`, written by its make.sh):
+/// each with its PCI address, NUMA node and nearest RDMA NIC — under one PCIe switch (PIX),
+/// through the host bridge (PHB), the far socket's NIC last (SYS).
+#[test]
+fn gpus_are_listed_with_the_nic_nearest_each() {
+    let root = crate::util::testdata("gpu-host/sys");
+    let root = root.to_str().unwrap();
+    let o = podnet(&["devices", "--gpus", "--json", "--sysfs-root", root]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let g = v.as_array().unwrap();
+    assert_eq!(g.len(), 2, "{v}");
+    assert_eq!((g[0]["pci"].as_str(), g[0]["numa_node"].as_i64()), (Some("0000:3c:00.0"), Some(0)));
+    assert_eq!(
+        (g[0]["nearest_nic"].as_str(), g[0]["distance"].as_str()),
+        (Some("mlx5_0"), Some("PIX"))
+    );
+    assert_eq!(g[0]["nics"][1]["device"], "mlx5_1");
+    assert_eq!(g[0]["nics"][1]["distance"], "SYS");
+    assert_eq!((g[1]["pci"].as_str(), g[1]["numa_node"].as_i64()), (Some("0000:d8:00.0"), Some(1)));
+    assert_eq!(
+        (g[1]["nearest_nic"].as_str(), g[1]["distance"].as_str()),
+        (Some("mlx5_1"), Some("PHB"))
+    );
+    let o = podnet(&["devices", "--gpus", "--sysfs-root", root]);
+    let text = stdout(&o);
+    assert!(
+        text.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()
+            == ["0000:3c:00.0", "nvidia", "0", "mlx5_0", "PIX", "mlx5_1", "SYS"]),
+        "{text}"
+    );
+    // The device table lists them after the devices; a tree without GPUs says so with --gpus.
+    let o = podnet(&["devices", "--no-soft", "--sysfs-root", root]);
+    assert!(stdout(&o).contains("nearest nic"), "{}", stdout(&o));
+    let empty = tempfile::tempdir().unwrap();
+    fs::create_dir_all(empty.path().join("class/net")).unwrap();
+    let o = podnet(&["devices", "--gpus", "--sysfs-root", empty.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("no GPU under"), "{}", stderr(&o));
+}

@@ -10,6 +10,7 @@ mod doctor;
 mod doctor_rxe;
 mod emupod;
 mod extra;
+mod gpu;
 mod perf;
 mod perf_rxe;
 mod pingpong;

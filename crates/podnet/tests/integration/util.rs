@@ -8,7 +8,6 @@ pub(crate) fn testdata(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata").join(rel)
 }
 
-/// Runs `podnet` with `args`.
 /// Appends `line` to `target/test-summary.txt`, which `scripts/test.sh` prints after the run:
 /// what a passing test wants seen (reruns an interop test took, and why).
 pub(crate) fn summary_note(line: &str) {
@@ -19,6 +18,29 @@ pub(crate) fn summary_note(line: &str) {
     }
 }
 
+/// The tests that may skip, each with what this machine lacks — the one list of them. A test
+/// that skips under another name fails ([`named_skip`]).
+pub(crate) const NAMED_SKIPS: &[(&str, &str)] = &[(
+    "gpu::rdma_core_registers_gpu_memory_with_a_real_nic",
+    "needs a host with an NVIDIA GPU (its driver) and a hardware RDMA NIC (GPUDirect RDMA: \
+     dma-buf or nvidia_peermem); scripts/gpu-check.sh is the check to run on such a host",
+)];
+
+/// Skips `test` loudly: says why on stderr and in `target/test-summary.txt` (printed after
+/// the run). Panics if `test` is not in [`NAMED_SKIPS`].
+pub(crate) fn named_skip(test: &str, seen: &str) {
+    let Some((_, why)) = NAMED_SKIPS.iter().find(|(t, _)| *t == test) else {
+        panic!("{test} skipped ({seen}), but it is not among util::NAMED_SKIPS");
+    };
+    eprintln!("SKIPPED (named) {test}: {why}; here: {seen}");
+    summary_note(&format!("SKIPPED (named) {test}: {why}; here: {seen}"));
+}
+
+/// Runs `podnet` with `args`.
+pub(crate) fn podnet(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_podnet")).args(args).output().expect("run podnet")
+}
+
 /// Fails the test, saying why, unless podnet was built with the fault hook (feature
 /// `fault-injection`, which `scripts/test.sh` turns on with `--all-features`).
 pub(crate) fn require_fault_injection() {
@@ -27,10 +49,6 @@ pub(crate) fn require_fault_injection() {
             "this test needs podnet built with --features fault-injection (scripts/test.sh uses --all-features)"
         );
     }
-}
-
-pub(crate) fn podnet(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_podnet")).args(args).output().expect("run podnet")
 }
 
 /// stdout as UTF-8.
