@@ -1,5 +1,7 @@
 //! Inference traffic as who sends to whom: each pattern is a set of directed edges between
-//! ranks, every edge a stream of SENDs whose every byte the receiver checks.
+//! ranks, every edge a stream of SENDs whose every byte the receiver checks — and the
+//! KV-cache transfer of disaggregated inference, one-sided READs and WRITEs between prefill
+//! and decode ranks under all-to-all load.
 
 /// A traffic pattern.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -14,6 +16,11 @@ pub enum Pattern {
     Incast,
     /// The first half to the second, both ways (pairs across a bisection).
     Bisection,
+    /// Disaggregated inference's KV-cache transfer: each prefill rank (the first half) to
+    /// each decode rank (the second half), small one-sided READs and WRITEs (4–64 KiB) over
+    /// many QPs with their tail latency, while every rank runs all-to-all SENDs beside them.
+    /// Not among [`Pattern::ALL`]: asked for by name.
+    KvCache,
 }
 
 impl Pattern {
@@ -29,12 +36,13 @@ impl Pattern {
             Pattern::Pipeline => "pipeline",
             Pattern::Incast => "incast",
             Pattern::Bisection => "bisection",
+            Pattern::KvCache => "kv-cache",
         }
     }
 
     /// The pattern called `s`.
     pub fn from_name(s: &str) -> Option<Pattern> {
-        Pattern::ALL.into_iter().find(|p| p.name() == s)
+        Pattern::ALL.into_iter().chain([Pattern::KvCache]).find(|p| p.name() == s)
     }
 
     /// Its edges (source, destination) among `n` ranks.
@@ -53,6 +61,10 @@ impl Pattern {
                 (0..h).flat_map(|i| [(i, i + h), (i + h, i)]).collect()
             }
             Pattern::Ring => Vec::new(),
+            Pattern::KvCache => {
+                let h = n / 2;
+                (0..h).flat_map(|p| (h..n).map(move |d| (p, d))).collect()
+            }
         }
     }
 }
@@ -69,6 +81,10 @@ mod tests {
         assert_eq!(Pattern::Incast.edges(4), [(1, 0), (2, 0), (3, 0)]);
         assert_eq!(Pattern::Bisection.edges(4), [(0, 2), (2, 0), (1, 3), (3, 1)]);
         assert_eq!(Pattern::Ring.edges(2), [(0, 1), (1, 0)]);
+        assert_eq!(Pattern::KvCache.edges(4), [(0, 2), (0, 3), (1, 2), (1, 3)]);
+        assert_eq!(Pattern::KvCache.edges(2), [(0, 1)]);
+        assert!(Pattern::KvCache.edges(1).is_empty());
+        assert_eq!(Pattern::from_name("kv-cache"), Some(Pattern::KvCache));
         assert!(Pattern::Ring.edges(1).is_empty());
         for p in Pattern::ALL {
             assert_eq!(Pattern::from_name(p.name()), Some(p));

@@ -73,6 +73,12 @@ pub struct EdgeResult {
     pub peer_host: String,
     /// Average bandwidth (sender), MB/s.
     pub mb_per_s: Option<f64>,
+    /// A latency stream's figures per size (sender; the KV-cache round's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub latency: Vec<LatencyRow>,
+    /// Whether this end checks the bytes (the receiver of SENDs and WRITEs, the initiator
+    /// of READs).
+    pub checks: bool,
     /// Messages checked (receiver).
     pub messages: u64,
     /// Bytes checked (receiver).
@@ -85,10 +91,25 @@ pub struct EdgeResult {
     pub error: Option<String>,
 }
 
+/// One size of a latency stream.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct LatencyRow {
+    /// Message size, bytes.
+    pub size: u64,
+    /// Median, µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// 99.9th percentile, µs.
+    pub p99_9_us: f64,
+    /// The slowest, µs.
+    pub max_us: f64,
+}
+
 impl EdgeResult {
-    /// Whether the edge ran and nothing was damaged.
+    /// Whether the edge ran and nothing was damaged (and the end that checks checked).
     pub fn ok(&self) -> bool {
-        self.error.is_none() && self.damaged == 0 && (self.end == End::Sender || self.messages > 0)
+        self.error.is_none() && self.damaged == 0 && (!self.checks || self.messages > 0)
     }
 }
 
@@ -101,8 +122,72 @@ fn peer(session: &Session, rank: u32) -> Option<(IpAddr, u16, String)> {
 }
 
 /// The side-channel port rank `dst` listens on for `src` in pattern number `k`.
-fn port_for(base: u16, k: usize, n: u32, src: u32) -> u16 {
-    base.wrapping_add(1 + (k as u32 * n + src) as u16)
+fn port_for(base: u16, k: usize, n: u32, src: u32, slot: usize) -> u16 {
+    base.wrapping_add(1 + ((k * SLOTS + slot) as u32 * n + src) as u16)
+}
+
+/// Streams one edge may carry in one round (the KV-cache round's background SENDs, READ and
+/// WRITE latency, READ and WRITE bandwidth): each its own connection and port.
+const SLOTS: usize = 5;
+
+/// One stream of a round: an edge, the test it runs, and its place among the edge's streams.
+#[derive(Debug, Clone)]
+struct Job {
+    /// `all-to-all`, `kv-cache/read-lat`, …: what the result is reported as.
+    what: String,
+    src: u32,
+    dst: u32,
+    slot: usize,
+    o: Options,
+    /// Which end checks the bytes (and must report messages checked).
+    checks: End,
+}
+
+/// The KV-cache round's streams on a prefill → decode edge: READ and WRITE latency, one QP,
+/// 4, 16 and 64 KiB (duration mode: percentiles); READ and WRITE bandwidth on many QPs at
+/// the same sizes; every byte checked. The initiator (the prefill rank) is the client.
+fn kv_jobs(plan: &Plan, src: u32, dst: u32) -> Vec<Job> {
+    let tests = [
+        (PerfTest::ReadLat, "read-lat", End::Sender),
+        (PerfTest::WriteLat, "write-lat", End::Receiver),
+        (PerfTest::ReadBw, "read-bw", End::Sender),
+        (PerfTest::WriteBw, "write-bw", End::Receiver),
+    ];
+    tests
+        .into_iter()
+        .enumerate()
+        .map(|(i, (t, name, checks))| {
+            let mut o = Options::new(t);
+            o.sizes = vec![4096, 16384, 65536];
+            timing(plan, &mut o);
+            // A latency loop keeps one message in flight: on a loaded host a short share of
+            // the time may measure none. At least 2 s a size.
+            if let (false, Some(d)) = (t.is_bw(), o.duration) {
+                o.duration = Some(d.max(Duration::from_secs(2)));
+            }
+            o.validate = true;
+            o.memory = plan.memory;
+            if t.is_bw() {
+                o.qps = plan.qps.max(8);
+                o.tx_depth = 16;
+            }
+            o.qp_timeout = 18;
+            o.stall = Duration::from_secs(20);
+            o.wait = Some(Duration::from_secs(60));
+            Job { what: format!("kv-cache/{name}"), src, dst, slot: i + 1, o, checks }
+        })
+        .collect()
+}
+
+/// A run of `plan.count` messages per size, or `plan.seconds` shared among the sizes.
+fn timing(plan: &Plan, o: &mut Options) {
+    match plan.count {
+        Some(n) => o.iters = n.max(1),
+        None => {
+            let per_size = plan.seconds / o.sizes.len().max(1) as f64;
+            o.duration = Some(Duration::from_secs_f64(per_size.max(0.2)));
+        }
+    }
 }
 
 struct Counting<'a> {
@@ -126,13 +211,7 @@ const CONNECT: Duration = Duration::from_secs(30);
 fn options(plan: &Plan, extreme: bool) -> Options {
     let mut o = Options::new(PerfTest::SendBw);
     o.sizes = plan.sizes.clone();
-    match plan.count {
-        Some(n) => o.iters = n.max(1),
-        None => {
-            let per_size = plan.seconds / plan.sizes.len().max(1) as f64;
-            o.duration = Some(Duration::from_secs_f64(per_size.max(0.2)));
-        }
-    }
+    timing(plan, &mut o);
     o.validate = true;
     o.memory = plan.memory;
     o.qps = if extreme { plan.qps.max(4) } else { plan.qps.max(1) };
@@ -188,45 +267,69 @@ pub fn run(
 ) -> Result<Vec<EdgeResult>, Failure> {
     let me = session.world().rank;
     let n = session.world().size;
-    // (name, edges, extreme) for each round.
-    type Round = (String, Vec<(u32, u32)>, bool);
-    let mut rounds: Vec<Round> =
-        plan.patterns.iter().map(|p| (p.name().to_string(), p.edges(n), false)).collect();
+    // Each round: its streams, all at once.
+    let send = |what: &str, edges: Vec<(u32, u32)>, extreme: bool| -> Vec<Job> {
+        let mut o = options(plan, extreme);
+        // The GID the device's address comes from (index 0 is a link-local one on RoCE NICs).
+        o.gid_index = ctx.gid_index();
+        edges
+            .into_iter()
+            .map(|(src, dst)| Job {
+                what: what.to_string(),
+                src,
+                dst,
+                slot: 0,
+                o: o.clone(),
+                checks: End::Receiver,
+            })
+            .collect()
+    };
+    let mut rounds: Vec<Vec<Job>> = plan
+        .patterns
+        .iter()
+        .map(|p| match p {
+            // The KV-cache transfer under all-to-all load: both at once.
+            Pattern::KvCache => {
+                let mut jobs = send("kv-cache/all-to-all", Pattern::AllToAll.edges(n), false);
+                for (src, dst) in p.edges(n) {
+                    jobs.extend(kv_jobs(plan, src, dst).into_iter().map(|mut j| {
+                        j.o.gid_index = ctx.gid_index();
+                        j
+                    }));
+                }
+                jobs
+            }
+            p => send(p.name(), p.edges(n), false),
+        })
+        .collect();
     if plan.extreme {
         let mut all: Vec<(u32, u32)> = Pattern::ALL.iter().flat_map(|p| p.edges(n)).collect();
         all.sort_unstable();
         all.dedup();
-        rounds.push(("extreme".into(), all, true));
+        rounds.push(send("extreme", all, true));
     }
     let mut results = Vec::new();
-    for (k, (name, edges, extreme)) in rounds.iter().enumerate() {
-        let mut o = options(plan, *extreme);
-        // The GID the device's address comes from (index 0 is a link-local one on RoCE NICs).
-        o.gid_index = ctx.gid_index();
-        let mine: Vec<(u32, u32)> =
-            edges.iter().copied().filter(|(s, d)| *s == me || *d == me).collect();
+    for (k, jobs) in rounds.iter().enumerate() {
+        let mine: Vec<&Job> = jobs.iter().filter(|j| j.src == me || j.dst == me).collect();
         // Listen for every sender first: they connect as soon as they get here.
         let mut listeners = Vec::new();
-        for (s, d) in &mine {
-            if *d == me {
-                let addr = SocketAddr::new(ctx.ip(), port_for(base, k, n, *s));
-                let l = TcpListener::bind(addr).map_err(|e| Failure {
-                    rank: me,
-                    host: session.roster[me as usize].host.clone(),
-                    reason: format!("cannot listen on {addr}: {e}"),
-                })?;
-                listeners.push((*s, l));
-            }
+        for j in mine.iter().filter(|j| j.dst == me) {
+            let addr = SocketAddr::new(ctx.ip(), port_for(base, k, n, j.src, j.slot));
+            let l = TcpListener::bind(addr).map_err(|e| Failure {
+                rank: me,
+                host: session.roster[me as usize].host.clone(),
+                reason: format!("cannot listen on {addr}: {e}"),
+            })?;
+            listeners.push((*j, l));
         }
         // Owned threads, not scoped ones: when a rank is lost the run returns at once and the
         // process ends, with edges to the lost rank still waiting on it.
         let mut handles = Vec::new();
-        for (src, l) in listeners {
-            let (o, ctx) = (o.clone(), ctx.clone());
-            let peer_host = peer(session, src).map(|p| p.2).unwrap_or_default();
+        for (j, l) in listeners {
+            let (o, ctx) = (j.o.clone(), ctx.clone());
+            let peer_host = peer(session, j.src).map(|p| p.2).unwrap_or_default();
             handles.push((
-                src,
-                me,
+                j,
                 End::Receiver,
                 peer_host,
                 std::thread::spawn(move || -> Result<Outcome, String> {
@@ -244,19 +347,15 @@ pub fn run(
                 }),
             ));
         }
-        for (s, d) in &mine {
-            if *s != me {
-                continue;
-            }
-            let Some((ip, pbase, host)) = peer(session, *d) else { continue };
-            let (o, ctx, live, d) = (o.clone(), ctx.clone(), live.clone(), *d);
+        for j in mine.iter().filter(|j| j.src == me) {
+            let Some((ip, pbase, host)) = peer(session, j.dst) else { continue };
+            let (o, ctx, live, slot) = (j.o.clone(), ctx.clone(), live.clone(), j.slot);
             handles.push((
-                me,
-                d,
+                *j,
                 End::Sender,
                 host,
                 std::thread::spawn(move || -> Result<Outcome, String> {
-                    let sock = connect(SocketAddr::new(ip, port_for(pbase, k, n, me)))?;
+                    let sock = connect(SocketAddr::new(ip, port_for(pbase, k, n, me, slot)))?;
                     let mut obs = Counting { live: &live, last: (0, 0) };
                     session::run(&ctx, &o, Role::Client, &sock, ip, true, &mut obs)
                         .map_err(|e| e.to_string())
@@ -268,21 +367,23 @@ pub fn run(
             if let Some(f) = session.failure() {
                 return Err(f);
             }
-            if handles.iter().all(|h| h.4.is_finished()) {
+            if handles.iter().all(|h| h.3.is_finished()) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         let mut outcome = Vec::new();
-        for (src, dst, end, peer_host, h) in handles {
+        for (j, end, peer_host, h) in handles {
             let r = h.join().unwrap_or_else(|_| Err("the edge's thread panicked".into()));
             let mut e = EdgeResult {
-                pattern: name.clone(),
-                src,
-                dst,
+                pattern: j.what.clone(),
+                src: j.src,
+                dst: j.dst,
                 end,
                 peer_host,
                 mb_per_s: None,
+                latency: Vec::new(),
+                checks: end == j.checks,
                 messages: 0,
                 bytes: 0,
                 damaged: 0,
@@ -299,7 +400,23 @@ pub fn run(
                     if end == End::Sender && !bws.is_empty() {
                         e.mb_per_s = Some(bws.iter().sum::<f64>() / bws.len() as f64);
                     }
-                    if end == End::Receiver
+                    if end == End::Sender {
+                        e.latency = out
+                            .rows
+                            .iter()
+                            .filter_map(|r| match r {
+                                Row::Lat(l) => Some(LatencyRow {
+                                    size: l.size,
+                                    p50_us: l.t_typical,
+                                    p99_us: l.p99,
+                                    p99_9_us: l.p99_9,
+                                    max_us: l.t_max,
+                                }),
+                                Row::Bw(_) => None,
+                            })
+                            .collect();
+                    }
+                    if end == j.checks
                         && let Some(v) = out.validation
                     {
                         e.messages = v.messages;

@@ -341,7 +341,12 @@ pub(crate) struct BurninArgs {
     #[arg(short = 'd', long = "ib-dev", value_name = "DEVICE", default_value = "soft")]
     pub(crate) ib_dev: String,
 
-    /// Patterns, comma-separated: all-to-all, ring, pipeline, incast, bisection, or all.
+    /// Patterns, comma-separated: all-to-all, ring, pipeline, incast, bisection, or all
+    /// (those five); and kv-cache, by name only: disaggregated inference's KV-cache transfer,
+    /// each prefill rank (the first half) to each decode rank (the second) with READ and
+    /// WRITE latency (4, 16, 64 KiB: p50, p99, p99.9 under load) and READ and WRITE
+    /// bandwidth on 8 QPs (or --qps), from --memory (GPU memory where there is one), while
+    /// every rank runs all-to-all SENDs beside them; every byte checked.
     #[arg(long, value_name = "PATTERNS", default_value = "all")]
     pub(crate) patterns: String,
 

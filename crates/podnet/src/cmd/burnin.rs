@@ -168,12 +168,24 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
         )?;
     } else {
         for e in &edges {
-            let figure = match e.end {
-                End::Sender => e.mb_per_s.map_or("-".into(), |m| format!("{m:.1} MB/s")),
-                End::Receiver => format!(
+            let mut parts = Vec::new();
+            if e.end == End::Sender {
+                match (e.latency.is_empty(), e.mb_per_s) {
+                    (false, _) => parts.push(latency_text(e)),
+                    (true, Some(m)) => parts.push(format!("{m:.1} MB/s")),
+                    (true, None) => {}
+                }
+            }
+            if e.checks {
+                parts.push(format!(
                     "{} messages, {} bytes checked, {} damaged",
                     e.messages, e.bytes, e.damaged
-                ),
+                ));
+            }
+            let figure = match (parts.is_empty(), e.end) {
+                (false, _) => parts.join("; "),
+                (true, End::Receiver) => "the target: the initiator checks the bytes".into(),
+                (true, End::Sender) => "-".into(),
             };
             writeln!(
                 out,
@@ -201,7 +213,11 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
                 e.pattern,
                 e.src,
                 e.dst,
-                if e.end == End::Sender { "bandwidth" } else { "integrity" }
+                match (e.checks, e.latency.is_empty()) {
+                    (true, _) => "integrity",
+                    (false, false) => "latency",
+                    (false, true) => "bandwidth",
+                }
             );
             let took = Duration::from_secs_f64(seconds);
             // The burn-in judged each edge (every byte checked at the receiver): the report
@@ -210,14 +226,19 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
             let damaged = |m: Measurement| {
                 m.figure(e.damaged as f64, "damaged messages").threshold_text("= 0")
             };
-            r.checks.push(match (e.end, e.ok()) {
-                (End::Sender, true) => match e.mb_per_s {
-                    Some(v) => m.figure(v, "MB/s"),
-                    None => m,
+            r.checks.push(match (e.checks, e.ok()) {
+                (false, true) => match (e.latency.last(), e.mb_per_s) {
+                    (Some(l), _) => m.figure(l.p99_9_us, "µs p99.9"),
+                    (None, Some(v)) => m.figure(v, "MB/s"),
+                    (None, None) => m,
                 }
-                .detail(format!("peer {}", e.peer_host))
+                .detail(if e.latency.is_empty() {
+                    format!("peer {}", e.peer_host)
+                } else {
+                    format!("peer {}: {}", e.peer_host, latency_text(e))
+                })
                 .judge(None),
-                (End::Receiver, true) => damaged(m)
+                (true, true) => damaged(m)
                     .want(Threshold::AtMost(0.0))
                     .detail(format!("{} messages checked", e.messages))
                     .judge(None),
@@ -314,4 +335,18 @@ pub(crate) fn memory_placement(spec: &str) -> anyhow::Result<perf::session::Plac
     };
     gpu::Gpu::open(gpu).map_err(|e| anyhow::anyhow!("--memory {spec}: {e}"))?;
     Ok(perf::session::Placement::Cuda { gpu, dmabuf: false })
+}
+
+/// A latency stream's sizes: `4096 B p50 12.1 p99 40.2 p99.9 88.0 µs; …`.
+fn latency_text(e: &burnin::run::EdgeResult) -> String {
+    e.latency
+        .iter()
+        .map(|l| {
+            format!(
+                "{} B p50 {:.1} p99 {:.1} p99.9 {:.1} µs",
+                l.size, l.p50_us, l.p99_us, l.p99_9_us
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -83,6 +83,10 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
             })
             .collect::<anyhow::Result<_>>()?
     };
+    ensure!(
+        !patterns.contains(&Pattern::KvCache),
+        "--resilient carries SEND streams over the pod's channels: the kv-cache pattern's one-sided READs and WRITEs run without --resilient"
+    );
     let seconds = super::world::secs("--duration", args.duration)?;
     ensure!(
         args.rate_mbit.is_finite() && args.rate_mbit >= 0.0,

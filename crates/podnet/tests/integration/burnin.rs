@@ -312,3 +312,72 @@ fn a_size_mix_under_loss_stays_clean() {
         .unwrap_or(0);
     assert!(dropped > 10, "the loss rule dropped {dropped} packets:\n{out}");
 }
+
+/// The KV-cache pattern: the prefill rank READs from and WRITEs to the decode rank (4, 16,
+/// 64 KiB) while both run all-to-all SENDs: READ and WRITE latency with its tail (p50 ≤ p99
+/// ≤ p99.9 per size), READ and WRITE bandwidth on 8 QPs, every byte checked at the end that
+/// checks it. With damage placed at the prefill rank (its READ responses), the READ streams
+/// name it and the run fails.
+#[test]
+fn kv_cache_reads_and_writes_under_all_to_all_with_their_tail_latency() {
+    let o = in_netns(
+        "P=\"$PODNET\"; A='--world-size 2 --coordinator 127.0.7.1:29400 --patterns kv-cache --count 60 --json'\n\
+         $P burnin --rank 0 -d soft:127.0.7.1 $A > o0 2> e0 & a=$!\n\
+         $P burnin --rank 1 -d soft:127.0.7.2 $A > o1 2> e1; rb=$?\n\
+         wait $a; echo \"== rank 0 rc=$?\"; cat o0 e0; echo \"== rank 1 rc=$rb\"; cat o1 e1",
+    );
+    let out = stdout(&o);
+    let rs = ranks(&out);
+    assert_eq!(rs.len(), 2, "{out}");
+    let edges = |body: &str| -> Vec<serde_json::Value> {
+        let v: serde_json::Value = serde_json::from_str(body.lines().next().unwrap_or(""))
+            .unwrap_or_else(|e| panic!("{e}: {body}"));
+        assert_eq!(v["ok"], true, "{v}");
+        v["edges"].as_array().unwrap().clone()
+    };
+    let prefill = edges(&rs[0].2);
+    let find = |es: &[serde_json::Value], p: &str| -> serde_json::Value {
+        es.iter().find(|e| e["pattern"] == p).cloned().unwrap_or_else(|| panic!("no {p}: {es:?}"))
+    };
+    for p in ["kv-cache/read-lat", "kv-cache/write-lat"] {
+        let e = find(&prefill, p);
+        let lat = e["latency"].as_array().unwrap_or_else(|| panic!("{e}"));
+        let sizes: Vec<u64> = lat.iter().map(|l| l["size"].as_u64().unwrap()).collect();
+        assert_eq!(sizes, [4096, 16384, 65536], "{e}");
+        for l in lat {
+            let (p50, p99, p999) = (
+                l["p50_us"].as_f64().unwrap(),
+                l["p99_us"].as_f64().unwrap(),
+                l["p99_9_us"].as_f64().unwrap(),
+            );
+            assert!(p50 > 0.0 && p50 <= p99 && p99 <= p999, "{l}");
+        }
+    }
+    // READs are checked at the initiator (prefill), WRITEs at the target (decode).
+    assert!(find(&prefill, "kv-cache/read-bw")["messages"].as_u64().unwrap() > 0);
+    assert!(find(&prefill, "kv-cache/read-bw")["mb_per_s"].as_f64().unwrap() > 0.0);
+    let decode = edges(&rs[1].2);
+    assert!(find(&decode, "kv-cache/write-bw")["messages"].as_u64().unwrap() > 0);
+    assert!(find(&decode, "kv-cache/all-to-all")["messages"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn kv_cache_damage_is_caught_where_it_is_checked() {
+    crate::util::require_fault_injection();
+    let o = in_netns(
+        "P=\"$PODNET\"; A='--world-size 2 --coordinator 127.0.7.1:29400 --patterns kv-cache --count 40'\n\
+         PODNET_FAULT_CORRUPT_EVERY=53 $P burnin --rank 0 -d soft:127.0.7.1 $A > o0 2> e0 & a=$!\n\
+         $P burnin --rank 1 -d soft:127.0.7.2 $A > o1 2> e1; rb=$?\n\
+         wait $a; echo \"== rank 0 rc=$?\"; cat o0 e0; echo \"== rank 1 rc=$rb\"; cat o1 e1",
+    );
+    let out = stdout(&o);
+    let rs = ranks(&out);
+    assert_eq!(rs.len(), 2, "{out}");
+    let (_, rc0, body0) = &rs[0];
+    assert_eq!(*rc0, 1, "{body0}");
+    assert!(
+        body0.lines().any(|l| l.starts_with("kv-cache/read-") && l.contains("FAIL")),
+        "the READ streams are checked at the prefill rank, where the damage lands: {body0}"
+    );
+    assert_eq!(rs[1].1, 1, "rank 1 fails with rank 0's damage: {}", rs[1].2);
+}

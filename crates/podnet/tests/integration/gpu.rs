@@ -197,7 +197,8 @@ fn the_gpu_check_script_passes_against_the_stub() {
 
 /// A qualify plan puts one device's buffers in GPU memory (`gpus`): every measurement and
 /// the integrity run move through the stub's "GPU", and the report's `gpu/<device>` names
-/// it and where it sits; burn-in runs a rank from GPU memory beside one from host memory.
+/// it and where it sits; burn-in runs a rank from GPU memory beside one from host memory,
+/// the KV-cache transfer among its patterns.
 #[test]
 fn qualify_and_burnin_run_from_gpu_memory() {
     let stub = cuda_stub();
@@ -211,8 +212,8 @@ fn qualify_and_burnin_run_from_gpu_memory() {
          printf '%s' '{plan}' > plan.toml\n\
          $PODNET qualify --plan plan.toml --report-dir out > summary 2>&1; echo \"qualify rc=$?\"\n\
          echo '=== report'; cat out/report.json; echo; echo '=== burnin'\n\
-         $PODNET burnin --rank 0 --world-size 2 --coordinator 127.0.9.1:29410 -d soft:127.0.9.1 --memory cuda --patterns ring --count 100 --sizes 65536 > b0 2>&1 &\n\
-         $PODNET burnin --rank 1 --world-size 2 --coordinator 127.0.9.1:29410 -d soft:127.0.9.2 --patterns ring --count 100 --sizes 65536 > b1 2>&1; r1=$?\n\
+         $PODNET burnin --rank 0 --world-size 2 --coordinator 127.0.9.1:29410 -d soft:127.0.9.1 --memory cuda --patterns ring,kv-cache --count 50 --sizes 65536 > b0 2>&1 &\n\
+         $PODNET burnin --rank 1 --world-size 2 --coordinator 127.0.9.1:29410 -d soft:127.0.9.2 --patterns ring,kv-cache --count 50 --sizes 65536 > b1 2>&1; r1=$?\n\
          wait $!; echo \"burnin rc=$?,$r1\"; cat b0 b1\n\
          $PODNET burnin -d soft:127.0.9.1 --memory cuda:7 --rank 0 --world-size 1 --coordinator 127.0.9.1:29411 2>&1; echo \"bad gpu rc=$?\"",
         stub.display()
@@ -234,6 +235,8 @@ fn qualify_and_burnin_run_from_gpu_memory() {
         "{detail}"
     );
     assert!(out.contains("burnin rc=0,0"), "{out}");
+    // The KV-cache transfer ran from the GPU-memory rank (the prefill one) too.
+    assert!(out.lines().any(|l| l.starts_with("kv-cache/read-lat") && l.contains(" ok ") && l.contains("p99.9")), "{out}");
     assert!(
         out.contains("--memory cuda:7: GPU 7 does not exist") && out.contains("bad gpu rc=2"),
         "{out}"
