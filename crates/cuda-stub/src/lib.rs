@@ -7,7 +7,9 @@
 //! offset into non-canonical space, so dereferencing one faults), copies must fall inside a
 //! live allocation, and a copy needs a current context. Environment: `PODNET_CUDA_STUB_GPUS`
 //! (how many GPUs, default 1), `PODNET_CUDA_STUB_PCI` (their PCI addresses, comma-separated,
-//! default `0000:3c:00.0`), `PODNET_CUDA_STUB_DMABUF` (`0`: no dma-buf export).
+//! default `0000:3c:00.0`), `PODNET_CUDA_STUB_DMABUF` (`0`: no dma-buf export),
+//! `PODNET_CUDA_STUB_STATS` (a file the process appends its copy counts to as it exits:
+//! `pid htod_calls htod_bytes dtoh_calls dtoh_bytes`).
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -26,6 +28,27 @@ const DISGUISE: u64 = 0x1000_0000_0000_0000;
 
 /// Live allocations: device pointer → (host address, length); 64 KiB-aligned, as a GPU's.
 static ALLOCS: Mutex<BTreeMap<u64, (usize, usize)>> = Mutex::new(BTreeMap::new());
+
+/// Copies made: host to device (calls, bytes), device to host (calls, bytes).
+static COPIES: [std::sync::atomic::AtomicU64; 4] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 4];
+
+fn count(which: usize, bytes: usize) {
+    use std::sync::atomic::Ordering::Relaxed;
+    COPIES[which * 2].fetch_add(1, Relaxed);
+    COPIES[which * 2 + 1].fetch_add(bytes as u64, Relaxed);
+}
+
+/// Appends the copy counts to `PODNET_CUDA_STUB_STATS` (registered with atexit by cuInit).
+extern "C" fn write_stats() {
+    use std::io::Write as _;
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some(path) = std::env::var_os("PODNET_CUDA_STUB_STATS") else { return };
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let c: Vec<u64> = COPIES.iter().map(|c| c.load(Relaxed)).collect();
+        let _ = writeln!(f, "{} {} {} {} {}", std::process::id(), c[0], c[1], c[2], c[3]);
+    }
+}
 
 thread_local! {
     /// The context current on this thread (0: none).
@@ -69,6 +92,13 @@ fn host_range(dptr: u64, n: usize) -> Option<*mut u8> {
 /// `cuInit`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuInit(_flags: c_uint) -> c_uint {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if std::env::var_os("PODNET_CUDA_STUB_STATS").is_some() {
+        // SAFETY: registers a plain function to run at exit, once.
+        ONCE.call_once(|| unsafe {
+            libc::atexit(write_stats);
+        });
+    }
     SUCCESS
 }
 
@@ -254,6 +284,7 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize)
         return INVALID_CONTEXT;
     }
     let Some(d) = host_range(dst, n) else { return INVALID_VALUE };
+    count(0, n);
     // SAFETY: `d` has `n` bytes inside a live allocation; `src` has `n` (the caller's).
     unsafe { std::ptr::copy_nonoverlapping(src.cast::<u8>(), d, n) };
     SUCCESS
@@ -269,6 +300,7 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) -
         return INVALID_CONTEXT;
     }
     let Some(s) = host_range(src, n) else { return INVALID_VALUE };
+    count(1, n);
     // SAFETY: as in cuMemcpyHtoD_v2, the other way.
     unsafe { std::ptr::copy_nonoverlapping(s, dst.cast::<u8>(), n) };
     SUCCESS

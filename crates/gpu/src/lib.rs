@@ -171,17 +171,22 @@ impl Gpu {
         let size = len.max(1).div_ceil(ALIGN) * ALIGN;
         // SAFETY: a plain allocation; freed by GpuBuffer's drop.
         let ptr = unsafe { result::malloc_sync(size) }.map_err(driver("cuMemAlloc"))?;
-        let b = GpuBuffer { gpu: self.clone(), ptr, len, size };
+        let b = GpuBuffer { gpu: self.clone(), ptr, len, size, stage: Default::default() };
         b.zero()?;
         Ok(b)
     }
 }
 
 /// Pinned host memory (`cuMemHostAlloc`), for copies at the copy engine's full speed.
+#[derive(Debug)]
 struct Pinned {
     ptr: *mut std::ffi::c_void,
     len: usize,
 }
+
+// SAFETY: the allocation is owned by this value alone and only touched through `&mut self`
+// (or under the stage's mutex); the driver's pinned memory may be used from any thread.
+unsafe impl Send for Pinned {}
 
 impl Pinned {
     fn new(gpu: &Gpu, len: usize) -> Result<Pinned, GpuError> {
@@ -263,7 +268,21 @@ pub struct GpuBuffer {
     len: usize,
     /// What was allocated (`len` rounded up).
     size: usize,
+    /// Contiguous small writes gathered in pinned host memory, copied in one go.
+    stage: std::sync::Mutex<Stage>,
 }
+
+/// Writes staged for one copy: `len` bytes for `[start, start + len)` of the buffer.
+#[derive(Debug, Default)]
+struct Stage {
+    pinned: Option<Pinned>,
+    start: usize,
+    len: usize,
+}
+
+/// How much a stage gathers: a soft device places a message packet by packet (an MTU each),
+/// and one copy of a megabyte from pinned memory costs what one of a few kilobytes does.
+const STAGE: usize = 1 << 20;
 
 impl GpuBuffer {
     /// The GPU it is on.
@@ -307,6 +326,50 @@ impl GpuBuffer {
     }
 }
 
+impl GpuBuffer {
+    fn stage(&self) -> std::sync::MutexGuard<'_, Stage> {
+        self.stage.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Copies what `st` holds into the GPU (one copy from pinned memory) and empties it.
+    fn flush_stage(&self, st: &mut Stage) -> Result<(), GpuError> {
+        if st.len == 0 {
+            return Ok(());
+        }
+        let (start, len) = (st.start, st.len);
+        st.len = 0;
+        let Some(p) = st.pinned.as_mut() else { return Ok(()) };
+        let bytes = &p.bytes()[..len];
+        self.copy_in(start, bytes)
+    }
+
+    /// Stages `data` for `offset` when it continues what is staged (or starts a new stage),
+    /// else copies it at once; a large write goes straight to the GPU.
+    fn staged_write(&self, offset: usize, data: &[u8]) -> Result<(), GpuError> {
+        let mut st = self.stage();
+        let follows = st.len > 0 && st.start + st.len == offset && st.len + data.len() <= STAGE;
+        if !follows {
+            self.flush_stage(&mut st)?;
+            if data.len() > STAGE / 4 {
+                return self.copy_in(offset, data);
+            }
+            st.start = offset;
+        }
+        if st.pinned.is_none() {
+            st.pinned = Some(Pinned::new(&self.gpu, STAGE.min(self.size))?);
+        }
+        let at = st.len;
+        let Some(p) = st.pinned.as_mut() else { return self.copy_in(offset, data) };
+        if at + data.len() > p.len {
+            drop(st);
+            return self.copy_in(offset, data);
+        }
+        p.bytes()[at..at + data.len()].copy_from_slice(data);
+        st.len += data.len();
+        Ok(())
+    }
+}
+
 impl Drop for GpuBuffer {
     fn drop(&mut self) {
         if self.gpu.bind().is_ok() {
@@ -327,12 +390,18 @@ impl verbs::DeviceMemory for GpuBuffer {
 
     fn read(&self, offset: usize, out: &mut [u8]) -> std::io::Result<()> {
         self.check(offset, out.len())?;
+        // What is staged first: a read sees every write before it.
+        self.flush_stage(&mut self.stage())?;
         Ok(self.copy_out(offset, out)?)
     }
 
     fn write(&self, offset: usize, data: &[u8]) -> std::io::Result<()> {
         self.check(offset, data.len())?;
-        Ok(self.copy_in(offset, data)?)
+        Ok(self.staged_write(offset, data)?)
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(self.flush_stage(&mut self.stage())?)
     }
 
     fn dmabuf(&self) -> std::io::Result<std::os::fd::OwnedFd> {

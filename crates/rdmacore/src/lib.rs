@@ -776,7 +776,11 @@ impl Provider for RdmaCoreDevice {
         let t = read_tables(&self.tables);
         if let Some(d) = t.mrs.get(&lkey).and_then(|r| r.device.clone()) {
             drop(t);
-            return self.device_copy(&d, offset, data.len(), |d| d.write(offset, data));
+            // The NIC reads the GPU's memory itself: nothing may stay staged.
+            return self.device_copy(&d, offset, data.len(), |d| {
+                d.write(offset, data)?;
+                d.flush()
+            });
         }
         let (p, len) = self.host_bytes(&t, lkey)?;
         if offset.checked_add(data.len()).is_none_or(|end| end > len) {

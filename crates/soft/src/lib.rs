@@ -145,6 +145,16 @@ impl SoftMemory {
         }
     }
 
+    /// Copies every device region's staged writes into the device ([`verbs::DeviceMemory::flush`]).
+    /// A failed copy leaves the bytes out: the application's checks see it.
+    fn flush_devices(&self) {
+        for b in self.bufs.values() {
+            if let Buf::Device(d) = b {
+                let _ = d.flush();
+            }
+        }
+    }
+
     /// Copies `data` in, with no fault injection (the application's own writes).
     fn write_plain(&mut self, mr: MrId, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
         let s = self.range(mr, offset, data.len())?.1;
@@ -1125,6 +1135,11 @@ impl Provider for SoftDevice {
                 }
                 None => break,
             }
+        }
+        if n > 0 {
+            // What the completions report is in device memory before the application sees
+            // them (a GPU kernel may read it next).
+            st.ep.memory().flush_devices();
         }
         if busy && st.held.after_poll(n > 0) {
             let now = self.sh.now();

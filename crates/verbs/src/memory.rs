@@ -98,8 +98,15 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
     }
     /// Copies `out.len()` bytes at `offset` out of it (the caller checked the range).
     fn read(&self, offset: usize, out: &mut [u8]) -> std::io::Result<()>;
-    /// Copies `data` into it at `offset` (the caller checked the range).
+    /// Copies `data` into it at `offset` (the caller checked the range). It may be staged
+    /// (a batch of contiguous writes copied at once): visible to [`DeviceMemory::read`] at
+    /// once, in the device's memory itself after [`DeviceMemory::flush`].
     fn write(&self, offset: usize, data: &[u8]) -> std::io::Result<()>;
+    /// Copies what [`DeviceMemory::write`] staged into the device's memory. A provider calls
+    /// it before it hands out completions, so what a completion reports is in the device.
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
     /// A dma-buf of the whole buffer, for a NIC's driver (`ibv_reg_dmabuf_mr`); an error
     /// where the memory cannot export one (says why).
     fn dmabuf(&self) -> std::io::Result<std::os::fd::OwnedFd>;
