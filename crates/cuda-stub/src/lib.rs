@@ -290,6 +290,71 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize)
     SUCCESS
 }
 
+/// `cuStreamCreate`: streams are numbers; the stub's copies are done when they return.
+///
+/// # Safety
+/// `stream` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreate(stream: *mut *mut c_void, _flags: c_uint) -> c_uint {
+    if CURRENT.with(Cell::get) == 0 {
+        return INVALID_CONTEXT;
+    }
+    // SAFETY: the caller's pointer.
+    unsafe { *stream = std::ptr::without_provenance_mut(0x5747) };
+    SUCCESS
+}
+
+/// Asynchronous copies not yet done: (device pointer, host address, length). The stub does
+/// them only when the stream is synchronized — the latest a GPU may — so that a caller who
+/// reuses the source or reads the target before waiting sees the wrong bytes.
+static PENDING: Mutex<Vec<(u64, usize, usize)>> = Mutex::new(Vec::new());
+
+/// Does the pending copies.
+fn drain() -> c_uint {
+    let Ok(mut p) = PENDING.lock() else { return INVALID_VALUE };
+    for (dst, src, n) in p.drain(..) {
+        let Some(d) = host_range(dst, n) else { return INVALID_VALUE };
+        // SAFETY: `d` has `n` bytes in a live allocation; `src` had `n` readable bytes when
+        // the copy was asked for and the caller keeps them until it synchronizes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(std::ptr::with_exposed_provenance::<u8>(src), d, n)
+        };
+    }
+    SUCCESS
+}
+
+/// `cuStreamSynchronize`: the stream's copies are done.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamSynchronize(_stream: *mut c_void) -> c_uint {
+    drain()
+}
+
+/// `cuStreamDestroy`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamDestroy_v2(_stream: *mut c_void) -> c_uint {
+    drain()
+}
+
+/// `cuMemcpyHtoDAsync`: queued until the stream is synchronized.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst: u64,
+    src: *const c_void,
+    n: usize,
+    _stream: *mut c_void,
+) -> c_uint {
+    if CURRENT.with(Cell::get) == 0 {
+        return INVALID_CONTEXT;
+    }
+    if host_range(dst, n).is_none() {
+        return INVALID_VALUE;
+    }
+    count(0, n);
+    let Ok(mut p) = PENDING.lock() else { return INVALID_VALUE };
+    p.push((dst, src.expose_provenance(), n));
+    SUCCESS
+}
+
 /// `cuMemcpyDtoH`.
 ///
 /// # Safety

@@ -272,13 +272,28 @@ pub struct GpuBuffer {
     stage: std::sync::Mutex<Stage>,
 }
 
-/// Writes staged for one copy: `len` bytes for `[start, start + len)` of the buffer.
+/// Writes staged for one copy: `len` bytes for `[start, start + len)` of the buffer, in the
+/// current of two pinned buffers; the other may be on its way to the GPU (an asynchronous
+/// copy on `stream`, waited for before that buffer is filled again or the stage flushed).
 #[derive(Debug, Default)]
 struct Stage {
-    pinned: Option<Pinned>,
+    pinned: [Option<Pinned>; 2],
+    /// Which of the two is being filled.
+    cur: usize,
     start: usize,
     len: usize,
+    /// A copy is in flight on the stream.
+    in_flight: bool,
+    stream: Option<Stream>,
 }
+
+/// A CUDA stream of the buffer's own.
+#[derive(Debug)]
+struct Stream(sys::CUstream);
+
+// SAFETY: a stream handle may be used from any thread that has its context current; it is
+// only passed to the driver, under the stage's mutex.
+unsafe impl Send for Stream {}
 
 /// How much a stage gathers: a soft device places a message packet by packet (an MTU each),
 /// and one copy of a megabyte from pinned memory costs what one of a few kilobytes does.
@@ -331,16 +346,52 @@ impl GpuBuffer {
         self.stage.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Copies what `st` holds into the GPU (one copy from pinned memory) and empties it.
-    fn flush_stage(&self, st: &mut Stage) -> Result<(), GpuError> {
+    /// Waits for the copy in flight, if any.
+    fn settle(&self, st: &mut Stage) -> Result<(), GpuError> {
+        if let (true, Some(s)) = (st.in_flight, &st.stream) {
+            self.gpu.bind()?;
+            // SAFETY: the stream was created by `launch` in this buffer's context.
+            unsafe { result::stream::synchronize(s.0) }.map_err(driver("cuStreamSynchronize"))?;
+        }
+        st.in_flight = false;
+        Ok(())
+    }
+
+    /// Sends what `st` holds to the GPU (one asynchronous copy from pinned memory, after the
+    /// previous one has landed) and moves on to the other pinned buffer: filling it overlaps
+    /// the copy.
+    fn launch(&self, st: &mut Stage) -> Result<(), GpuError> {
         if st.len == 0 {
             return Ok(());
         }
-        let (start, len) = (st.start, st.len);
+        self.settle(st)?;
+        let (start, len, cur) = (st.start, st.len, st.cur);
         st.len = 0;
-        let Some(p) = st.pinned.as_mut() else { return Ok(()) };
+        if st.stream.is_none() {
+            self.gpu.bind()?;
+            let s = result::stream::create(result::stream::StreamKind::NonBlocking)
+                .map_err(driver("cuStreamCreate"))?;
+            st.stream = Some(Stream(s));
+        }
+        let (Some(p), Some(stream)) = (st.pinned[cur].as_mut(), st.stream.as_ref()) else {
+            return Ok(());
+        };
+        self.gpu.bind()?;
         let bytes = &p.bytes()[..len];
-        self.copy_in(start, bytes)
+        // SAFETY: the range lies in the allocation (checked when staged); the pinned bytes
+        // stay untouched until `settle` has waited for this copy (the next launch, a flush,
+        // or before this buffer is filled again).
+        unsafe { result::memcpy_htod_async(self.ptr + start as u64, bytes, stream.0) }
+            .map_err(driver("cuMemcpyHtoDAsync"))?;
+        st.in_flight = true;
+        st.cur = 1 - cur;
+        Ok(())
+    }
+
+    /// Everything staged is in the GPU.
+    fn flush_stage(&self, st: &mut Stage) -> Result<(), GpuError> {
+        self.launch(st)?;
+        self.settle(st)
     }
 
     /// Stages `data` for `offset` when it continues what is staged (or starts a new stage),
@@ -349,19 +400,23 @@ impl GpuBuffer {
         let mut st = self.stage();
         let follows = st.len > 0 && st.start + st.len == offset && st.len + data.len() <= STAGE;
         if !follows {
-            self.flush_stage(&mut st)?;
             if data.len() > STAGE / 4 {
+                // Large: straight to the GPU, after what was staged before it.
+                self.flush_stage(&mut st)?;
                 return self.copy_in(offset, data);
             }
+            // The staged run ends: on its way, and this one starts in the other buffer.
+            self.launch(&mut st)?;
             st.start = offset;
         }
-        if st.pinned.is_none() {
-            st.pinned = Some(Pinned::new(&self.gpu, STAGE.min(self.size))?);
+        let cur = st.cur;
+        if st.pinned[cur].is_none() {
+            st.pinned[cur] = Some(Pinned::new(&self.gpu, STAGE.min(self.size))?);
         }
         let at = st.len;
-        let Some(p) = st.pinned.as_mut() else { return self.copy_in(offset, data) };
+        let Some(p) = st.pinned[cur].as_mut() else { return self.copy_in(offset, data) };
         if at + data.len() > p.len {
-            drop(st);
+            self.flush_stage(&mut st)?;
             return self.copy_in(offset, data);
         }
         p.bytes()[at..at + data.len()].copy_from_slice(data);
@@ -372,6 +427,14 @@ impl GpuBuffer {
 
 impl Drop for GpuBuffer {
     fn drop(&mut self) {
+        let mut st = std::mem::take(&mut *self.stage());
+        let _ = self.settle(&mut st);
+        if let Some(s) = st.stream.take()
+            && self.gpu.bind().is_ok()
+        {
+            // SAFETY: created by `launch`, destroyed once, nothing in flight (settled).
+            let _ = unsafe { result::stream::destroy(s.0) };
+        }
         if self.gpu.bind().is_ok() {
             // SAFETY: allocated by cuMemAlloc in `alloc`, freed once here.
             let _ = unsafe { result::free_sync(self.ptr) };
