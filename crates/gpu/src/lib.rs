@@ -285,6 +285,10 @@ struct Stage {
     /// A copy is in flight on the stream.
     in_flight: bool,
     stream: Option<Stream>,
+    /// Read ahead: `[ahead_start, ahead_start + ahead_len)` of the buffer, in `ahead`.
+    ahead: Option<Pinned>,
+    ahead_start: usize,
+    ahead_len: usize,
 }
 
 /// A CUDA stream of the buffer's own.
@@ -294,6 +298,13 @@ struct Stream(sys::CUstream);
 // SAFETY: a stream handle may be used from any thread that has its context current; it is
 // only passed to the driver, under the stage's mutex.
 unsafe impl Send for Stream {}
+
+/// How far a packet-sized read reads ahead: a soft device gathers a message packet by packet.
+const AHEAD: usize = 256 << 10;
+
+/// Reads from this size up are served through the read-ahead (packets); smaller ones (an
+/// atomic's 8 bytes) go straight to the GPU.
+const AHEAD_FROM: usize = 1024;
 
 /// How much a stage gathers: a soft device places a message packet by packet (an MTU each),
 /// and one copy of a megabyte from pinned memory costs what one of a few kilobytes does.
@@ -396,8 +407,43 @@ impl GpuBuffer {
 
     /// Stages `data` for `offset` when it continues what is staged (or starts a new stage),
     /// else copies it at once; a large write goes straight to the GPU.
+    /// Reads `out.len()` bytes at `offset`: what was staged first, then from the read-ahead
+    /// (refilled with the next [`AHEAD`] bytes when it does not hold them) for packet-sized
+    /// reads, straight from the GPU otherwise.
+    fn read_through(&self, offset: usize, out: &mut [u8]) -> Result<(), GpuError> {
+        let mut st = self.stage();
+        self.flush_stage(&mut st)?;
+        let n = out.len();
+        if !(AHEAD_FROM..=AHEAD / 4).contains(&n) {
+            return self.copy_out(offset, out);
+        }
+        let held = offset >= st.ahead_start && offset + n <= st.ahead_start + st.ahead_len;
+        if !held {
+            let len = AHEAD.min(self.len - offset);
+            if st.ahead.is_none() {
+                st.ahead = Some(Pinned::new(&self.gpu, AHEAD)?);
+            }
+            let Some(p) = st.ahead.as_mut() else { return self.copy_out(offset, out) };
+            self.copy_out(offset, &mut p.bytes()[..len])?;
+            st.ahead_start = offset;
+            st.ahead_len = len;
+        }
+        let at = offset - st.ahead_start;
+        let Some(p) = st.ahead.as_mut() else { return self.copy_out(offset, out) };
+        out.copy_from_slice(&p.bytes()[at..at + n]);
+        Ok(())
+    }
+
+    /// Forgets what was read ahead (the GPU's bytes may have changed behind it).
+    fn forget_ahead(st: &mut Stage) {
+        st.ahead_len = 0;
+    }
+
     fn staged_write(&self, offset: usize, data: &[u8]) -> Result<(), GpuError> {
         let mut st = self.stage();
+        if offset < st.ahead_start + st.ahead_len && st.ahead_start < offset + data.len() {
+            GpuBuffer::forget_ahead(&mut st);
+        }
         let follows = st.len > 0 && st.start + st.len == offset && st.len + data.len() <= STAGE;
         if !follows {
             if data.len() > STAGE / 4 {
@@ -453,9 +499,7 @@ impl verbs::DeviceMemory for GpuBuffer {
 
     fn read(&self, offset: usize, out: &mut [u8]) -> std::io::Result<()> {
         self.check(offset, out.len())?;
-        // What is staged first: a read sees every write before it.
-        self.flush_stage(&mut self.stage())?;
-        Ok(self.copy_out(offset, out)?)
+        Ok(self.read_through(offset, out)?)
     }
 
     fn write(&self, offset: usize, data: &[u8]) -> std::io::Result<()> {
@@ -464,7 +508,11 @@ impl verbs::DeviceMemory for GpuBuffer {
     }
 
     fn flush(&self) -> std::io::Result<()> {
-        Ok(self.flush_stage(&mut self.stage())?)
+        let mut st = self.stage();
+        // A completion is being handed out: the application may change the buffer next
+        // (a GPU kernel, behind this read-ahead), so it is forgotten.
+        GpuBuffer::forget_ahead(&mut st);
+        Ok(self.flush_stage(&mut st)?)
     }
 
     fn dmabuf(&self) -> std::io::Result<std::os::fd::OwnedFd> {

@@ -760,7 +760,11 @@ impl Provider for RdmaCoreDevice {
         let t = read_tables(&self.tables);
         if let Some(d) = t.mrs.get(&lkey).and_then(|r| r.device.clone()) {
             drop(t);
-            return self.device_copy(&d, offset, out.len(), |d| d.read(offset, out));
+            // The NIC writes the GPU itself: nothing read ahead may be served.
+            return self.device_copy(&d, offset, out.len(), |d| {
+                d.flush()?;
+                d.read(offset, out)
+            });
         }
         let (p, len) = self.host_bytes(&t, lkey)?;
         if offset.checked_add(out.len()).is_none_or(|end| end > len) {

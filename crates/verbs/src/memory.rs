@@ -102,8 +102,9 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
     /// (a batch of contiguous writes copied at once): visible to [`DeviceMemory::read`] at
     /// once, in the device's memory itself after [`DeviceMemory::flush`].
     fn write(&self, offset: usize, data: &[u8]) -> std::io::Result<()>;
-    /// Copies what [`DeviceMemory::write`] staged into the device's memory. A provider calls
-    /// it before it hands out completions, so what a completion reports is in the device.
+    /// Copies what [`DeviceMemory::write`] staged into the device's memory, and forgets what
+    /// reads fetched ahead. A provider calls it before it hands out completions: what a
+    /// completion reports is in the device, and the application may change the memory next.
     fn flush(&self) -> std::io::Result<()> {
         Ok(())
     }

@@ -249,30 +249,45 @@ fn qualify_and_burnin_run_from_gpu_memory() {
     let _ = std::fs::remove_dir_all(stub);
 }
 
-/// The soft provider gathers a message's packets for the GPU in pinned memory and copies
-/// them in one go: a WRITE bandwidth run of 300 messages of 64 KiB (16 packets each) into GPU
-/// memory makes far fewer host-to-device copies than packets (the stub counts them), and
-/// every byte still validates.
-#[test]
-fn packets_bound_for_the_gpu_are_copied_in_batches() {
-    let stub = cuda_stub();
-    let stats = stub.join("stats");
+/// A write-bw pair of 300 messages of 64 KiB with `server` and `client`'s flags, the stub
+/// counting the copies of the side `counted` (`srv` or `cli`): its `pid htod_calls htod_bytes
+/// dtoh_calls dtoh_bytes`, once every byte validated.
+fn counted_copies(stub: &std::path::Path, server: &str, client: &str, counted: &str) -> Vec<u64> {
+    let stats = stub.join(format!("stats-{counted}"));
+    let _ = std::fs::remove_file(&stats);
+    let (s_env, c_env) = if counted == "srv" {
+        (stats.display().to_string(), String::new())
+    } else {
+        (String::new(), stats.display().to_string())
+    };
     let o = in_netns(&format!(
-        "export LD_LIBRARY_PATH={} PODNET_CUDA_STUB_STATS={}\n\
-         $PODNET perf write-bw -n 300 -s 65536 --data-validation --use_cuda --timeout 20 > srv 2>&1 & listening\n\
-         PODNET_CUDA_STUB_STATS= $PODNET perf write-bw -n 300 -s 65536 --data-validation --timeout 20 localhost > cli 2>&1; c=$?\n\
-         wait $!; echo \"rc=$c,$?\"; cat srv",
-        stub.display(),
-        stats.display()
+        "export LD_LIBRARY_PATH={}\n\
+         PODNET_CUDA_STUB_STATS={s_env} $PODNET perf write-bw -n 300 -s 65536 --data-validation {server} --timeout 20 > srv 2>&1 & listening\n\
+         PODNET_CUDA_STUB_STATS={c_env} $PODNET perf write-bw -n 300 -s 65536 --data-validation {client} --timeout 20 localhost > cli 2>&1; c=$?\n\
+         wait $!; echo \"rc=$c,$?\"; cat {counted}",
+        stub.display()
     ));
     let out = stdout(&o);
     assert!(out.contains("rc=0,0") && out.contains("0 errors"), "{out}{}", stderr(&o));
     let text = std::fs::read_to_string(&stats).unwrap_or_default();
     let f: Vec<u64> = text.split_whitespace().map(|w| w.parse().unwrap()).collect();
     assert_eq!(f.len(), 5, "{text}");
-    let (calls, bytes) = (f[1], f[2]);
-    // 300 × 16 packets placed; the buffer's zeroing at allocation is a few copies more.
-    assert!(bytes >= 300 * 65536, "{text}");
-    assert!(calls < 300 * 16 / 4, "{calls} host-to-device copies for 4800 packets: {text}");
+    f
+}
+
+/// The soft provider gathers a message's packets for the GPU in pinned memory and copies
+/// them in one go, and reads a message's packets from it ahead, in one copy: a WRITE
+/// bandwidth run of 300 messages of 64 KiB (4,800 packets) into GPU memory makes far fewer
+/// host-to-device copies than packets, one from GPU memory far fewer device-to-host ones
+/// (the stub counts them), and every byte still validates.
+#[test]
+fn packets_bound_for_the_gpu_are_copied_in_batches() {
+    let stub = cuda_stub();
+    let f = counted_copies(&stub, "--use_cuda", "", "srv");
+    // The buffer's zeroing at allocation is a few copies more.
+    assert!(f[2] >= 300 * 65536, "{f:?}");
+    assert!(f[1] < 300 * 16 / 4, "{} host-to-device copies for 4800 packets", f[1]);
+    let f = counted_copies(&stub, "", "--use_cuda", "cli");
+    assert!(f[3] < 300 * 16 / 4, "{} device-to-host copies for 4800 packets", f[3]);
     let _ = std::fs::remove_dir_all(stub);
 }
