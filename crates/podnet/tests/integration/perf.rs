@@ -13,6 +13,35 @@ use crate::util::{in_netns, podnet, stderr, stdout};
 /// Runs a server and a client with the same `args` in a fresh namespace; returns both
 /// outputs' JSON lines (client first) or panics with everything they printed.
 fn pair(args: &str) -> (Vec<Value>, Vec<Value>) {
+    try_pair(args).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// As [`pair`], but a UC or UD run (`lossy`) that failed while a receiving socket dropped
+/// datagrams (the process fell behind on a loaded machine: on UC and UD they are lost, and
+/// data validation rightly says so) runs again, up to 3 times, noted in the test summary.
+fn pair_on(args: &str, lossy: bool) -> (Vec<Value>, Vec<Value>) {
+    for attempt in 1..=3 {
+        match try_pair(args) {
+            Ok(r) => return r,
+            Err(e) if lossy && attempt < 3 && drops_in(&e) => {
+                crate::util::summary_note(&format!(
+                    "perf {args}: run {attempt} lost datagrams to a full receive socket (the machine was loaded); ran again"
+                ));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    unreachable!("the third attempt returns or panics")
+}
+
+/// Whether a run's output reports a receive socket that dropped datagrams.
+fn drops_in(out: &str) -> bool {
+    out.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .any(|v| v["receive_checks"]["socket_drops"].as_u64().is_some_and(|d| d > 0))
+}
+
+fn try_pair(args: &str) -> Result<(Vec<Value>, Vec<Value>), String> {
     let o = in_netns(&format!(
         "$PODNET perf {args} --json --timeout 20 > srv.json 2> srv.err & listening\n\
          $PODNET perf {args} --json --timeout 20 localhost > cli.json 2> cli.err; c=$?\n\
@@ -21,7 +50,9 @@ fn pair(args: &str) -> (Vec<Value>, Vec<Value>) {
          rm -f srv.json srv.err cli.json cli.err; exit $((c * 10 + s))"
     ));
     let out = stdout(&o);
-    assert!(o.status.success(), "perf {args}: exit {:?}\n{out}{}", o.status.code(), stderr(&o));
+    if !o.status.success() {
+        return Err(format!("perf {args}: exit {:?}\n{out}{}", o.status.code(), stderr(&o)));
+    }
     let mut parts = out.split("===\n");
     let parse = |s: &str| -> Vec<Value> {
         s.lines()
@@ -30,7 +61,7 @@ fn pair(args: &str) -> (Vec<Value>, Vec<Value>) {
     };
     let c = parse(parts.next().unwrap_or(""));
     let s = parse(parts.next().unwrap_or(""));
-    (c, s)
+    Ok((c, s))
 }
 
 fn rows(v: &[Value]) -> Vec<&Value> {
@@ -67,8 +98,9 @@ fn every_test_on_every_transport_with_data_validation() {
         ("write-lat", "UC -I 220"),
     ];
     for (test, conn_args) in cases {
-        let (c, s) = pair(&format!("{test} -c {conn_args} -n {n} --data-validation"));
         let conn = conn_args.split(' ').next().unwrap();
+        let (c, s) =
+            pair_on(&format!("{test} -c {conn_args} -n {n} --data-validation"), conn != "RC");
         let what = format!("{test} {conn_args}");
         let cr = rows(&c);
         assert_eq!(cr.len(), 1, "{what}: {c:?}");
