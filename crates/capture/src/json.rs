@@ -130,7 +130,9 @@ impl Record<'_> {
     /// `opcode_name`, `se`, `migreq`, `pad_count`, `tver`, `pkey`, `fecn`, `becn`, `dest_qp`,
     /// `ack_req`, `psn`), one key per extension header (`reth`, `aeth`, `deth`, `immdt`,
     /// `ieth`, `atomic_eth`, `atomic_ack_eth`, `rdeth`, `xrceth`; null when absent),
-    /// `payload_len`, `icrc`, `icrc_ok`. A frame that could not be decoded whole has `error`
+    /// `payload_len`, `icrc`, `icrc_ok`, then (appended later, so after them) `ts_ns` (the
+    /// capture time, ns since the epoch, or null), `dscp`, `ecn`, `ttl` (IPv6: the hop limit)
+    /// and `ip_id` (IPv4's Identification; null on IPv6). A frame that could not be decoded whole has `error`
     /// after `frame`, and only the keys that could be read. A packet of a GSO run (one
     /// captured datagram holding several packets) has `gso_segment: [index, count]` after
     /// `frame`.
@@ -237,6 +239,18 @@ impl Record<'_> {
         match self.icrc_ok {
             Some(v) => boolean!(out, "icrc_ok", v),
             None => null!(out, "icrc_ok"),
+        }
+        // Appended keys (the ones before keep their order).
+        match self.ts_ns {
+            Some(t) => num!(out, "ts_ns", t),
+            None => null!(out, "ts_ns"),
+        }
+        num!(out, "dscp", e.ip.tos >> 2);
+        num!(out, "ecn", e.ip.tos & 3);
+        num!(out, "ttl", e.ip.ttl);
+        match e.ip.id {
+            Some(id) => num!(out, "ip_id", id),
+            None => null!(out, "ip_id"),
         }
         out.extend_from_slice(b"}\n");
     }

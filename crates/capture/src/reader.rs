@@ -58,11 +58,36 @@ pub struct RawFrame<'a> {
     pub data: &'a [u8],
     /// The frame's length on the wire.
     pub orig_len: u32,
+    /// When it was captured, nanoseconds since the Unix epoch (pcap's seconds and micro- or
+    /// nanoseconds; pcapng's ticks at its interface's `if_tsresol`); `None` where the block
+    /// has no time (pcapng's simple packet block).
+    pub ts_ns: Option<u64>,
+}
+
+/// Nanoseconds of `ticks` at a pcapng interface's `if_tsresol` (`v`: 10^-v seconds a tick, or
+/// 2^-(v & 0x7f) with the top bit set; 6, microseconds, when the interface does not say).
+fn ticks_to_ns(ticks: u64, v: u8) -> u64 {
+    let ticks = u128::from(ticks);
+    let ns = if v & 0x80 != 0 {
+        (ticks * 1_000_000_000) >> u32::from(v & 0x7f).min(127)
+    } else if v <= 9 {
+        ticks * 10u128.pow(9 - u32::from(v))
+    } else {
+        ticks / 10u128.pow(u32::from(v - 9).min(30))
+    };
+    u64::try_from(ns).unwrap_or(u64::MAX)
+}
+
+/// [`ticks_to_ns`], `None` past what 64 bits of nanoseconds hold (year 2554: a writer that
+/// put nanoseconds where its resolution says microseconds).
+fn ts_of(ticks: u64, v: u8) -> Option<u64> {
+    Some(ticks_to_ns(ticks, v)).filter(|ns| *ns != u64::MAX)
 }
 
 enum Inner<R: Read> {
     Pcap(PcapReader<R>, Result<LinkType, u32>),
-    PcapNg(PcapNgReader<R>, Vec<Result<LinkType, u32>>),
+    /// The reader, and each interface's link type and `if_tsresol`.
+    PcapNg(PcapNgReader<R>, Vec<(Result<LinkType, u32>, u8)>),
 }
 
 /// The file under the parser, noting when a read found its end: pcap-file reports "unexpected
@@ -176,34 +201,52 @@ impl<R: Read> CaptureReader<R> {
                                 buf
                             }
                         };
-                        Some(Ok(RawFrame { link, data, orig_len: p.orig_len }))
+                        let ts_ns = u64::try_from(p.timestamp.as_nanos()).ok();
+                        Some(Ok(RawFrame { link, data, orig_len: p.orig_len, ts_ns }))
                     }
                     Err(e) => Some(Err(classify(frames, e, &self.ended))),
                 }
             }
             Inner::PcapNg(r, links) => {
-                let (link, orig_len) = loop {
+                let (link, orig_len, ts_ns) = loop {
                     let block = match r.next_block()? {
                         Ok(b) => b,
                         Err(e) => return Some(Err(classify(frames, e, &self.ended))),
                     };
-                    let (iface, data, orig_len) = match block {
+                    let (iface, data, orig_len, ticks) = match block {
                         Block::SectionHeader(_) => {
                             links.clear();
                             continue;
                         }
                         Block::InterfaceDescription(idb) => {
-                            links.push(link_of(u32::from(idb.linktype)));
+                            let res = idb
+                                .options
+                                .iter()
+                                .find_map(|o| match o {
+                                    pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption::IfTsResol(v) => Some(*v),
+                                    _ => None,
+                                })
+                                .unwrap_or(6);
+                            links.push((link_of(u32::from(idb.linktype)), res));
                             continue;
                         }
-                        Block::EnhancedPacket(epb) => {
-                            (epb.interface_id, epb.data, epb.original_len)
-                        }
-                        Block::SimplePacket(spb) => (0, spb.data, spb.original_len),
-                        Block::Packet(pb) => (u32::from(pb.interface_id), pb.data, pb.original_len),
+                        // pcap-file hands the raw 64-bit tick count over as nanoseconds.
+                        Block::EnhancedPacket(epb) => (
+                            epb.interface_id,
+                            epb.data,
+                            epb.original_len,
+                            u64::try_from(epb.timestamp.as_nanos()).ok(),
+                        ),
+                        Block::SimplePacket(spb) => (0, spb.data, spb.original_len, None),
+                        Block::Packet(pb) => (
+                            u32::from(pb.interface_id),
+                            pb.data,
+                            pb.original_len,
+                            Some(pb.timestamp),
+                        ),
                         _ => continue,
                     };
-                    let Some(link) = links.get(iface as usize).copied() else {
+                    let Some(&(link, res)) = links.get(iface as usize) else {
                         return Some(Err(Error::Malformed {
                             frames,
                             detail: format!(
@@ -213,12 +256,27 @@ impl<R: Read> CaptureReader<R> {
                     };
                     buf.clear();
                     buf.extend_from_slice(&data);
-                    break (link, orig_len);
+                    break (link, orig_len, ticks.and_then(|t| ts_of(t, res)));
                 };
                 self.frames += 1;
-                Some(Ok(RawFrame { link, data: buf, orig_len }))
+                Some(Ok(RawFrame { link, data: buf, orig_len, ts_ns }))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod ts_tests {
+    use super::ticks_to_ns;
+
+    #[test]
+    fn pcapng_ticks_read_at_their_resolution() {
+        assert_eq!(ticks_to_ns(1_500_000, 6), 1_500_000_000, "microseconds, the default");
+        assert_eq!(ticks_to_ns(1_500_000_000, 9), 1_500_000_000, "nanoseconds");
+        assert_eq!(ticks_to_ns(15, 1), 1_500_000_000, "tenths");
+        assert_eq!(ticks_to_ns(1 << 20, 0x80 | 20), 1_000_000_000, "2^-20 s ticks");
+        assert_eq!(ticks_to_ns(1_500_000_000_000, 12), 1_500_000_000, "picoseconds");
+        assert_eq!(ticks_to_ns(u64::MAX, 6), u64::MAX, "saturates");
     }
 }
 

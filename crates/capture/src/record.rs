@@ -46,6 +46,9 @@ pub struct Record<'a> {
     /// When the frame is a run of packets sent with UDP segmentation offload and captured
     /// before segmentation (as on loopback): this packet's place in it, `(index, count)`.
     pub gso_segment: Option<(u32, u32)>,
+    /// When it was captured, nanoseconds since the Unix epoch ([`crate::RawFrame::ts_ns`]);
+    /// [`decode`] leaves it to the caller, who has the frame's.
+    pub ts_ns: Option<u64>,
 }
 
 /// What [`decode`] found in one frame.
@@ -63,6 +66,17 @@ pub enum Decoded<'a> {
     Gso(Vec<Record<'a>>),
     /// Not RoCEv2, and why.
     NotRoce(NotRoce),
+}
+
+impl Decoded<'_> {
+    /// Sets the capture time of its records (a GSO run's packets share their datagram's).
+    pub fn set_ts_ns(&mut self, ts_ns: Option<u64>) {
+        match self {
+            Decoded::Roce(r) => r.ts_ns = ts_ns,
+            Decoded::Gso(run) => run.iter_mut().for_each(|r| r.ts_ns = ts_ns),
+            Decoded::NotRoce(_) => {}
+        }
+    }
 }
 
 /// Decodes frame number `index` (1-based) of link type `link`; a frame is RoCEv2 when it is
@@ -120,6 +134,7 @@ pub fn decode(index: u64, link: LinkType, data: &[u8], port: u16) -> Decoded<'_>
         icrc_ok,
         error,
         gso_segment: None,
+        ts_ns: None,
     })
 }
 
@@ -173,6 +188,7 @@ fn split_gso<'a>(index: u64, edge: &Frame<'a>) -> Option<Vec<Record<'a>>> {
                         icrc_ok: Some(true),
                         error: payload_len.is_none().then_some(RecordError::BadPadCount),
                         gso_segment: Some((k as u32, count as u32)),
+                        ts_ns: None,
                         edge: e,
                     }
                 })

@@ -54,7 +54,8 @@ pub(crate) fn decode(args: &DecodeArgs) -> anyhow::Result<ExitCode> {
         let index = summary.frames + 1;
         match raw.link {
             Ok(link) => {
-                let d = capture::decode(index, link, raw.data, args.roce_port);
+                let mut d = capture::decode(index, link, raw.data, args.roce_port);
+                d.set_ts_ns(raw.ts_ns);
                 let records = match &d {
                     Decoded::Roce(r) => std::slice::from_ref(r),
                     Decoded::Gso(run) => run.as_slice(),

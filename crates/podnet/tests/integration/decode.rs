@@ -53,6 +53,11 @@ const KEYS: &[&str] = &[
     "payload_len",
     "icrc",
     "icrc_ok",
+    "ts_ns",
+    "dscp",
+    "ecn",
+    "ttl",
+    "ip_id",
 ];
 
 #[test]
@@ -72,6 +77,18 @@ fn json_matches_every_recorded_vector_field() {
     write_pcap(&path, 1, &frames);
     let (rows, summary) = util::decode_json_and_summary(&path);
     assert_eq!(rows.len(), 28);
+    // The keys added since the first release come after the first ones, in this order.
+    let line = stdout(&podnet(&["capture", "decode", "--json", path.to_str().unwrap()]));
+    let first = line.lines().next().unwrap();
+    let at = |k: &str| first.find(&format!("\"{k}\":")).unwrap_or_else(|| panic!("{k}: {first}"));
+    assert!(
+        at("icrc_ok") < at("ts_ns")
+            && at("ts_ns") < at("dscp")
+            && at("dscp") < at("ecn")
+            && at("ecn") < at("ttl")
+            && at("ttl") < at("ip_id"),
+        "{first}"
+    );
     for (v, row) in vs.iter().zip(&rows) {
         let idx = v["index"].as_u64().unwrap();
         let keys: Vec<&str> = row.as_object().unwrap().keys().map(|k| k.as_str()).collect();
@@ -311,7 +328,9 @@ fn pcapng_and_stdin_read_like_pcap() {
         let p = p.unwrap();
         w.write_pcapng_block(EnhancedPacketBlock {
             interface_id: 0,
-            timestamp: p.timestamp,
+            // pcap-file writes the Duration's nanoseconds as the raw tick count, read at
+            // the interface's resolution (microseconds: no if_tsresol).
+            timestamp: std::time::Duration::from_nanos(p.timestamp.as_micros() as u64),
             original_len: p.orig_len,
             data: p.data,
             options: vec![],

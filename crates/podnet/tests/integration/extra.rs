@@ -212,7 +212,10 @@ pub(crate) fn pcapng(frames: &[Extra]) -> Vec<u8> {
     for (i, f) in frames.iter().enumerate() {
         let epb = EnhancedPacketBlock {
             interface_id: LINKS.iter().position(|l| *l == f.link).unwrap() as u32,
-            timestamp: Duration::from_micros(1_764_460_800_000_000 + i as u64 * 10),
+            // pcap-file writes the Duration's nanoseconds as the raw tick count, which a
+            // reader takes at the interface's resolution (microseconds: no if_tsresol): so
+            // microseconds go in as "nanoseconds". 2025-11-30, 10 µs apart.
+            timestamp: Duration::from_nanos(1_764_460_800_000_000 + i as u64 * 10),
             original_len: f.bytes.len() as u32,
             data: Cow::Borrowed(&f.bytes),
             options: vec![],

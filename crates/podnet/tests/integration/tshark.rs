@@ -48,7 +48,22 @@ const FIELDS: &[&str] = &[
     "infiniband.deth.srcqp",
     "data.len",
     "infiniband.invariant.crc",
+    "frame.time_epoch",
+    "ip.dsfield.dscp",
+    "ip.dsfield.ecn",
+    "ipv6.tclass.dscp",
+    "ipv6.tclass.ecn",
+    "ip.ttl",
+    "ipv6.hlim",
+    "ip.id",
 ];
+
+/// tshark's `frame.time_epoch` (`1764460800.000010000`) in nanoseconds.
+fn epoch_ns(v: &str) -> u64 {
+    let (s, f) = v.split_once('.').unwrap_or((v, "0"));
+    let frac: String = f.chars().chain(std::iter::repeat('0')).take(9).collect();
+    s.parse::<u64>().unwrap() * 1_000_000_000 + frac.parse::<u64>().unwrap()
+}
 
 /// Runs tshark over `path` and returns one map of field → value per frame.
 fn dissect(path: &Path) -> Vec<HashMap<String, String>> {
@@ -126,6 +141,20 @@ fn compare(ts: &HashMap<String, String>, row: &Value, what: &str) -> usize {
     let dst = ts.get("ip.dst").or(ts.get("ipv6.dst")).cloned();
     assert_eq!(src.as_deref(), row["src"].as_str(), "{what}: src");
     assert_eq!(dst.as_deref(), row["dst"].as_str(), "{what}: dst");
+    // The capture time and the IP fields decode appends.
+    let ts = ts.get("frame.time_epoch").map(|v| epoch_ns(v));
+    assert_eq!(ts, row["ts_ns"].as_u64(), "{what}: frame.time_epoch vs ts_ns; podnet says {row}");
+    if row["ip_version"] == 4 {
+        eq("ip.dsfield.dscp", u(&row["dscp"]));
+        eq("ip.dsfield.ecn", u(&row["ecn"]));
+        eq("ip.ttl", u(&row["ttl"]));
+        eq("ip.id", u(&row["ip_id"]));
+    } else {
+        eq("ipv6.tclass.dscp", u(&row["dscp"]));
+        eq("ipv6.tclass.ecn", u(&row["ecn"]));
+        eq("ipv6.hlim", u(&row["ttl"]));
+        assert!(row["ip_id"].is_null(), "{what}: IPv6 has no Identification: {row}");
+    }
     let known = row["opcode_name"].is_string();
     let transport = opcode >> 5;
     if !known || transport == 2 || transport == 5 || opcode == 0x81 {
