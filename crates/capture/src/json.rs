@@ -132,7 +132,8 @@ impl Record<'_> {
     /// `ieth`, `atomic_eth`, `atomic_ack_eth`, `rdeth`, `xrceth`; null when absent),
     /// `payload_len`, `icrc`, `icrc_ok`, then (appended later, so after them) `ts_ns` (the
     /// capture time, ns since the epoch, or null), `dscp`, `ecn`, `ttl` (IPv6: the hop limit)
-    /// and `ip_id` (IPv4's Identification; null on IPv6). A frame that could not be decoded whole has `error`
+    /// `ip_id` (IPv4's Identification; null on IPv6) and `encap` (`erspan1`, `erspan2`,
+    /// `erspan3`: the switch mirror's encapsulation the frame came in; null). A frame that could not be decoded whole has `error`
     /// after `frame`, and only the keys that could be read. A packet of a GSO run (one
     /// captured datagram holding several packets) has `gso_segment: [index, count]` after
     /// `frame`.
@@ -251,6 +252,15 @@ impl Record<'_> {
         match e.ip.id {
             Some(id) => num!(out, "ip_id", id),
             None => null!(out, "ip_id"),
+        }
+        match self.encap {
+            Some(x) => {
+                key!(out, "encap");
+                out.push(b'"');
+                out.extend_from_slice(x.as_str().as_bytes());
+                out.push(b'"');
+            }
+            None => null!(out, "encap"),
         }
         out.extend_from_slice(b"}\n");
     }
@@ -391,6 +401,19 @@ impl Summary {
                 out,
                 " ({} cut before UDP, {} of unsupported link types)",
                 self.not_roce_truncated, self.unsupported_link
+            )?;
+        }
+        if self.erspan > 0 {
+            write!(out, "; {} came in ERSPAN (a switch mirror)", self.erspan)?;
+        }
+        if !self.unsupported_encap.is_empty() {
+            let named: Vec<String> =
+                self.unsupported_encap.iter().map(|(w, n)| format!("{n} in {w}")).collect();
+            write!(
+                out,
+                "; {} in an encapsulation podnet does not read: {}",
+                self.unsupported_encap.values().sum::<u64>(),
+                named.join(", ")
             )?;
         }
         if self.gso_runs > 0 {

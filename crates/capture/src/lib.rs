@@ -5,6 +5,7 @@
 //! [`CaptureReader`] streams frames out of pcap and pcapng files of the link types tcpdump
 //! writes.
 
+pub mod erspan;
 mod json;
 mod reader;
 mod record;

@@ -49,6 +49,8 @@ pub struct Record<'a> {
     /// When it was captured, nanoseconds since the Unix epoch ([`crate::RawFrame::ts_ns`]);
     /// [`decode`] leaves it to the caller, who has the frame's.
     pub ts_ns: Option<u64>,
+    /// The switch mirror's encapsulation the frame came in (ERSPAN), if any.
+    pub encap: Option<crate::erspan::Encap>,
 }
 
 /// What [`decode`] found in one frame.
@@ -66,22 +68,42 @@ pub enum Decoded<'a> {
     Gso(Vec<Record<'a>>),
     /// Not RoCEv2, and why.
     NotRoce(NotRoce),
+    /// A mirror's encapsulation podnet does not read, named (GRE with another payload, an
+    /// ERSPAN header cut short).
+    Unsupported(&'static str),
 }
 
-impl Decoded<'_> {
+impl<'a> Decoded<'a> {
+    /// Its records.
+    fn records_mut(&mut self) -> &mut [Record<'a>] {
+        match self {
+            Decoded::Roce(r) => std::slice::from_mut(r),
+            Decoded::Gso(run) => run,
+            Decoded::NotRoce(_) | Decoded::Unsupported(_) => &mut [],
+        }
+    }
+
     /// Sets the capture time of its records (a GSO run's packets share their datagram's).
     pub fn set_ts_ns(&mut self, ts_ns: Option<u64>) {
-        match self {
-            Decoded::Roce(r) => r.ts_ns = ts_ns,
-            Decoded::Gso(run) => run.iter_mut().for_each(|r| r.ts_ns = ts_ns),
-            Decoded::NotRoce(_) => {}
-        }
+        self.records_mut().iter_mut().for_each(|r| r.ts_ns = ts_ns);
     }
 }
 
 /// Decodes frame number `index` (1-based) of link type `link`; a frame is RoCEv2 when it is
-/// UDP to `port`.
+/// UDP to `port`. A switch mirror's ERSPAN packet is decoded as the frame it carries.
 pub fn decode(index: u64, link: LinkType, data: &[u8], port: u16) -> Decoded<'_> {
+    match crate::erspan::inner(link, data) {
+        None => decode_frame(index, link, data, port),
+        Some(Err(what)) => Decoded::Unsupported(what),
+        Some(Ok((frame, encap))) => {
+            let mut d = decode_frame(index, LinkType::Ethernet, frame, port);
+            d.records_mut().iter_mut().for_each(|r| r.encap = Some(encap));
+            d
+        }
+    }
+}
+
+fn decode_frame(index: u64, link: LinkType, data: &[u8], port: u16) -> Decoded<'_> {
     let edge = match frame::parse(link, data, port) {
         Ok(f) => f,
         Err(why) => return Decoded::NotRoce(why),
@@ -135,6 +157,7 @@ pub fn decode(index: u64, link: LinkType, data: &[u8], port: u16) -> Decoded<'_>
         error,
         gso_segment: None,
         ts_ns: None,
+        encap: None,
     })
 }
 
@@ -189,6 +212,7 @@ fn split_gso<'a>(index: u64, edge: &Frame<'a>) -> Option<Vec<Record<'a>>> {
                         error: payload_len.is_none().then_some(RecordError::BadPadCount),
                         gso_segment: Some((k as u32, count as u32)),
                         ts_ns: None,
+                        encap: None,
                         edge: e,
                     }
                 })
@@ -238,13 +262,29 @@ pub struct Summary {
     /// Captured datagrams that were GSO runs (each of their packets counts as a RoCEv2 frame
     /// above).
     pub gso_runs: u64,
+    /// Frames that came in a switch mirror's ERSPAN (counted above as what they carry).
+    pub erspan: u64,
+    /// Frames in an encapsulation podnet does not read, by its name (counted as not RoCEv2).
+    pub unsupported_encap: std::collections::BTreeMap<&'static str, u64>,
 }
 
 impl Summary {
     /// Counts one decoded frame.
     pub fn count(&mut self, d: &Decoded<'_>) {
         self.frames += 1;
+        let first = match d {
+            Decoded::Roce(r) => Some(r),
+            Decoded::Gso(run) => run.first(),
+            _ => None,
+        };
+        if first.is_some_and(|r| r.encap.is_some()) {
+            self.erspan += 1;
+        }
         match d {
+            Decoded::Unsupported(what) => {
+                self.not_roce += 1;
+                *self.unsupported_encap.entry(what).or_default() += 1;
+            }
             Decoded::Roce(r) => {
                 self.roce += 1;
                 match r.icrc_ok {

@@ -59,7 +59,7 @@ pub(crate) fn decode(args: &DecodeArgs) -> anyhow::Result<ExitCode> {
                 let records = match &d {
                     Decoded::Roce(r) => std::slice::from_ref(r),
                     Decoded::Gso(run) => run.as_slice(),
-                    Decoded::NotRoce(_) => &[],
+                    Decoded::NotRoce(_) | Decoded::Unsupported(_) => &[],
                 };
                 for r in records {
                     if args.json {

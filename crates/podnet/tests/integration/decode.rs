@@ -58,6 +58,7 @@ const KEYS: &[&str] = &[
     "ecn",
     "ttl",
     "ip_id",
+    "encap",
 ];
 
 #[test]
@@ -418,4 +419,91 @@ fn help_explains_the_command() {
     for needle in ["pcapng", "SLL2", "--json", "--roce-port", "4791", "ICRC", "Exit status"] {
         assert!(h.contains(needle), "--help lacks {needle}:\n{h}");
     }
+}
+
+/// A switch mirror's copies, as ERSPAN II and III (with and without its platform subheader)
+/// and type I carry them, and cut short by a snap length: each decodes as the frame it
+/// carries (`encap` names the mirror's encapsulation, the ICRC is unchecked where cut); GRE
+/// with another payload is counted and named, not read.
+#[test]
+fn erspan_mirrors_decode_as_the_frames_they_carry() {
+    // The longest good vector (one with a payload to cut into).
+    let plain = vectors()
+        .iter()
+        .map(|v| hex::decode(v["frame_hex"].as_str().unwrap()).unwrap())
+        .filter(|b| {
+            let mut p = decode_one(b);
+            p.pop().is_some_and(|r| r["icrc_ok"] == true)
+        })
+        .max_by_key(Vec::len)
+        .unwrap();
+    // Outer Ethernet / IPv4 (GRE) / `gre` / `erspan` / the frame.
+    let wrap = |gre: &[u8], erspan: &[u8], frame: &[u8]| -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+        let total = (20 + gre.len() + erspan.len() + frame.len()) as u16;
+        let t = total.to_be_bytes();
+        f.extend_from_slice(&[
+            0x45, 0, t[0], t[1], 0, 0, 0x40, 0, 64, 47, 0, 0, 10, 9, 0, 1, 10, 9, 0, 2,
+        ]);
+        f.extend_from_slice(gre);
+        f.extend_from_slice(erspan);
+        f.extend_from_slice(frame);
+        f
+    };
+    let gre_seq = |proto: [u8; 2]| vec![0x10, 0x00, proto[0], proto[1], 0, 0, 0, 42];
+    let frames: Vec<Vec<u8>> = vec![
+        wrap(&gre_seq([0x88, 0xbe]), &[0x10, 0x64, 0x00, 0x05, 0, 0, 0, 0], &plain),
+        wrap(&gre_seq([0x22, 0xeb]), &[0x20, 0x64, 0x00, 0x05, 1, 2, 3, 4, 0, 0, 0, 0], &plain),
+        wrap(
+            &gre_seq([0x22, 0xeb]),
+            &[0x20, 0x64, 0x00, 0x05, 1, 2, 3, 4, 0, 0, 0, 1, 9, 9, 9, 9, 9, 9, 9, 9],
+            &plain,
+        ),
+        wrap(&[0, 0, 0x88, 0xbe], &[], &plain),
+        wrap(&[0, 0, 0x65, 0x58], &[], &plain),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mirror.pcap");
+    // All whole, then the first two cut short of their ICRC (a mirror's snap length).
+    let mut all: Vec<(Vec<u8>, u32)> = frames.iter().map(|f| (f.clone(), f.len() as u32)).collect();
+    all.extend(frames.iter().take(2).map(|f| (f[..f.len() - 6].to_vec(), f.len() as u32)));
+    write_pcap(&path, 1, &all);
+    let (rows, summary) = util::decode_json_and_summary(&path);
+    let want = decode_one(&plain);
+    let want = &want[0];
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    for (row, encap) in rows[..4].iter().zip(["erspan2", "erspan3", "erspan3", "erspan1"]) {
+        assert_eq!(row["encap"], encap, "{row}");
+        for k in [
+            "src",
+            "dst",
+            "opcode",
+            "dest_qp",
+            "psn",
+            "icrc",
+            "icrc_ok",
+            "payload_len",
+            "dscp",
+            "ttl",
+        ] {
+            assert_eq!(row[k], want[k], "{encap}: {k}: {row}");
+        }
+    }
+    for row in &rows[4..] {
+        assert!(row["encap"].is_string() && row["icrc_ok"].is_null(), "cut: {row}");
+        assert_eq!(row["dest_qp"], want["dest_qp"], "{row}");
+    }
+    assert!(summary.contains("6 came in ERSPAN (a switch mirror)"), "{summary}");
+    assert!(
+        summary.contains("1 in an encapsulation podnet does not read: 1 in GRE transparent Ethernet bridging (0x6558)"),
+        "{summary}"
+    );
+}
+
+/// `capture decode --json` of one Ethernet frame.
+fn decode_one(frame: &[u8]) -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("one.pcap");
+    write_pcap(&p, 1, &[(frame.to_vec(), frame.len() as u32)]);
+    util::decode_json_and_summary(&p).0
 }
