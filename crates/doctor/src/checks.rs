@@ -349,9 +349,7 @@ pub fn pci_functions(src: &Source, devices: &[RdmaDevice]) -> Vec<PciFunction> {
         let p = format!("sys/bus/pci/devices/{f}");
         let class = src.read(&format!("{p}/class")).unwrap_or_default();
         let vendor = src.read(&format!("{p}/vendor")).unwrap_or_default();
-        if (class.starts_with("0x0302") || class.starts_with("0x0300"))
-            && (vendor == "0x10de" || vendor == "0x1002")
-        {
+        if host::pci::gpu_vendor(&class, &vendor).is_some() {
             funcs.push(PciFunction {
                 label: format!("GPU {f}"),
                 device: "gpu".into(),
@@ -406,26 +404,38 @@ pub fn pcie_link(src: &Source, dir: &str) -> Option<PcieLink> {
     })
 }
 
+/// One AER file's count since boot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AerTotal {
+    /// `fatal`, `nonfatal` or `correctable` (the file is `aer_dev_<kind>`).
+    pub kind: &'static str,
+    /// The file's total line (`TOTAL_ERR_COR`).
+    pub total_key: &'static str,
+    /// Its total.
+    pub n: u64,
+    /// The lines of its counters that are not 0 (`RxErr 12`).
+    pub named: Vec<String>,
+}
+
 /// The AER error counts since boot of the PCI function in `dir`, for each file the kernel
-/// has: (`fatal`, `nonfatal` or `correctable`; its total; the lines of its counters that
-/// are not 0, `RxErr 12`).
-pub fn aer_totals(src: &Source, dir: &str) -> Vec<(&'static str, u64, Vec<String>)> {
+/// has.
+pub fn aer_totals(src: &Source, dir: &str) -> Vec<AerTotal> {
     [
         ("fatal", "TOTAL_ERR_FATAL"),
         ("nonfatal", "TOTAL_ERR_NONFATAL"),
         ("correctable", "TOTAL_ERR_COR"),
     ]
     .into_iter()
-    .filter_map(|(k, total)| {
-        let text = src.read(&format!("{dir}/aer_dev_{k}"))?;
-        let n = text.lines().find_map(|l| l.strip_prefix(total)?.trim().parse().ok())?;
+    .filter_map(|(kind, total_key)| {
+        let text = src.read(&format!("{dir}/aer_dev_{kind}"))?;
+        let n = text.lines().find_map(|l| l.strip_prefix(total_key)?.trim().parse().ok())?;
         let named = text
             .lines()
             .filter(|l| !l.starts_with("TOTAL_"))
             .filter(|l| l.split_whitespace().last().is_some_and(|v| v != "0"))
             .map(str::to_string)
             .collect();
-        Some((k, n, named))
+        Some(AerTotal { kind, total_key, n, named })
     })
     .collect()
 }
@@ -573,12 +583,10 @@ pub fn acs(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
 
 /// The PCIe links and AER counters of the RDMA devices and GPUs.
 pub fn pcie(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
-    let funcs: Vec<(String, String)> =
-        pci_functions(src, devices).into_iter().map(|f| (f.label, f.dir)).collect();
     let uptime = uptime(src);
-    for (label, dev) in funcs {
+    for PciFunction { label, device, dir: dev, .. } in pci_functions(src, devices) {
         // Config space (its first 64 bytes for anyone; the capabilities need root).
-        if !label.starts_with("GPU")
+        if device != "gpu"
             && let Some((mps_cap, mps, mrrs)) =
                 src.read_bytes(&format!("{dev}/config")).and_then(|c| payload_sizes(&c))
             && mrrs < 4096
@@ -612,16 +620,11 @@ pub fn pcie(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
                 ],
             });
         }
-        for (kind, n, named) in aer_totals(src, &dev) {
+        for AerTotal { kind, total_key, n, named } in aer_totals(src, &dev) {
             if n == 0 {
                 continue;
             }
             let sev = if kind == "correctable" { Severity::Warning } else { Severity::Error };
-            let total = match kind {
-                "fatal" => "TOTAL_ERR_FATAL",
-                "nonfatal" => "TOTAL_ERR_NONFATAL",
-                _ => "TOTAL_ERR_COR",
-            };
             out.push(Finding {
                 severity: sev,
                 kind: "pcie-aer".into(),
@@ -633,7 +636,7 @@ pub fn pcie(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
                     "corrected PCIe errors are link-level replays: a rising rate costs bandwidth and precedes uncorrectable ones".into()
                 },
                 fix: "reseat or replace the card or its riser if the count keeps rising; the kernel log's AER lines name the error".into(),
-                evidence: vec![format!("{dev}/aer_dev_{kind}: {total} {n}")],
+                evidence: vec![format!("{dev}/aer_dev_{kind}: {total_key} {n}")],
             });
         }
     }

@@ -93,6 +93,29 @@ pub fn distance(a: &[String], b: &[String], numa_a: Option<i64>, numa_b: Option<
     }
 }
 
+/// The vendor of a GPU's PCI function from its `class` and `vendor` files (a display or 3D
+/// controller of NVIDIA or AMD): `nvidia`, `amd`; `None` for any other function.
+pub fn gpu_vendor(class: &str, vendor: &str) -> Option<&'static str> {
+    if !(class.starts_with("0x0302") || class.starts_with("0x0300")) {
+        return None;
+    }
+    match vendor {
+        "0x10de" => Some("nvidia"),
+        "0x1002" => Some("amd"),
+        _ => None,
+    }
+}
+
+/// Where a PCI function sits, through a sysfs link to it (`bus/pci/devices/BDF`,
+/// `class/infiniband/mlx5_0/device`) under `sys`: its path ([`path_of`]) and its NUMA node
+/// (`None`: not reported, or -1).
+pub fn place_of(sys: &Path, link: &Path) -> (Option<Vec<String>>, Option<i64>) {
+    let numa = read(&sys.join(link).join("numa_node"))
+        .and_then(|n| n.parse().ok())
+        .filter(|n: &i64| *n >= 0);
+    (path_of(sys, link), numa)
+}
+
 /// A GPU's PCI function.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuFunction {
@@ -106,7 +129,7 @@ pub struct GpuFunction {
     pub path: Option<Vec<String>>,
 }
 
-/// The GPUs under `sys` (display and 3D controllers of NVIDIA and AMD), by address.
+/// The GPUs under `sys` ([`gpu_vendor`]), by address.
 pub fn gpus(sys: &Path) -> Vec<GpuFunction> {
     let dir = sys.join("bus/pci/devices");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
@@ -117,18 +140,8 @@ pub fn gpus(sys: &Path) -> Vec<GpuFunction> {
         .into_iter()
         .filter_map(|f| {
             let p = dir.join(&f);
-            let class = read(&p.join("class")).unwrap_or_default();
-            let vendor = match read(&p.join("vendor"))?.as_str() {
-                "0x10de" => "nvidia",
-                "0x1002" => "amd",
-                _ => return None,
-            };
-            if !(class.starts_with("0x0302") || class.starts_with("0x0300")) {
-                return None;
-            }
-            let numa_node =
-                read(&p.join("numa_node")).and_then(|n| n.parse().ok()).filter(|n| *n >= 0);
-            let path = path_of(sys, Path::new("bus/pci/devices").join(&f).as_path());
+            let vendor = gpu_vendor(&read(&p.join("class"))?, &read(&p.join("vendor"))?)?;
+            let (path, numa_node) = place_of(sys, &Path::new("bus/pci/devices").join(&f));
             Some(GpuFunction { pci: f, vendor, numa_node, path })
         })
         .collect()

@@ -631,12 +631,10 @@ fn gpu_check(sys: &Path, d: &str, ordinal: u32, r: &mut Run<'_>) {
             return;
         }
     };
-    let gpu_path = host::pci::path_of(sys, &Path::new("bus/pci/devices").join(g.pci_bus_id()));
-    let gpu_numa = host::read(&sys.join("bus/pci/devices").join(g.pci_bus_id()).join("numa_node"))
-        .and_then(|n| n.parse::<i64>().ok())
-        .filter(|n| *n >= 0);
-    let dev_path = host::pci::path_of(sys, &Path::new("class/infiniband").join(d).join("device"));
-    let dev_numa = host::numa_node(sys, d).filter(|n| *n >= 0);
+    let (gpu_path, gpu_numa) =
+        host::pci::place_of(sys, &Path::new("bus/pci/devices").join(g.pci_bus_id()));
+    let (dev_path, dev_numa) =
+        host::pci::place_of(sys, &Path::new("class/infiniband").join(d).join("device"));
     let numa = |n: Option<i64>| n.map_or_else(|| "-".into(), |n| n.to_string());
     let place = match (&gpu_path, &dev_path) {
         (Some(gp), Some(dp)) => {

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use telemetry::expose::Scrape;
 use telemetry::health::{self, PortHealth, State, Thresholds};
+use telemetry::prometheus_client::metrics::family::Family;
+use telemetry::prometheus_client::metrics::gauge::Gauge;
 use telemetry::rates::Tracker;
 use telemetry::sample::{Roots, Snapshot};
 use telemetry::sampler::Sampler;
@@ -77,6 +79,12 @@ struct HostHealth {
     phy: Mutex<Option<(Instant, PhyRead)>>,
 }
 
+/// A metric family's labels, and the families of integer and of float gauges.
+type Labels = Vec<(String, String)>;
+type F64 = Gauge<f64, std::sync::atomic::AtomicU64>;
+type Ints = Family<Labels, Gauge>;
+type Floats = Family<Labels, F64>;
+
 /// Each RoCE netdev's physical layer: (netdev, its RDMA device, what ethtool said).
 type PhyRead = Vec<(String, String, doctor::phy::Phy)>;
 
@@ -95,10 +103,6 @@ fn cached<T: Clone>(cache: &Mutex<Option<(Instant, T)>>, read: impl FnOnce() -> 
 
 impl HostHealth {
     fn register(&self, r: &mut telemetry::prometheus_client::registry::Registry) {
-        use telemetry::prometheus_client::metrics::family::Family;
-        use telemetry::prometheus_client::metrics::gauge::Gauge;
-        type Labels = Vec<(String, String)>;
-        type F64 = Gauge<f64, std::sync::atomic::AtomicU64>;
         let devices = doctor::checks::rdma_devices(&self.src);
         let (speed, max_speed): (Family<Labels, F64>, Family<Labels, F64>) = Default::default();
         let (width, max_width): (Family<Labels, Gauge>, Family<Labels, Gauge>) = Default::default();
@@ -120,10 +124,10 @@ impl HostHealth {
                     }
                 }
             }
-            for (sev, n, _) in doctor::checks::aer_totals(&self.src, &f.dir) {
+            for a in doctor::checks::aer_totals(&self.src, &f.dir) {
                 let mut l = l.clone();
-                l.push(("severity".into(), sev.into()));
-                aer.get_or_create(&l).set(i64::try_from(n).unwrap_or(i64::MAX));
+                l.push(("severity".into(), a.kind.into()));
+                aer.get_or_create(&l).set(i64::try_from(a.n).unwrap_or(i64::MAX));
             }
         }
         r.register(
@@ -172,9 +176,7 @@ impl HostHealth {
             );
         }
     }
-}
 
-impl HostHealth {
     /// The physical layer's series: FEC mode and block counters, PHY error counters, the
     /// cable module's temperature (and its warning threshold), receive power and power mode.
     fn register_phy(
@@ -182,10 +184,6 @@ impl HostHealth {
         r: &mut telemetry::prometheus_client::registry::Registry,
         devices: &[doctor::checks::RdmaDevice],
     ) {
-        use telemetry::prometheus_client::metrics::family::Family;
-        use telemetry::prometheus_client::metrics::gauge::Gauge;
-        type Labels = Vec<(String, String)>;
-        type F64 = Gauge<f64, std::sync::atomic::AtomicU64>;
         let phys = cached(&self.phy, || {
             doctor::checks::rdma_netdevs(devices)
                 .into_iter()
@@ -197,8 +195,6 @@ impl HostHealth {
                 .collect()
         });
         let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        type Ints = Family<Labels, Gauge>;
-        type Floats = Family<Labels, F64>;
         let (fec, corrected, uncorrectable) = (Ints::default(), Ints::default(), Ints::default());
         let (phy_errors, low_power) = (Ints::default(), Ints::default());
         let (temp, temp_warn, rx_power) = (Floats::default(), Floats::default(), Floats::default());

@@ -183,9 +183,8 @@ fn gpu_rows(root: &std::path::Path) -> Vec<GpuRow> {
         .into_iter()
         .filter_map(|d| {
             let dev = std::path::PathBuf::from("class/infiniband").join(&d.name).join("device");
-            let path = host::pci::path_of(root, &dev)?;
-            let numa = host::numa_node(root, &d.name).filter(|n| *n >= 0);
-            Some((d.name, path, numa))
+            let (path, numa) = host::pci::place_of(root, &dev);
+            Some((d.name, path?, numa))
         })
         .collect();
     host::pci::gpus(root)
@@ -238,6 +237,28 @@ struct CudaInfo {
     copy: gpu::CopyBandwidth,
 }
 
+impl CudaInfo {
+    /// Its JSON object (`cuda` in `devices --gpus --json`).
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "ordinal": self.ordinal,
+            "name": self.name,
+            "dma_buf": self.dma_buf,
+            "pinned_copy_gbs": {"htod": self.copy.htod_gbs, "dtoh": self.copy.dtoh_gbs},
+        })
+    }
+
+    /// Its table cells: ordinal, name, dma-buf, pinned copy GB/s.
+    fn cells(&self) -> [String; 4] {
+        [
+            self.ordinal.to_string(),
+            self.name.clone(),
+            if self.dma_buf { "yes" } else { "no" }.into(),
+            format!("{:.1} / {:.1}", self.copy.htod_gbs, self.copy.dtoh_gbs),
+        ]
+    }
+}
+
 /// Every CUDA GPU, opened and measured.
 fn cuda_info() -> anyhow::Result<Vec<CudaInfo>> {
     let n = gpu::Gpu::count().map_err(|e| anyhow::anyhow!("--cuda: {e}"))?;
@@ -274,12 +295,7 @@ fn gpus(args: &DevicesArgs) -> anyhow::Result<ExitCode> {
                     "nearest_nic": r.nics.first().map(|n| n.0.clone()),
                     "distance": r.nics.first().map(|n| n.1.name()),
                     "nics": r.nics.iter().map(|(n, d)| json!({"device": n, "distance": d.name(), "meaning": d.meaning()})).collect::<Vec<_>>(),
-                    "cuda": of(&r.gpu.pci).map(|c| json!({
-                        "ordinal": c.ordinal,
-                        "name": c.name,
-                        "dma_buf": c.dma_buf,
-                        "pinned_copy_gbs": {"htod": c.copy.htod_gbs, "dtoh": c.copy.dtoh_gbs},
-                    })),
+                    "cuda": of(&r.gpu.pci).map(CudaInfo::json),
                 })
             })
             .chain(cuda.iter().flatten().filter(|c| !rows.iter().any(|r| r.gpu.pci == c.pci)).map(|c| {
@@ -291,12 +307,7 @@ fn gpus(args: &DevicesArgs) -> anyhow::Result<ExitCode> {
                     "nearest_nic": null,
                     "distance": null,
                     "nics": [],
-                    "cuda": {
-                        "ordinal": c.ordinal,
-                        "name": c.name,
-                        "dma_buf": c.dma_buf,
-                        "pinned_copy_gbs": {"htod": c.copy.htod_gbs, "dtoh": c.copy.dtoh_gbs},
-                    },
+                    "cuda": c.json(),
                 })
             }))
             .collect();
@@ -317,29 +328,15 @@ fn gpus(args: &DevicesArgs) -> anyhow::Result<ExitCode> {
         );
         for (row, r) in t.iter_mut().skip(1).zip(&rows) {
             match of(&r.gpu.pci) {
-                Some(c) => row.extend([
-                    c.ordinal.to_string(),
-                    c.name.clone(),
-                    if c.dma_buf { "yes" } else { "no" }.into(),
-                    format!("{:.1} / {:.1}", c.copy.htod_gbs, c.copy.dtoh_gbs),
-                ]),
+                Some(c) => row.extend(c.cells()),
                 None => row.extend(["-", "-", "-", "-"].map(String::from)),
             }
         }
         // CUDA GPUs sysfs did not show (another --sysfs-root).
         for c in cuda.iter().filter(|c| !rows.iter().any(|r| r.gpu.pci == c.pci)) {
-            t.push(vec![
-                c.pci.clone(),
-                "nvidia".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                String::new(),
-                c.ordinal.to_string(),
-                c.name.clone(),
-                if c.dma_buf { "yes" } else { "no" }.into(),
-                format!("{:.1} / {:.1}", c.copy.htod_gbs, c.copy.dtoh_gbs),
-            ]);
+            let mut row = [c.pci.as_str(), "nvidia", "-", "-", "-", ""].map(String::from).to_vec();
+            row.extend(c.cells());
+            t.push(row);
         }
     }
     print_table(&mut out, &t)?;
