@@ -178,20 +178,11 @@ impl Source {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()?;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        let status = loop {
-            if let Some(s) = child.try_wait()? {
-                break s;
-            }
-            if std::time::Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("{} did not finish in 5 s", argv.join(" ")),
-                ));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
+        let Some(status) = wait_bounded(&mut child, std::time::Duration::from_secs(5)) else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{} did not finish in 5 s", argv.join(" ")),
+            ));
         };
         if status.success() {
             return Ok(());
@@ -219,6 +210,27 @@ impl Source {
     }
 }
 
+/// `child`'s exit status if it ends within `limit`; else it is killed (and `None`).
+fn wait_bounded(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
 /// Runs `argv`; its stdout if it exits 0 within `limit` (else it is killed).
 fn run_bounded(argv: &[&str], limit: std::time::Duration) -> Option<String> {
     use std::io::Read;
@@ -237,18 +249,7 @@ fn run_bounded(argv: &[&str], limit: std::time::Duration) -> Option<String> {
         let _ = out.by_ref().take(LOG_MAX as u64).read_to_end(&mut v);
         v
     });
-    let deadline = std::time::Instant::now() + limit;
-    let status = loop {
-        if let Ok(Some(s)) = child.try_wait() {
-            break Some(s);
-        }
-        if std::time::Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
+    let status = wait_bounded(&mut child, limit);
     let v = reader.join().ok()?;
     status.filter(|s| s.success())?;
     Some(String::from_utf8_lossy(&v).into_owned())

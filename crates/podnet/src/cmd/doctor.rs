@@ -91,8 +91,8 @@ fn compare(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Hosts' reports side by side: each host's error and warning counts and versions, the
-/// versions a host does not share with most (`*`), and with `errors_too` each host's errors.
-/// Exit 1 when a host has an error or a version differs.
+/// versions a host does not share with most (`*`), and each host's errors; `more` says where
+/// the rest of a host's report is. Exit 1 when a host has an error or a version differs.
 fn side_by_side(
     json: bool,
     reports: &[(String, doctor::Report)],
