@@ -405,8 +405,6 @@ impl GpuBuffer {
         self.settle(st)
     }
 
-    /// Stages `data` for `offset` when it continues what is staged (or starts a new stage),
-    /// else copies it at once; a large write goes straight to the GPU.
     /// Reads `out.len()` bytes at `offset`: what was staged first, then from the read-ahead
     /// (refilled with the next [`AHEAD`] bytes when it does not hold them) for packet-sized
     /// reads, straight from the GPU otherwise.
@@ -439,6 +437,8 @@ impl GpuBuffer {
         st.ahead_len = 0;
     }
 
+    /// Stages `data` for `offset` when it continues what is staged (or starts a new stage),
+    /// forgetting any read-ahead it overlaps; a large write goes straight to the GPU.
     fn staged_write(&self, offset: usize, data: &[u8]) -> Result<(), GpuError> {
         let mut st = self.stage();
         if offset < st.ahead_start + st.ahead_len && st.ahead_start < offset + data.len() {

@@ -101,6 +101,8 @@ impl HeldBack {
 #[derive(Debug, Default)]
 struct SoftMemory {
     bufs: HashMap<MrId, Buf>,
+    /// The device regions among them: what a completion flushes (none on a host-memory run).
+    devices: Vec<Arc<dyn verbs::DeviceMemory>>,
     next: u32,
     /// The fault-injection hook ([`crate::FaultInjection`]).
     fault: Option<Fault>,
@@ -148,9 +150,25 @@ impl SoftMemory {
     /// Copies every device region's staged writes into the device ([`verbs::DeviceMemory::flush`]).
     /// A failed copy leaves the bytes out: the application's checks see it.
     fn flush_devices(&self) {
-        for b in self.bufs.values() {
-            if let Buf::Device(d) = b {
-                let _ = d.flush();
+        for d in &self.devices {
+            let _ = d.flush();
+        }
+    }
+
+    /// Adds a region (and, if it is device memory, to those a completion flushes).
+    fn insert(&mut self, id: MrId, buf: Buf) {
+        if let Buf::Device(d) = &buf {
+            self.devices.push(d.clone());
+        }
+        self.bufs.insert(id, buf);
+    }
+
+    /// Removes a region.
+    fn remove(&mut self, id: MrId) {
+        if let Some(Buf::Device(d)) = self.bufs.remove(&id) {
+            // One entry per registration: the same memory may be registered twice.
+            if let Some(i) = self.devices.iter().position(|x| Arc::ptr_eq(x, &d)) {
+                self.devices.swap_remove(i);
             }
         }
     }
@@ -973,11 +991,11 @@ impl SoftDevice {
         let mem = st.ep.memory_mut();
         let id = MrId(mem.next);
         mem.next = mem.next.wrapping_add(1);
-        mem.bufs.insert(id, buf);
+        mem.insert(id, buf);
         match st.ep.register_mr(pd, id, addr, len as u64, access) {
             Ok(info) => Ok(info),
             Err(e) => {
-                st.ep.memory_mut().bufs.remove(&id);
+                st.ep.memory_mut().remove(id);
                 Err(e.into())
             }
         }
@@ -1046,7 +1064,7 @@ impl Provider for SoftDevice {
     fn dereg_mr(&self, lkey: u32) {
         let mut st = lock(&self.sh.state);
         if let Some(info) = st.ep.deregister_mr(lkey) {
-            st.ep.memory_mut().bufs.remove(&info.id);
+            st.ep.memory_mut().remove(info.id);
         }
     }
 
