@@ -146,7 +146,7 @@ struct Job {
 /// The KV-cache round's streams on a prefill → decode edge: READ and WRITE latency, one QP,
 /// 4, 16 and 64 KiB (duration mode: percentiles); READ and WRITE bandwidth on many QPs at
 /// the same sizes; every byte checked. The initiator (the prefill rank) is the client.
-fn kv_jobs(plan: &Plan, src: u32, dst: u32) -> Vec<Job> {
+fn kv_jobs(plan: &Plan, gid_index: usize, src: u32, dst: u32) -> Vec<Job> {
     let tests = [
         (PerfTest::ReadLat, "read-lat", End::Sender),
         (PerfTest::WriteLat, "write-lat", End::Receiver),
@@ -157,30 +157,29 @@ fn kv_jobs(plan: &Plan, src: u32, dst: u32) -> Vec<Job> {
         .into_iter()
         .enumerate()
         .map(|(i, (t, name, checks))| {
-            let mut o = Options::new(t);
-            o.sizes = vec![4096, 16384, 65536];
-            timing(plan, &mut o);
+            let mut o = stream_options(plan, t, vec![4096, 16384, 65536], gid_index);
             // A latency loop keeps one message in flight: on a loaded host a short share of
             // the time may measure none. At least 2 s a size.
             if let (false, Some(d)) = (t.is_bw(), o.duration) {
                 o.duration = Some(d.max(Duration::from_secs(2)));
             }
-            o.validate = true;
-            o.memory = plan.memory;
             if t.is_bw() {
                 o.qps = plan.qps.max(8);
                 o.tx_depth = 16;
             }
-            o.qp_timeout = 18;
-            o.stall = Duration::from_secs(20);
-            o.wait = Some(Duration::from_secs(60));
             Job { what: format!("kv-cache/{name}"), src, dst, slot: i + 1, o, checks }
         })
         .collect()
 }
 
-/// A run of `plan.count` messages per size, or `plan.seconds` shared among the sizes.
-fn timing(plan: &Plan, o: &mut Options) {
+/// What every burn-in stream runs with: `test` at `sizes`, `plan.count` messages per size or
+/// `plan.seconds` shared among them, every byte checked, from `plan.memory`, over the GID
+/// the device's address comes from (index 0 is a link-local one on RoCE NICs); overload is
+/// the point, so a 1 s ACK timeout (× 7 retries) rides out the queues a burn-in builds,
+/// where perftest's 67 ms gives a connection up within half a second.
+fn stream_options(plan: &Plan, test: PerfTest, sizes: Vec<usize>, gid_index: usize) -> Options {
+    let mut o = Options::new(test);
+    o.sizes = sizes;
     match plan.count {
         Some(n) => o.iters = n.max(1),
         None => {
@@ -188,6 +187,13 @@ fn timing(plan: &Plan, o: &mut Options) {
             o.duration = Some(Duration::from_secs_f64(per_size.max(0.2)));
         }
     }
+    o.validate = true;
+    o.memory = plan.memory;
+    o.gid_index = gid_index;
+    o.qp_timeout = 18;
+    o.stall = Duration::from_secs(20);
+    o.wait = Some(Duration::from_secs(60));
+    o
 }
 
 struct Counting<'a> {
@@ -208,22 +214,13 @@ impl Observer for Counting<'_> {
 
 const CONNECT: Duration = Duration::from_secs(30);
 
-fn options(plan: &Plan, extreme: bool) -> Options {
-    let mut o = Options::new(PerfTest::SendBw);
-    o.sizes = plan.sizes.clone();
-    timing(plan, &mut o);
-    o.validate = true;
-    o.memory = plan.memory;
+fn options(plan: &Plan, extreme: bool, gid_index: usize) -> Options {
+    let mut o = stream_options(plan, PerfTest::SendBw, plan.sizes.clone(), gid_index);
     o.qps = if extreme { plan.qps.max(4) } else { plan.qps.max(1) };
     o.tx_depth = if extreme { 128 } else { 16 };
     // A completion per message: the queue refills as each one lands, not in steps.
     o.cq_mod = Some(1);
     o.rx_depth = if extreme { 1024 } else { 512 };
-    // Overload is the point: a 1 s ACK timeout (× 7 retries) rides out the queues a burn-in
-    // builds, where perftest's 67 ms gives a connection up within half a second.
-    o.qp_timeout = 18;
-    o.stall = Duration::from_secs(20);
-    o.wait = Some(Duration::from_secs(60));
     o
 }
 
@@ -269,9 +266,7 @@ pub fn run(
     let n = session.world().size;
     // Each round: its streams, all at once.
     let send = |what: &str, edges: Vec<(u32, u32)>, extreme: bool| -> Vec<Job> {
-        let mut o = options(plan, extreme);
-        // The GID the device's address comes from (index 0 is a link-local one on RoCE NICs).
-        o.gid_index = ctx.gid_index();
+        let o = options(plan, extreme, ctx.gid_index());
         edges
             .into_iter()
             .map(|(src, dst)| Job {
@@ -292,10 +287,7 @@ pub fn run(
             Pattern::KvCache => {
                 let mut jobs = send("kv-cache/all-to-all", Pattern::AllToAll.edges(n), false);
                 for (src, dst) in p.edges(n) {
-                    jobs.extend(kv_jobs(plan, src, dst).into_iter().map(|mut j| {
-                        j.o.gid_index = ctx.gid_index();
-                        j
-                    }));
+                    jobs.extend(kv_jobs(plan, ctx.gid_index(), src, dst));
                 }
                 jobs
             }
