@@ -1,5 +1,6 @@
 //! The pod monitor's I/O driver: one thread for membership, the probe schedule, the reports
-//! and localization (UDP control sockets, one per rail, bound to the rail's address), and
+//! and localization (UDP control sockets bound to each rail's address: the control port and
+//! send-only ones that spread each datagram's copies over ECMP paths), and
 //! one thread per rail for its RDMA device (a UD QP that answers the peers' probes and takes
 //! the answers to this host's). The cores it drives are sans-IO: [`crate::member`],
 //! [`crate::probe`], [`crate::locate`].
@@ -39,6 +40,12 @@ use crate::route::PathView;
 pub const QKEY: u32 = 0x5044_0001;
 /// The default UDP port of the membership channel (memberlist's and serf's).
 pub const CONTROL_PORT: u16 = 7946;
+/// Source ports of the membership channel on each rail: the control port, which receives,
+/// and send-only ones; each datagram leaves from [`CONTROL_COPIES_PER_RAIL`] of them in turn.
+const CONTROL_SOURCE_PORTS: usize = 8;
+/// Copies of each membership datagram on each rail, from different source ports (so on
+/// different ECMP paths where the fabric hashes on ports).
+const CONTROL_COPIES_PER_RAIL: usize = 2;
 /// A peer declared down this long has its unacknowledged channel messages reported
 /// undeliverable (one that comes back as the same life sooner loses nothing).
 pub const DOWN_GRACE: Duration = Duration::from_secs(2);
@@ -382,10 +389,17 @@ impl PodAgent {
             .collect::<Result<_, _>>()?;
         let mut sockets = Vec::new();
         for rail in &rails {
-            let addr = SocketAddr::new(rail.addr, cfg.control_port);
-            let s = UdpSocket::bind(addr).map_err(|source| Error::Bind { addr, source })?;
-            s.set_nonblocking(true).map_err(|source| Error::Bind { addr, source })?;
-            sockets.push(s);
+            let mut on_rail = Vec::with_capacity(CONTROL_SOURCE_PORTS);
+            for i in 0..CONTROL_SOURCE_PORTS {
+                // The first is the rail's control port (every datagram arrives there); the
+                // others only send, from ports the kernel picks.
+                let port = if i == 0 { cfg.control_port } else { 0 };
+                let addr = SocketAddr::new(rail.addr, port);
+                let s = UdpSocket::bind(addr).map_err(|source| Error::Bind { addr, source })?;
+                s.set_nonblocking(true).map_err(|source| Error::Bind { addr, source })?;
+                on_rail.push(s);
+            }
+            sockets.push(on_rail);
         }
         let (wake, woken) = UnixDatagram::pair()
             .map_err(|e| Error::Plan(format!("cannot make the wake-up socket: {e}")))?;
@@ -741,7 +755,7 @@ fn chan_loop(inner: &Inner, woken: UnixDatagram) {
 }
 
 /// Membership, the probe schedule, reports and localization.
-fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
+fn control_loop(inner: &Inner, sockets: Vec<Vec<UdpSocket>>, incarnation: u64) {
     let cfg = &inner.cfg;
     let pod = &cfg.pod;
     let me = cfg.me;
@@ -776,6 +790,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
     let mut next_report = epoch;
     let mut next_join = start + Duration::from_secs(1);
     let mut control_bytes = 0u64;
+    let mut spray = 0usize;
     let mut unreachable: BTreeSet<usize> = (0..n).filter(|&h| h != me).collect();
     lock(&inner.prober).set_down(&unreachable.iter().copied().collect::<Vec<_>>());
     let mut findings: Vec<Finding> = Vec::new();
@@ -824,7 +839,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
         let wait = due.saturating_duration_since(now);
         let readable: Vec<bool> = {
             let mut fds: Vec<PollFd> =
-                sockets.iter().map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN)).collect();
+                sockets.iter().map(|s| PollFd::new(s[0].as_fd(), PollFlags::POLLIN)).collect();
             let t = PollTimeout::try_from(
                 wait.as_millis().min(1000) as u32 + u32::from(!wait.is_zero()),
             )
@@ -841,7 +856,7 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
         }
         // Every datagram first, then the timers.
         for (s, _) in sockets.iter().zip(&readable).filter(|(_, r)| **r) {
-            while let Ok((len, _)) = s.recv_from(&mut rx) {
+            while let Ok((len, _)) = s[0].recv_from(&mut rx) {
                 let _ = m.handle_datagram(&rx[..len], now);
             }
         }
@@ -855,11 +870,19 @@ fn control_loop(inner: &Inner, sockets: Vec<UdpSocket>, incarnation: u64) {
             next_join = now + Duration::from_secs(1);
         }
         while let Some((to, data)) = m.poll_transmit() {
-            // Every rail carries a copy: one dead rail does not silence a host.
+            // Every rail carries copies (one dead rail does not silence a host), each rail
+            // two, from two of its source ports in turn: two ECMP hashes, different from one
+            // datagram to the next, so that a spine that drops what is hashed onto it loses
+            // a datagram only when both copies of every rail land on it, and never the same
+            // pair's datagrams every time.
+            spray = spray.wrapping_add(1);
             for (i, a) in to.addrs.iter().enumerate() {
-                let s = &sockets[i % sockets.len()];
-                if s.send_to(&data, a).is_ok() {
-                    control_bytes += data.len() as u64 + 42;
+                let rail = &sockets[i % sockets.len()];
+                for k in 0..CONTROL_COPIES_PER_RAIL {
+                    let s = &rail[(spray + k) % rail.len()];
+                    if s.send_to(&data, a).is_ok() {
+                        control_bytes += data.len() as u64 + 42;
+                    }
                 }
             }
         }
