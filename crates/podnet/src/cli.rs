@@ -915,6 +915,51 @@ pub(crate) enum CaptureCommand {
     #[command(after_help = "Examples:\n  podnet capture decode roce.pcap\n  \
         tcpdump -i any -w - udp port 4791 | podnet capture decode --json - | jq .opcode_name")]
     Decode(DecodeArgs),
+
+    /// Look across a capture's frames: connections, losses, resends, NAKs, RNR, congestion,
+    /// latencies — and what went wrong, worst first.
+    ///
+    /// Connections: the two directions of an RC QP pair (matched by addresses, QPNs and the
+    /// PSNs of the responses), UC and UD flows; CNPs are counted for the flow they throttle.
+    /// Per direction: messages and bytes by opcode, goodput over time, PSN gaps, packets
+    /// lost before or after the capture point, packets the capture itself missed, go-back-N
+    /// resend bursts and what set them off (NAK, RNR NAK, timeout), NAKs by code, RNR NAKs
+    /// and their timers, out-of-order and duplicated packets, ACK, READ and atomic
+    /// latencies, ACK coalescing, CE marks and CNPs, ICRC failures, requests still
+    /// unanswered at the end. Findings name the QP, the frames and a probable cause.
+    ///
+    /// Exit status: 0 when no finding has error severity, 1 when one does (an access error,
+    /// an invalid request, unanswered requests, corrupted packets), 2 when the file cannot be
+    /// read.
+    #[command(after_help = "Examples:\n  podnet capture analyze roce.pcap\n  \
+        podnet capture analyze --json roce.pcapng | jq '.findings[0]'\n  \
+        podnet capture analyze --html report.html mirror.pcap")]
+    Analyze(AnalyzeArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AnalyzeArgs {
+    /// The capture file (pcap or pcapng); `-` reads standard input.
+    pub(crate) file: PathBuf,
+
+    /// The whole report as one JSON object on stdout (connections, their directions'
+    /// statistics, findings).
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Also write an HTML report: the findings, then each connection's timeline (PSN over
+    /// time with losses, resends, NAKs and CNPs marked) as SVG.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) html: Option<PathBuf>,
+
+    /// A request still unacknowledged this many milliseconds before the capture's last frame
+    /// is reported as unanswered (the responder or the path gone: retry exhaustion).
+    #[arg(long, value_name = "MS", default_value_t = 100.0)]
+    pub(crate) grace: f64,
+
+    /// UDP destination port that marks RoCEv2.
+    #[arg(long, value_name = "PORT", default_value_t = wire::ROCEV2_UDP_PORT)]
+    pub(crate) roce_port: u16,
 }
 
 #[derive(Debug, Args)]

@@ -61,6 +61,7 @@ pub(crate) fn check_sysfs_root(dir: &std::path::Path) -> anyhow::Result<()> {
 pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Capture(CaptureCommand::Decode(args)) => capture::decode(&args),
+        Command::Capture(CaptureCommand::Analyze(args)) => capture::analyze(&args),
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Perf(args) => perf::run(&args),
         Command::Devices(args) => devices::run(&args),

@@ -2,6 +2,7 @@
 
 mod agent;
 mod agent_rxe;
+mod analyze;
 mod build;
 mod burnin;
 mod decode;

@@ -133,6 +133,37 @@ pub struct Net {
     /// The UDP source port of each packet in `log`.
     pub log_ports: Vec<u16>,
     pub keep_log: bool,
+    /// A capture point at one node's port: what it sends as it leaves (before the network's
+    /// faults), what it receives as it arrives (after them, CE marks in its IP header).
+    pub tap: Option<Tap>,
+}
+
+/// What a capture point at node `node` saw: (time, raw IPv4 frame: IP, UDP, RoCE).
+#[derive(Debug, Default)]
+pub struct Tap {
+    pub node: usize,
+    pub frames: Vec<(Instant, Vec<u8>)>,
+}
+
+/// A raw IPv4 frame of `payload` (BTH … ICRC) under IP header `ip`, its ECN set to `ecn`.
+fn raw_frame(ip: &[u8; 20], ecn: u8, src_port: u16, payload: &[u8]) -> Vec<u8> {
+    let mut h = *ip;
+    h[1] = (h[1] & !3) | (ecn & 3);
+    let total = (20 + 8 + payload.len()) as u16;
+    h[2..4].copy_from_slice(&total.to_be_bytes());
+    h[10..12].copy_from_slice(&[0, 0]);
+    let mut sum: u32 = h.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    let mut f = h.to_vec();
+    f.extend_from_slice(&src_port.to_be_bytes());
+    f.extend_from_slice(&wire::ROCEV2_UDP_PORT.to_be_bytes());
+    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    f
 }
 
 pub fn ip(i: usize) -> IpAddr {
@@ -174,6 +205,7 @@ impl Net {
             log: Vec::new(),
             log_ports: Vec::new(),
             keep_log: false,
+            tap: None,
         }
     }
 
@@ -263,6 +295,11 @@ impl Net {
             }
         }
         let Some(h) = first else { return };
+        if let Some(t) = &mut self.tap
+            && t.node == i
+        {
+            t.frames.push((self.now, raw_frame(&h, run[0].tos & 3, src_port, &payload)));
+        }
         if run.len() > 1 {
             self.runs += 1;
         }
@@ -354,6 +391,11 @@ impl Net {
             self.now = self.now.max(next);
             while self.queue.peek().is_some_and(|r| r.0.at <= self.now) {
                 let Some(Reverse(p)) = self.queue.pop() else { break };
+                if let Some(t) = &mut self.tap
+                    && t.node == p.to
+                {
+                    t.frames.push((self.now, raw_frame(&p.ip, p.ecn, p.src_port, &p.payload)));
+                }
                 let src = IpAddr::V4(Ipv4Addr::new(p.ip[12], p.ip[13], p.ip[14], p.ip[15]));
                 let dst = IpAddr::V4(Ipv4Addr::new(p.ip[16], p.ip[17], p.ip[18], p.ip[19]));
                 let meta = RecvMeta {
