@@ -16,7 +16,14 @@
 //! out-of-order arrival; anything else is a resend, and consecutive resends are one go-back-N
 //! burst, triggered by the NAK or RNR NAK seen before it, or else by the requester's timeout.
 //! A gap that the responder acknowledges without it ever showing up was lost by the capture
-//! point, not by the network.
+//! point, not by the network. Resends lost on the way are gaps in the burst (the burst starts
+//! where the NAK or RNR NAK asked, or after a timeout at the first unacknowledged PSN).
+//!
+//! What a capture cannot show is not counted: a lost packet whose resend is the next thing
+//! the capture sees (the last packet before a go-back-N restart looks like its first send),
+//! or the first resends of a timeout's burst lost after an ACK the capture saw but the
+//! requester never got (the capture cannot know where that burst began). The simulator's
+//! tests count the losses a capture can show and check the analyzer finds exactly those.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -86,6 +93,8 @@ struct Gap {
     opened_ns: u64,
     /// PSNs of it still missing.
     missing: u32,
+    /// Its PSNs lost again: resends of them that never showed.
+    again: u32,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -197,12 +206,15 @@ struct Flow {
     burst_triggers: [u64; 3],
     in_burst: bool,
     burst_start: Option<Psn>,
+    /// The PSN the burst's next resend should carry (a skip is a resend lost on the way).
+    burst_next: Psn,
     /// Bursts from the same unacknowledged PSN, with no ACK between: the requester's retries.
     bursts_at_head: u32,
     burst_high: Psn,
     burst_len: u64,
     max_burst: u64,
-    pending: Option<Trigger>,
+    /// The NAK or RNR NAK seen since the last burst, and the PSN it asked for.
+    pending: Option<(Trigger, Psn)>,
     nak_since_progress: bool,
     last_request_ns: u64,
     last_request_frame: u64,
@@ -266,6 +278,83 @@ impl Flow {
     fn seen_range(&self, psn: Psn) -> bool {
         match (self.first_psn, self.next) {
             (Some(f), Some(n)) => psn.diff(f) >= 0 && psn.diff(n) < 0,
+            _ => false,
+        }
+    }
+
+    /// Records PSNs `start` .. `start + len` as missing here, seen at `ts`.
+    fn open_gap(&mut self, start: Psn, len: u32, ts: u64, mark: Mark) {
+        self.gap_count += 1;
+        self.gap_packets += u64::from(len);
+        self.max_gap = self.max_gap.max(len);
+        if self.gaps.len() < MAX_GAPS {
+            self.gaps.push_back(Gap { start, len, opened_ns: ts, missing: len, again: 0 });
+        } else {
+            self.gaps_untracked += 1;
+        }
+        push_capped(&mut self.marks_loss, Mark { psn: start.get(), ..mark }, MAX_MARKS);
+    }
+
+    /// Records PSNs `start` .. `start + len` as lost on the way here during a resend burst:
+    /// those already missing count as lost again, the others open gaps.
+    fn lost_in_burst(&mut self, start: Psn, len: u32, ts: u64, mark: Mark) {
+        let mut run: Option<(Psn, u32)> = None;
+        for k in 0..len {
+            let p = start.add(k);
+            if self.last_acked.is_some_and(|a| p.diff(a) <= 0) {
+                // The responder had it already (a spurious resend): it will not be asked
+                // for again, and it was lost all the same.
+                self.lost_before += 1;
+                self.gap_packets += 1;
+                if let Some((s, n)) = run.take() {
+                    self.open_gap(s, n, ts, mark);
+                }
+            } else if let Some(g) = self.in_gap(p) {
+                self.gaps[g].again += 1;
+                self.gap_packets += 1;
+                if let Some((s, n)) = run.take() {
+                    self.open_gap(s, n, ts, mark);
+                }
+            } else {
+                run = Some(run.map_or((p, 1), |(s, n)| (s, n + 1)));
+            }
+        }
+        if let Some((s, n)) = run {
+            self.open_gap(s, n, ts, mark);
+        }
+    }
+
+    /// The responder has every request up to `psn`: advances the last acknowledged PSN
+    /// (returning by how many), and gaps it covers were missed by the capture, not lost.
+    fn acknowledge(&mut self, psn: Psn) -> u64 {
+        let newly = match (self.last_acked, self.first_psn) {
+            (Some(a), _) => psn.diff(a).max(0) as u64,
+            (None, Some(p)) => (psn.diff(p) + 1).max(0) as u64,
+            (None, None) => 0,
+        };
+        if newly > 0 {
+            self.last_acked = Some(psn);
+            self.bursts_at_head = 0;
+        }
+        let mut k = 0;
+        while k < self.gaps.len() {
+            let g = self.gaps[k];
+            if psn.diff(g.start.add(g.len - 1)) >= 0 {
+                self.capture_missed += u64::from(g.missing);
+                self.lost_before += u64::from(g.again);
+                self.gaps.remove(k);
+            } else {
+                k += 1;
+            }
+        }
+        newly
+    }
+
+    /// Whether a response at `psn` can answer these requests: among them, or a little
+    /// before the first the capture saw (a request sent before the capture began).
+    fn answerable(&self, psn: Psn) -> bool {
+        match (self.first_psn, self.next) {
+            (Some(f), Some(n)) => psn.diff(f) >= -(1 << 16) && psn.diff(n) < 0,
             _ => false,
         }
     }
@@ -716,20 +805,7 @@ impl Analyzer {
                     f.next = Some(psn.add(1));
                 } else if d > 0 {
                     // Skipped forward: a gap.
-                    let len = d as u32;
-                    f.gap_count += 1;
-                    f.gap_packets += u64::from(len);
-                    f.max_gap = f.max_gap.max(len);
-                    if f.gaps.len() < MAX_GAPS {
-                        f.gaps.push_back(Gap { start: next, len, opened_ns: ts, missing: len });
-                    } else {
-                        f.gaps_untracked += 1;
-                    }
-                    push_capped(
-                        &mut f.marks_loss,
-                        Mark { psn: next.get(), ..mark(r.frame) },
-                        MAX_MARKS,
-                    );
+                    f.open_gap(next, d as u32, ts, mark(r.frame));
                     f.next = Some(psn.add(1));
                 } else {
                     // Backwards: a duplicate, an out-of-order arrival, or a resend.
@@ -756,16 +832,32 @@ impl Analyzer {
                             f.lost_before += 1;
                         }
                         if f.gaps[g].missing == 0 {
+                            f.lost_before += u64::from(f.gaps[g].again);
                             f.gaps.remove(g);
                         }
                     }
                     if !ooo {
+                        if f.in_burst && psn.diff(f.burst_next) > 0 {
+                            // Resends of the burst lost on the way here.
+                            let n = psn.diff(f.burst_next) as u32;
+                            f.lost_in_burst(f.burst_next, n, ts, mark(r.frame));
+                        }
                         if !f.in_burst {
                             f.in_burst = true;
                             f.bursts += 1;
                             f.burst_len = 0;
                             f.burst_high = next.add(Psn::MASK); // next - 1
-                            let t = f.pending.take().unwrap_or(Trigger::Timeout);
+                            // Where go-back-N restarts: the PSN the NAK asked for, or
+                            // after a timeout the first unacknowledged one.
+                            let (t, from) = f.pending.take().unwrap_or((
+                                Trigger::Timeout,
+                                f.last_acked.map_or(psn, |a| a.add(1)),
+                            ));
+                            let skipped = psn.diff(from);
+                            if skipped > 0 && skipped < 1 << 16 {
+                                // The burst's first resends never showed.
+                                f.lost_in_burst(from, skipped as u32, ts, mark(r.frame));
+                            }
                             if f.burst_start == Some(psn) {
                                 f.bursts_at_head += 1;
                             } else {
@@ -775,12 +867,21 @@ impl Analyzer {
                             f.burst_triggers[t as usize] += 1;
                         }
                         f.resent += 1;
+                        f.burst_next = psn.add(1);
                         f.burst_len += 1;
                         f.max_burst = f.max_burst.max(f.burst_len);
                         push_capped(&mut f.marks_resend, mark(r.frame), MAX_MARKS);
                     }
                 }
-                if f.in_burst && psn.diff(f.burst_high) >= 0 {
+                if f.in_burst && d >= 0 {
+                    // Past the burst: its last resends, if they never showed, were lost.
+                    let n = next.diff(f.burst_next);
+                    let acked = f.last_acked.is_some_and(|a| a.diff(f.burst_next) >= 0);
+                    if n > 0 && !acked {
+                        f.lost_in_burst(f.burst_next, n as u32, ts, mark(r.frame));
+                    }
+                    f.in_burst = false;
+                } else if f.in_burst && psn.diff(f.burst_high) >= 0 {
                     f.in_burst = false;
                 }
                 if fresh && d >= 0 {
@@ -836,7 +937,7 @@ impl Analyzer {
                     && g.peer.is_none()
                     && g.key.is_some_and(|k| k.src == key.dst && k.dst == key.src)
                     && g.transport == Some(Transport::Rc)
-                    && (g.seen_range(psn) || g.next == Some(psn.add(1)))
+                    && g.answerable(psn)
             })
             .min_by_key(|(_, g)| {
                 (g.udp_src_port != sport, g.next.map_or(i32::MAX, |n| n.diff(psn).abs()))
@@ -887,29 +988,12 @@ impl Analyzer {
         match Syndrome::from_raw(aeth.syndrome) {
             Syndrome::Ack(_) => {
                 f.acks += 1;
-                let newly = match f.last_acked {
-                    Some(a) if psn.diff(a) > 0 => psn.diff(a) as u64,
-                    Some(_) => 0,
-                    None => f.first_psn.map_or(1, |p| psn.diff(p).max(0) as u64 + 1),
-                };
+                let newly = f.acknowledge(psn);
                 f.acked_packets += newly;
                 if newly > 0 {
-                    f.last_acked = Some(psn);
-                    f.bursts_at_head = 0;
                     let s = f.ring[(psn.get() as usize) % RING];
                     if s.valid && s.psn == psn.get() && o == Operation::Acknowledge {
                         sample(&mut f.ack_latency, ts.saturating_sub(s.ts));
-                    }
-                }
-                // Gaps the responder acknowledged: it had those packets; the capture did not.
-                let mut k = 0;
-                while k < f.gaps.len() {
-                    let g = f.gaps[k];
-                    if psn.diff(g.start.add(g.len - 1)) >= 0 {
-                        f.capture_missed += u64::from(g.missing);
-                        f.gaps.remove(k);
-                    } else {
-                        k += 1;
                     }
                 }
             }
@@ -921,7 +1005,9 @@ impl Analyzer {
                 f.rnr_last_ns = ts;
                 f.rnr_timers.insert(t.0);
                 push_capped(&mut f.rnr_frames, r.frame, MAX_EVIDENCE);
-                f.pending = Some(Trigger::Rnr);
+                f.pending = Some((Trigger::Rnr, psn));
+                // Everything before it was received.
+                f.acknowledge(psn.add(Psn::MASK));
                 f.nak_since_progress = true;
                 push_capped(&mut f.marks_nak, mark, MAX_MARKS);
             }
@@ -937,12 +1023,21 @@ impl Analyzer {
                 push_capped(&mut f.nak_frames[i], r.frame, MAX_EVIDENCE);
                 push_capped(&mut f.marks_nak, mark, MAX_MARKS);
                 if i == 0 {
+                    // Asked for a PSN from before the capture's first: the responder never
+                    // had it — missing here as much as a gap.
+                    if let Some(first) = f.first_psn
+                        && (-(1 << 16)..0).contains(&psn.diff(first))
+                    {
+                        f.open_gap(psn, first.diff(psn) as u32, ts, mark);
+                        f.first_psn = Some(psn);
+                    }
                     // The responder expects `psn`: if the capture saw it, it was lost after.
                     if f.seen_range(psn) && f.in_gap(psn).is_none() && !f.in_burst {
                         f.lost_after += 1;
                     }
-                    f.pending = Some(Trigger::Nak);
+                    f.pending = Some((Trigger::Nak, psn));
                     f.nak_since_progress = true;
+                    f.acknowledge(psn.add(Psn::MASK));
                 } else if f.access_evidence.len() < MAX_EVIDENCE {
                     let what = match f
                         .remote
@@ -1254,14 +1349,20 @@ impl Analyzer {
             );
         }
         let losses = d.psn.lost_before_capture + d.psn.lost_after_capture;
-        if d.psn.resent >= 100 && d.psn.resent >= 20 * losses.max(1) {
+        // Go-back-N resends about a window per loss; a storm is when the resends eat a
+        // tenth of the requests or more.
+        if d.psn.resent >= 100 && d.psn.resent * 10 >= d.requests {
             add(
                 Severity::Warning,
                 "retransmission-storm",
                 d.psn.resent,
                 format!(
-                    "retransmission storm: go-back-N resent {} packets for {} losses ({} bursts, the largest {})",
-                    d.psn.resent, losses, d.psn.bursts, d.psn.max_burst
+                    "retransmission storm: go-back-N resent {} packets ({:.0} % of the requests) for {} losses ({} bursts, the largest {})",
+                    d.psn.resent,
+                    d.psn.resent as f64 * 100.0 / d.requests as f64,
+                    losses,
+                    d.psn.bursts,
+                    d.psn.max_burst
                 ),
                 "every loss costs a whole window resent: fix the loss (below) or lower the QP's outstanding window".into(),
                 f.marks_resend.iter().take(MAX_EVIDENCE).map(|m| m.frame).collect(),
@@ -1499,7 +1600,16 @@ impl Report {
         if self.findings.is_empty() {
             let _ = writeln!(o, "no findings");
         }
-        for (i, f) in self.findings.iter().enumerate() {
+        // Three of a kind are shown; the rest of that kind are counted (--json has them all).
+        let mut shown: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+        let mut number = 0;
+        for f in &self.findings {
+            let n = shown.entry(f.kind).or_default();
+            *n += 1;
+            if *n > 3 {
+                continue;
+            }
+            number += 1;
             let sev = match f.severity {
                 Severity::Error => "ERROR",
                 Severity::Warning => "WARN",
@@ -1507,18 +1617,21 @@ impl Report {
             };
             let _ = writeln!(
                 o,
-                "{}. {sev} {} (#{} {}): {}",
-                i + 1,
-                f.kind,
-                f.connection,
-                f.flow,
-                f.summary
+                "{number}. {sev} {} (#{} {}): {}",
+                f.kind, f.connection, f.flow, f.summary
             );
             let _ = writeln!(o, "   cause: {}", f.cause);
             if !f.frames.is_empty() {
                 let fr: Vec<String> = f.frames.iter().map(u64::to_string).collect();
                 let _ = writeln!(o, "   frames: {}", fr.join(", "));
             }
+        }
+        for (kind, n) in shown.iter().filter(|(_, n)| **n > 3) {
+            let _ = writeln!(
+                o,
+                "   … and {} more {kind} findings on other connections (--json lists them)",
+                n - 3
+            );
         }
         o
     }

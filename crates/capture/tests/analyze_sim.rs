@@ -227,22 +227,9 @@ fn a_burst_loss_is_a_gap_at_the_receiver_and_a_nak_at_the_sender() {
 /// packets cut out of it (not the network's loss) is a capture that missed them.
 #[test]
 fn duplicates_resends_and_a_capture_that_missed_packets() {
-    let faults =
-        Faults { delay: Duration::from_micros(5), loss: 0.01, dup: 0.02, ..Faults::default() };
-    let (mut net, a, b) = pair(13, faults, Params::default(), 1);
-    writes(&mut net, &a, &b, 200, 700);
-    let bytes = pcap(&net);
-    let r = analyze(&bytes, Config::default());
-    let d = &r.connections[0].directions[0];
-    let frames = &net.tap.as_ref().unwrap().frames;
-    let mut seen = std::collections::HashSet::new();
-    let dups =
-        frames.iter().filter(|(_, f)| f[28] != 0x11 && !seen.insert(f.clone())).count() as u64;
-    assert!(dups > 0);
-    assert_eq!(d.psn.duplicates, dups, "{}", r.text());
-    // Every resend reached the tap or was lost: the delivered backward PSNs.
-    assert!(d.psn.resent > 0 && d.psn.resent <= backwards(&sent_psns(&net, 0)), "{}", r.text());
-    assert!(kinds(&r).contains(&"duplicates"), "{}", r.text());
+    for seed in 13..213 {
+        random_faults(seed);
+    }
 
     // The clean capture with every 50th request frame cut out: the responder ACKed them all.
     let (mut net, a, b) = pair(
@@ -275,6 +262,59 @@ fn duplicates_resends_and_a_capture_that_missed_packets() {
         r.text()
     );
     assert_eq!(kinds(&r), vec!["capture-missed"], "{}", r.text());
+}
+
+/// Random loss and duplication with `seed`, the capture point at the receiver.
+fn random_faults(seed: u64) {
+    let faults =
+        Faults { delay: Duration::from_micros(5), loss: 0.01, dup: 0.02, ..Faults::default() };
+    let (mut net, a, b) = pair(seed, faults, Params::default(), 1);
+    writes(&mut net, &a, &b, 200, 700);
+    let bytes = pcap(&net);
+    let r = analyze(&bytes, Config::default());
+    let d = &r.connections[0].directions[0];
+    let frames = &net.tap.as_ref().unwrap().frames;
+    let mut seen = std::collections::HashSet::new();
+    let dups =
+        frames.iter().filter(|(_, f)| f[28] != 0x11 && !seen.insert(f.clone())).count() as u64;
+    assert_eq!(d.psn.duplicates, dups, "{}", r.text());
+    // Every resend reached the tap or was lost: the delivered backward PSNs.
+    assert!(d.psn.resent > 0 && d.psn.resent <= backwards(&sent_psns(&net, 0)), "{}", r.text());
+    assert!(kinds(&r).contains(&"duplicates"), "{}", r.text());
+    // With the capture point at the receiver, every request the network dropped where the
+    // capture can show it (a higher PSN arrived before its resend; a lost tail packet whose
+    // resend comes next looks like its first send) is lost before it, and the capture
+    // missed nothing.
+    let psn = |p: &[u8]| wire::Psn::new(u32::from_be_bytes([0, p[9], p[10], p[11]]));
+    let seen: Vec<(transport::Instant, wire::Psn)> = frames
+        .iter()
+        .filter(|(_, f)| f[28] != 0x81)
+        .filter(|(_, f)| !wire::Opcode(f[28]).operation().is_some_and(|o| o.is_response()))
+        .map(|(t, f)| (*t, psn(&f[28..])))
+        .collect();
+    let dropped = net
+        .drop_log
+        .iter()
+        .filter(|(_, f, _, p)| {
+            *f == 0 && !wire::Opcode(p[0]).operation().is_some_and(|o| o.is_response())
+        })
+        .filter(|(t, _, _, p)| {
+            let p = psn(p);
+            let after = seen.iter().filter(|(u, _)| u > t);
+            after.take_while(|(_, q)| *q != p).any(|(_, q)| q.diff(p) > 0)
+        })
+        .count() as u64;
+    assert_eq!(
+        (d.psn.lost_before_capture, d.psn.lost_after_capture, d.psn.capture_missed),
+        (dropped, 0, 0),
+        "seed {seed}: dropped PSNs {:?}: {}",
+        net.drop_log
+            .iter()
+            .filter(|(_, f, _, _)| *f == 0)
+            .map(|(_, _, _, p)| u32::from_be_bytes([0, p[9], p[10], p[11]]))
+            .collect::<Vec<_>>(),
+        r.text()
+    );
 }
 
 /// CE marks: the CNPs the receiver sent are counted for the flow they throttle; with CNPs

@@ -130,6 +130,8 @@ pub struct Net {
     pub drop_next: Option<(usize, u32, u32)>,
     /// Every packet put on the wire: (from, to, RoCE bytes), for inspection.
     pub log: Vec<(usize, usize, Vec<u8>)>,
+    /// With `keep_log`, every datagram the fault model dropped: (when, from, to, RoCE bytes).
+    pub drop_log: Vec<(Instant, usize, usize, Vec<u8>)>,
     /// The UDP source port of each packet in `log`.
     pub log_ports: Vec<u16>,
     pub keep_log: bool,
@@ -204,6 +206,7 @@ impl Net {
             drop_next: None,
             log: Vec::new(),
             log_ports: Vec::new(),
+            drop_log: Vec::new(),
             keep_log: false,
             tap: None,
         }
@@ -317,6 +320,9 @@ impl Net {
         let f = self.faults;
         if f.partition || self.rng.chance(f.loss) {
             self.dropped += 1;
+            if self.keep_log {
+                self.drop_log.push((self.now, i, to, payload));
+            }
             return;
         }
         let copies = if self.rng.chance(f.dup) { 2 } else { 1 };
