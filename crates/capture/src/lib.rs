@@ -10,8 +10,10 @@ pub mod analyze;
 pub mod erspan;
 pub mod html;
 mod json;
+pub mod live;
 mod reader;
 mod record;
+pub mod write;
 
 pub use reader::{CaptureReader, Error as ReadError, RawFrame};
 pub use record::{Decoded, Record, RecordError, Summary, decode};

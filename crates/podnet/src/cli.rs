@@ -935,6 +935,68 @@ pub(crate) enum CaptureCommand {
         podnet capture analyze --json roce.pcapng | jq '.findings[0]'\n  \
         podnet capture analyze --html report.html mirror.pcap")]
     Analyze(AnalyzeArgs),
+
+    /// Record RoCEv2 off an interface to pcapng: an AF_PACKET socket with a BPF filter for
+    /// UDP to the RoCEv2 port, kernel timestamps in nanoseconds, each frame's direction.
+    ///
+    /// Sees what goes through the kernel's network stack: podnet's soft devices, Linux
+    /// Soft-RoCE (rxe), a veth, loopback, a switch mirror's port. A NIC that carries RoCE in
+    /// hardware (mlx5, bnxt_re, irdma) hands its RoCE packets to no socket: on such an
+    /// interface recording is refused with the reason (exit 2) rather than an empty file.
+    /// Segmentation-offload runs are kept as the kernel saw them (`capture decode` and
+    /// `analyze` cut them) unless --split-gso writes each packet as the wire carries it.
+    /// Stops after --duration, --count, or Ctrl-C, the file complete in every case. The
+    /// last line (or the JSON object with --json) says how many frames went to which files
+    /// and how many the kernel dropped.
+    #[command(after_help = "Examples:\n  \
+        podnet capture record -i eth0 -w roce.pcapng --duration 10\n  \
+        podnet capture record -i ens1f0 -w ring.pcapng --ring 8 --file-size 100\n  \
+        podnet capture record -i lo -w lo.pcapng --count 10000 --split-gso")]
+    Record(RecordArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RecordArgs {
+    /// The interface to record on.
+    #[arg(short = 'i', long, value_name = "NETDEV")]
+    pub(crate) interface: String,
+
+    /// The pcapng file to write (with --ring: NAME.0.EXT, NAME.1.EXT, …).
+    #[arg(short = 'w', long, value_name = "FILE")]
+    pub(crate) write: PathBuf,
+
+    /// Keep a ring of this many files of --file-size each, the oldest overwritten.
+    #[arg(long, value_name = "N")]
+    pub(crate) ring: Option<u32>,
+
+    /// With --ring: start the next file after this many MB.
+    #[arg(long, value_name = "MB", default_value_t = 100)]
+    pub(crate) file_size: u64,
+
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) duration: Option<f64>,
+
+    /// Stop after this many frames.
+    #[arg(long, value_name = "N")]
+    pub(crate) count: Option<u64>,
+
+    /// Bytes kept of each frame (a segmentation-offload run can be 64 KiB).
+    #[arg(long, value_name = "BYTES", default_value_t = 262_144)]
+    pub(crate) snaplen: u32,
+
+    /// Write each packet of a segmentation-offload run as its own frame, with the lengths
+    /// and IPv4 Identification the wire would carry.
+    #[arg(long)]
+    pub(crate) split_gso: bool,
+
+    /// The summary as one JSON object on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// UDP destination port that marks RoCEv2.
+    #[arg(long, value_name = "PORT", default_value_t = wire::ROCEV2_UDP_PORT)]
+    pub(crate) roce_port: u16,
 }
 
 #[derive(Debug, Args)]

@@ -10,7 +10,7 @@ use anyhow::Context;
 use capture::{CaptureReader, Decoded, Summary};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::cli::{AnalyzeArgs, DecodeArgs};
+use crate::cli::{AnalyzeArgs, DecodeArgs, RecordArgs};
 
 /// Output is flushed to stdout in chunks of about this size.
 const FLUSH_AT: usize = 256 * 1024;
@@ -179,4 +179,113 @@ impl<R: Read> Read for Counting<R> {
         self.bytes.set(self.bytes.get() + n as u64);
         Ok(n)
     }
+}
+
+/// Set by SIGINT or SIGTERM: recording stops and the files are completed.
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_stop(_: i32) {
+    STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub(crate) fn record(args: &RecordArgs) -> anyhow::Result<ExitCode> {
+    use std::time::{Duration, Instant};
+
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+
+    if args.snaplen < 128 {
+        anyhow::bail!("--snaplen {} is shorter than RoCEv2's headers", args.snaplen);
+    }
+    let mut sniffer = capture::live::Sniffer::open(
+        std::path::Path::new("/sys"),
+        &args.interface,
+        args.roce_port,
+        args.snaplen,
+    )?;
+    let mut w = capture::write::RingWriter::create(
+        &args.write,
+        args.ring,
+        args.file_size.saturating_mul(1_000_000),
+        &args.interface,
+        args.snaplen,
+    )?;
+    let action = SigAction::new(SigHandler::Handler(on_stop), SaFlags::empty(), SigSet::empty());
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { sigaction(sig, &action) }.context("cannot install the signal handler")?;
+    }
+    eprintln!(
+        "podnet capture record: recording UDP port {} on {} to {}",
+        args.roce_port,
+        args.interface,
+        args.write.display()
+    );
+    let start = Instant::now();
+    let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d.max(0.0)));
+    let mut buf = vec![0u8; args.snaplen as usize];
+    let (mut frames, mut bytes) = (0u64, 0u64);
+    let tty = io::stderr().is_terminal();
+    let mut shown = start;
+    loop {
+        let now = Instant::now();
+        if STOP.load(std::sync::atomic::Ordering::Relaxed)
+            || deadline.is_some_and(|d| now >= d)
+            || args.count.is_some_and(|c| frames >= c)
+        {
+            break;
+        }
+        if tty && now.duration_since(shown) >= Duration::from_secs(1) {
+            eprint!(
+                "\r{frames} frames, {bytes} bytes, {:.0} s",
+                now.duration_since(start).as_secs_f64()
+            );
+            shown = now;
+        }
+        let wait = deadline.map_or(Duration::from_millis(200), |d| {
+            d.saturating_duration_since(now).min(Duration::from_millis(200))
+        });
+        let Some(f) = sniffer.next(&mut buf, wait)? else { continue };
+        let data = &buf[..f.len];
+        let split =
+            if args.split_gso { capture::write::split_gso(data, args.roce_port) } else { None };
+        match split {
+            Some(run) => {
+                for p in &run {
+                    w.write(f.ts_ns, p, p.len(), Some(f.outgoing))?;
+                    frames += 1;
+                    bytes += p.len() as u64;
+                }
+            }
+            None => {
+                w.write(f.ts_ns, data, f.orig_len, Some(f.outgoing))?;
+                frames += 1;
+                bytes += f.orig_len as u64;
+            }
+        }
+    }
+    if tty {
+        eprint!("\r");
+    }
+    let dropped = sniffer.drops()?;
+    let files = w.finish()?;
+    let seconds = start.elapsed().as_secs_f64();
+    let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+    if args.json {
+        let v = serde_json::json!({
+            "interface": args.interface,
+            "frames": frames,
+            "bytes": bytes,
+            "seconds": seconds,
+            "kernel_dropped": dropped,
+            "files": names,
+        });
+        println!("{v}");
+    } else {
+        println!(
+            "{frames} frames ({bytes} bytes) from {} in {seconds:.1} s to {}; the kernel dropped {dropped}",
+            args.interface,
+            names.join(", ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -62,6 +62,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Capture(CaptureCommand::Decode(args)) => capture::decode(&args),
         Command::Capture(CaptureCommand::Analyze(args)) => capture::analyze(&args),
+        Command::Capture(CaptureCommand::Record(args)) => capture::record(&args),
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Perf(args) => perf::run(&args),
         Command::Devices(args) => devices::run(&args),

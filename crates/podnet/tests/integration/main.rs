@@ -21,6 +21,7 @@ mod pod_watch;
 mod qualify;
 #[cfg(feature = "rdma-core")]
 mod rdma_core_rxe;
+mod record;
 mod rxe;
 mod tshark;
 mod util;
