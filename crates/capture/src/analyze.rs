@@ -215,6 +215,9 @@ struct Flow {
     max_burst: u64,
     /// The NAK or RNR NAK seen since the last burst, and the PSN it asked for.
     pending: Option<(Trigger, Psn)>,
+    /// The PSN of the last RNR NAK, until an ACK moves past it: the sequence-error NAKs
+    /// that follow for the packets behind it are its echo, not loss.
+    rnr_psn: Option<Psn>,
     nak_since_progress: bool,
     last_request_ns: u64,
     last_request_frame: u64,
@@ -335,6 +338,9 @@ impl Flow {
         if newly > 0 {
             self.last_acked = Some(psn);
             self.bursts_at_head = 0;
+            if self.rnr_psn.is_some_and(|r| psn.diff(r) >= 0) {
+                self.rnr_psn = None;
+            }
         }
         let mut k = 0;
         while k < self.gaps.len() {
@@ -1006,6 +1012,7 @@ impl Analyzer {
                 f.rnr_timers.insert(t.0);
                 push_capped(&mut f.rnr_frames, r.frame, MAX_EVIDENCE);
                 f.pending = Some((Trigger::Rnr, psn));
+                f.rnr_psn = Some(psn);
                 // Everything before it was received.
                 f.acknowledge(psn.add(Psn::MASK));
                 f.nak_since_progress = true;
@@ -1031,11 +1038,14 @@ impl Analyzer {
                         f.open_gap(psn, first.diff(psn) as u32, ts, mark);
                         f.first_psn = Some(psn);
                     }
-                    // The responder expects `psn`: if the capture saw it, it was lost after.
-                    if f.seen_range(psn) && f.in_gap(psn).is_none() && !f.in_burst {
+                    // The responder expects `psn`: if the capture saw it, it was lost after
+                    // — unless the responder refused it with an RNR NAK (the packets behind
+                    // it draw sequence errors until it is resent).
+                    let after_rnr = f.rnr_psn == Some(psn);
+                    if f.seen_range(psn) && f.in_gap(psn).is_none() && !f.in_burst && !after_rnr {
                         f.lost_after += 1;
                     }
-                    f.pending = Some((Trigger::Nak, psn));
+                    f.pending = Some((if after_rnr { Trigger::Rnr } else { Trigger::Nak }, psn));
                     f.nak_since_progress = true;
                     f.acknowledge(psn.add(Psn::MASK));
                 } else if f.access_evidence.len() < MAX_EVIDENCE {
@@ -1357,14 +1367,15 @@ impl Analyzer {
                 "retransmission-storm",
                 d.psn.resent,
                 format!(
-                    "retransmission storm: go-back-N resent {} packets ({:.0} % of the requests) for {} losses ({} bursts, the largest {})",
+                    "retransmission storm: go-back-N resent {} packets ({:.0} % of the requests) for {} losses and {} RNR NAKs ({} bursts, the largest {})",
                     d.psn.resent,
                     d.psn.resent as f64 * 100.0 / d.requests as f64,
                     losses,
+                    d.answers.rnr_naks,
                     d.psn.bursts,
                     d.psn.max_burst
                 ),
-                "every loss costs a whole window resent: fix the loss (below) or lower the QP's outstanding window".into(),
+                "every loss or RNR NAK costs a whole window resent: fix the cause (below) or lower the QP's outstanding window".into(),
                 f.marks_resend.iter().take(MAX_EVIDENCE).map(|m| m.frame).collect(),
             );
         }

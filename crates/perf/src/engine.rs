@@ -425,6 +425,22 @@ fn try_wc(s: &Side<'_>, out: &mut [WorkCompletion]) -> Result<usize, Error> {
     Ok(n)
 }
 
+/// Tests only (feature `fault-injection`): with `PODNET_FAULT_RECV_HOLD_MS=N` a receiver
+/// waits N ms before it reposts each receive, so that with one posted (`-r 1`) the sender's
+/// next SENDs meet an empty receive queue and draw RNR NAKs.
+#[cfg(feature = "fault-injection")]
+fn fault_recv_hold() {
+    static HOLD: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    let hold = HOLD.get_or_init(|| {
+        let ms: u64 = std::env::var("PODNET_FAULT_RECV_HOLD_MS").ok()?.parse().ok()?;
+        eprintln!("podnet: FAULT INJECTION: each receive reposted {ms} ms late");
+        Some(std::time::Duration::from_millis(ms))
+    });
+    if let Some(d) = hold {
+        std::thread::sleep(*d);
+    }
+}
+
 /// A receive into a whole slot (room for the largest message and, on UD, the GRH).
 fn recv_wr(s: &Side<'_>, qp: usize, slot: usize) -> Result<RecvWr, Error> {
     let mut r = RecvWr::new(RECV_BIT | wr_id(qp, slot as u64));
@@ -798,6 +814,8 @@ pub fn bw(s: &Side<'_>, plan: &BwPlan<'_>, progress: OnProgress<'_>) -> Result<B
                     next_recv_seq[q] += 1;
                 }
                 // Repost into the same slot: the depth stays posted for the next size too.
+                #[cfg(feature = "fault-injection")]
+                fault_recv_hold();
                 s.qps[q].post_recv(recv_wr(s, q, slot)?)?;
                 done_total += 1;
             } else if marking && seq == SEQ_MASK {

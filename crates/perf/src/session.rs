@@ -788,8 +788,23 @@ pub fn run(
             ..Connect::new(path, Psn::new(mine.psn), Psn::new(theirs.psn))
         };
         qp.connect(&c)?;
+        // Tests only (feature `fault-injection`): the peer's R_Key with its top bit flipped,
+        // so every RDMA operation draws a remote access error NAK.
+        #[cfg(feature = "fault-injection")]
+        let theirs_rkey = if std::env::var_os("PODNET_FAULT_BAD_RKEY").is_some() {
+            eprintln!(
+                "podnet: FAULT INJECTION: the peer's R_Key {:#x} used as {:#x}",
+                theirs.rkey,
+                theirs.rkey ^ 0x8000_0000
+            );
+            theirs.rkey ^ 0x8000_0000
+        } else {
+            theirs.rkey
+        };
+        #[cfg(not(feature = "fault-injection"))]
+        let theirs_rkey = theirs.rkey;
         peers.push(Peer {
-            buffer: RemoteBuffer { addr: theirs.vaddr, rkey: verbs::RKey(theirs.rkey) },
+            buffer: RemoteBuffer { addr: theirs.vaddr, rkey: verbs::RKey(theirs_rkey) },
             ud: (o.connection == QpType::Ud).then_some(UdDest {
                 flow_label: path.flow_label,
                 ..UdDest::new(ip, Qpn::new(theirs.qpn), QKey(QKEY))

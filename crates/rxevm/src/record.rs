@@ -188,3 +188,135 @@ pub fn transcript(pcap: &Path, label: &str) -> Result<String> {
     }
     Ok(s)
 }
+
+/// A session with a fault injected in the guest, for `podnet capture analyze`: a server on
+/// rxeB, a client on rxeA, nftables chains (the body of the harness's table) or none, the RoCE
+/// traffic captured on vA — the client's side of the veth wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultSession {
+    /// File stem, e.g. `rxe-burst-loss`.
+    pub name: &'static str,
+    /// What is wrong, for the log.
+    pub fault: &'static str,
+    /// The server (on rxeB); `{podnet}`, `{gb}` are replaced.
+    pub server: String,
+    /// The client (on rxeA); `{podnet}`, `{ga}` are replaced.
+    pub client: String,
+    /// nftables chains in force during the run.
+    pub nft: Option<&'static str>,
+    /// A netem qdisc on vA's egress during the run (`tc qdisc add dev vA root netem …`):
+    /// what it drops never reaches the capture point on vA, and the sender does not know.
+    pub netem: Option<&'static str>,
+}
+
+/// The fault sessions: a clean run, random loss before the capture point (netem on vA's
+/// egress: a drop in vA's nftables output hook is not loss, rxe sends the packet again at
+/// once), a burst dropped after it (vB's input), CE marks on Not-ECT traffic that rxe answers
+/// with no CNP, a podnet receiver that reposts its one receive late (RNR), and a podnet
+/// client that WRITEs with a bad R_Key (the last two need a fault-injection build). A few
+/// dozen messages of 4 KiB each: small captures.
+pub fn fault_sessions() -> Vec<FaultSession> {
+    let bw = |tool: &str, extra: &str| {
+        (
+            format!("{tool} -d rxeB -x {{gb}} -s 4096 -n 20 -F{extra}"),
+            format!("{tool} -d rxeA -x {{ga}} -s 4096 -n 20 -F{extra} 169.254.88.2"),
+        )
+    };
+    let (ws, wc) = bw("ib_write_bw", "");
+    vec![
+        FaultSession {
+            name: "rxe-clean",
+            fault: "none",
+            server: ws.clone(),
+            client: wc.clone(),
+            nft: None,
+            netem: None,
+        },
+        FaultSession {
+            name: "rxe-random-loss",
+            fault: "3 % of rxeA's RoCE packets lost on vA's egress (netem), before the capture point",
+            server: ws.clone(),
+            client: wc.clone(),
+            nft: None,
+            netem: Some("loss 3%"),
+        },
+        FaultSession {
+            name: "rxe-burst-loss",
+            fault: "packets 50-54 arriving at vB dropped on its input, after the capture point",
+            server: ws.clone(),
+            client: wc.clone(),
+            nft: Some(
+                "chain in {\n type filter hook input priority 0;\n iifname \"vB\" udp dport 4791 numgen inc mod 1000 50-54 drop\n}",
+            ),
+            netem: None,
+        },
+        FaultSession {
+            name: "rxe-ce",
+            fault: "every RoCE packet leaving vA marked CE (rxe sends Not-ECT and answers no CNP)",
+            server: ws,
+            client: wc,
+            nft: Some(
+                "chain out {\n type filter hook output priority 0;\n oifname \"vA\" udp dport 4791 ip ecn set ce\n}",
+            ),
+            netem: None,
+        },
+        FaultSession {
+            name: "podnet-rnr",
+            fault: "a podnet receiver with one receive posted reposts each 20 ms late (PODNET_FAULT_RECV_HOLD_MS)",
+            server: "PODNET_FAULT_RECV_HOLD_MS=20 {podnet} perf send-bw --provider rdma-core -d rxeB -x {gb} -s 4096 -n 4 -r 1".into(),
+            client: "{podnet} perf send-bw --provider rdma-core -d rxeA -x {ga} -s 4096 -n 4 169.254.88.2".into(),
+            nft: None,
+            netem: None,
+        },
+        FaultSession {
+            name: "podnet-bad-rkey",
+            fault: "a podnet client WRITEs with the server's R_Key bit-flipped (PODNET_FAULT_BAD_RKEY)",
+            server: "{podnet} perf write-bw --provider rdma-core -d rxeB -x {gb} -s 4096 -n 5".into(),
+            client: "PODNET_FAULT_BAD_RKEY=1 {podnet} perf write-bw --provider rdma-core -d rxeA -x {ga} -s 4096 -n 5 169.254.88.2".into(),
+            nft: None,
+            netem: None,
+        },
+    ]
+}
+
+/// Runs the fault sessions with the podnet binary at `podnet` and copies each capture and
+/// log (the fault, both tools' output, rxeA's and rxeB's counters before and after) to `dir`.
+pub fn record_faults(vm: &Vm, rxe: &RxeSetup, podnet: &str, dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let out = vm.out_dir();
+    let mut done = Vec::new();
+    for s in fault_sessions() {
+        let fill = |t: &str| {
+            t.replace("{podnet}", podnet)
+                .replace("{ga}", &rxe.a.gid4.to_string())
+                .replace("{gb}", &rxe.b.gid4.to_string())
+        };
+        match s.nft {
+            Some(chains) => vm.nft(chains)?,
+            None => vm.nft_reset()?,
+        }
+        let pcap = out.join(format!("{}.pcap", s.name));
+        let (qdisc, no_qdisc) = match s.netem {
+            Some(n) => (format!("tc qdisc add dev vA root netem {n}"), "tc qdisc del dev vA root"),
+            None => (String::new(), ""),
+        };
+        let script = format!(
+            "echo \"# fault: {fault}\"\necho '# counters before'; counters rxeA | sed 's/^/rxeA /'; counters rxeB | sed 's/^/rxeB /'\n\
+             {qdisc}\nrm -f $OUT/.tcpdump.err\ncap_start vA {pcap} 'udp port 4791'\n\
+             pair '{server}' '{client}'; echo \"# rc=$?\"\ncap_stop\n{no_qdisc}\n\
+             echo '# counters after'; counters rxeA | sed 's/^/rxeA /'; counters rxeB | sed 's/^/rxeB /'\n",
+            fault = s.fault,
+            pcap = pcap.display(),
+            server = fill(&s.server),
+            client = fill(&s.client),
+        );
+        let job = vm.spawn(s.name, &script, Duration::from_secs(240))?.wait()?;
+        vm.nft_reset()?;
+        let dst = dir.join(format!("{}.pcap", s.name));
+        std::fs::copy(&pcap, &dst).map_err(io_err(&pcap))?;
+        let log = dir.join(format!("{}.log", s.name));
+        std::fs::write(&log, job.output.replace(podnet, "podnet")).map_err(io_err(&log))?;
+        done.push(dst);
+    }
+    Ok(done)
+}

@@ -89,3 +89,68 @@ fn analyze_refuses_what_is_not_a_capture_in_one_line() {
         assert!(!e.contains("panicked"), "{e}");
     }
 }
+
+/// The server's QPN in a session log: the first `local address` line (the server's output
+/// comes first).
+fn server_qpn(log: &str) -> u32 {
+    let line = log.lines().find(|l| l.contains("local address:")).expect("a local address line");
+    let qpn = line.split_whitespace().skip_while(|w| *w != "QPN").nth(1).unwrap();
+    u32::from_str_radix(qpn.trim_start_matches("0x"), 16).unwrap()
+}
+
+/// Captures recorded in the QEMU guest between rxe devices, and between a podnet peer and
+/// rxe, with faults injected there (`rxevm record-faults`; each log says the fault): the
+/// clean one gives no finding, each fault its finding on the server's QP.
+#[test]
+fn analyze_names_each_fault_recorded_in_the_guest() {
+    for (name, code, first) in [
+        ("rxe-clean", 0, None),
+        ("rxe-random-loss", 0, Some("loss")),
+        ("rxe-burst-loss", 0, Some("loss-after-capture")),
+        ("rxe-ce", 0, Some("ce-without-cnp")),
+        ("podnet-rnr", 0, Some("rnr")),
+        ("podnet-bad-rkey", 1, Some("access-error")),
+    ] {
+        let log = std::fs::read_to_string(testdata(&format!("capture/rxe/{name}.log"))).unwrap();
+        assert!(log.contains("# fault: "), "{name}: the log names its fault");
+        let (rc, json) = analyze(&format!("rxe/{name}.pcap"), &["--json"]);
+        assert_eq!(rc, code, "{name}: {json}");
+        let v: Value = serde_json::from_str(&json).unwrap();
+        let findings = v["findings"].as_array().unwrap();
+        let Some(kind) = first else {
+            assert!(findings.is_empty(), "{name}: {json}");
+            continue;
+        };
+        // Only the fault's own findings.
+        assert_eq!(findings.len(), 1, "{name}: {json}");
+        let f = &findings[0];
+        assert_eq!(f["kind"], kind, "{name}: {json}");
+        let qp = format!("169.254.88.1 > 169.254.88.2 QP {:#x}", server_qpn(&log));
+        assert_eq!(f["flow"], qp.as_str(), "{name}: {json}");
+        let d = &v["connections"][0]["directions"][0];
+        match name {
+            // Linux 6.1's rxe sends Not-ECT; the marks were the fault's.
+            "rxe-ce" => {
+                assert_eq!(
+                    (d["congestion"]["ect"].as_u64(), d["congestion"]["cnps"].as_u64()),
+                    (Some(0), Some(0))
+                );
+                assert!(f["cause"].as_str().unwrap().contains("CE seen, no CNP"));
+            }
+            "podnet-rnr" => {
+                assert!(f["cause"].as_str().unwrap().contains("receiver not ready"));
+                // The sequence errors behind each RNR NAK are not losses.
+                assert_eq!(d["psn"]["lost_after_capture"], 0, "{json}");
+                assert_eq!(d["answers"]["rnr_naks"], d["psn"]["burst_after_rnr"]);
+            }
+            "podnet-bad-rkey" => {
+                let used = log.split("used as ").nth(1).unwrap().split_whitespace().next().unwrap();
+                assert!(
+                    f["summary"].as_str().unwrap().contains(&format!("R_Key {used}")),
+                    "{json}"
+                );
+            }
+            _ => {}
+        }
+    }
+}
