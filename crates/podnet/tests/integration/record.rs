@@ -122,3 +122,50 @@ fn record_on_a_veth_keeps_or_splits_offload_runs() {
         }
     }
 }
+
+/// CE marks on ECT traffic between podnet devices (nftables on the sender's way out, before
+/// the capture point): the receiver answers with CNPs, and `analyze` counts the marks and the
+/// CNPs as the receiver's own counters do (`ecn_ce_rcvd`, `cnp_sent`) — a `congestion`
+/// finding on the receiver's QP, not "CE seen, no CNP".
+#[test]
+fn record_ce_marks_and_the_cnps_that_answer_them() {
+    let script = format!(
+        "{}H1=rech$$_1; H2=rech$$_2\n\
+         ip netns exec $H1 nft -f - <<'NFT'\n\
+         table inet cemark {{\n chain out {{\n type filter hook output priority 0;\n oifname \"eth0\" udp dport 4791 ip ecn set ce\n }}\n}}\n\
+         NFT\n\
+         ip netns exec $H2 $PODNET pingpong -d soft:10.78.0.2 -n 40 -s 4096 --json > $OUT/server.json & SRV=$!\n\
+         sleep 0.3\n\
+         ip netns exec $H1 $PODNET capture record -i eth0 -w $OUT/rec.pcapng --json > $OUT/rec.json 2> $OUT/rec.err & REC=$!\n\
+         for _ in $(seq 100); do grep -q recording $OUT/rec.err && break; sleep 0.05; done\n\
+         ip netns exec $H1 $PODNET pingpong -d soft:10.78.0.1 -n 40 -s 4096 --json 10.78.0.2 > $OUT/client.json\n\
+         wait $SRV; kill -INT $REC; wait $REC\n",
+        bridged_hosts("rec", "10.78.0", 2)
+    );
+    let (_, _, dir) = recorded(&script);
+    let server: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("server.json")).unwrap())
+            .unwrap();
+    let file = dir.path().join("rec.pcapng");
+    all_good(&file);
+    let o = podnet(&["capture", "analyze", "--json", file.to_str().unwrap()]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let d = v["connections"][0]["directions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["src"] == "10.78.0.1")
+        .unwrap()
+        .clone();
+    let c = &server["counters"];
+    assert!(c["cnp_sent"].as_u64().unwrap() > 0, "{server}");
+    assert_eq!(d["congestion"]["ce"], c["ecn_ce_rcvd"], "{d}");
+    assert_eq!(d["congestion"]["cnps"], c["cnp_sent"], "{d}");
+    let f = &v["findings"][0];
+    assert_eq!(f["kind"], "congestion", "{v}");
+    assert!(f["flow"].as_str().unwrap().starts_with("10.78.0.1 > 10.78.0.2 QP "), "{f}");
+    eprintln!(
+        "CE: {} marked, {} CNPs (server counters: ecn_ce_rcvd {}, cnp_sent {})",
+        d["congestion"]["ce"], d["congestion"]["cnps"], c["ecn_ce_rcvd"], c["cnp_sent"]
+    );
+}
