@@ -135,6 +135,11 @@ impl RingWriter {
         Ok(())
     }
 
+    /// Pushes what is buffered to the file.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.w.get_mut().flush()
+    }
+
     /// Flushes the last file; the files written, oldest first.
     pub fn finish(mut self) -> io::Result<Vec<PathBuf>> {
         self.w.get_mut().flush()?;

@@ -426,3 +426,36 @@ fn a_vanished_responder_is_unanswered_requests() {
     assert_eq!(kinds(&r)[0], "unanswered", "{}", r.text());
     assert!(r.has_errors());
 }
+
+/// Bits flipped on the path: an error finding, counted as the decoder's ICRC check counts
+/// the frames it refused.
+#[test]
+fn corrupted_packets_are_an_icrc_error() {
+    let faults = Faults { delay: Duration::from_micros(5), corrupt: 0.02, ..Faults::default() };
+    let (mut net, a, b) = pair(19, faults, Params::default(), 1);
+    writes(&mut net, &a, &b, 64, 700);
+    let bytes = pcap(&net);
+    let bad = {
+        let mut r = CaptureReader::new(&bytes[..]).unwrap();
+        let mut n = 0;
+        let mut i = 0;
+        while let Some(raw) = r.next_frame() {
+            let raw = raw.unwrap();
+            i += 1;
+            if let Decoded::Roce(rec) = capture::decode(i, raw.link.unwrap(), raw.data, 4791) {
+                n += u64::from(rec.icrc_ok == Some(false));
+            }
+        }
+        n
+    };
+    assert!(bad > 0, "the seed corrupted nothing");
+    let r = analyze(&bytes, Config::default());
+    let total: u64 =
+        r.connections.iter().flat_map(|c| &c.directions).map(|d| d.icrc_failures).sum();
+    assert_eq!(total, bad, "{}", r.text());
+    let f = r.findings.iter().find(|f| f.kind == "icrc").expect("an icrc finding");
+    assert_eq!(f.severity, Severity::Error);
+    assert!(r.has_errors());
+    // The corrupted packets are lost to the receiver: the resends that followed are there too.
+    assert!(r.connections[0].directions[0].psn.resent > 0, "{}", r.text());
+}

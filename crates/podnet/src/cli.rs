@@ -948,6 +948,9 @@ pub(crate) enum CaptureCommand {
     /// Stops after --duration, --count, or Ctrl-C, the file complete in every case. The
     /// last line (or the JSON object with --json) says how many frames went to which files
     /// and how many the kernel dropped.
+    ///
+    /// A soft device can also record itself, both directions, from inside the device: run any
+    /// tool with PODNET_CAPTURE=FILE ({ip} in FILE becomes the device's address).
     #[command(after_help = "Examples:\n  \
         podnet capture record -i eth0 -w roce.pcapng --duration 10\n  \
         podnet capture record -i ens1f0 -w ring.pcapng --ring 8 --file-size 100\n  \

@@ -69,6 +69,8 @@ impl ContextOptions {
             udp_offload: self.udp_offload,
             fault,
             receive_buffer,
+            // Every tool's soft device records itself when asked (`capture record`'s help).
+            capture: std::env::var_os("PODNET_CAPTURE").map(std::path::PathBuf::from),
         }
     }
 }

@@ -131,6 +131,8 @@ pub(crate) struct Sockets {
     /// IPv4 receives through the raw socket, which sees a run unsegmented where nothing
     /// segmented it, and the transport cuts it).
     pub(crate) offload: bool,
+    /// The device's own capture point, when asked for.
+    pub(crate) tap: Option<crate::tap::Tap>,
 }
 
 /// Receive buffers and the `recvmmsg` headers that describe them, reused across calls (a
@@ -306,7 +308,7 @@ impl Sockets {
             // datagrams come through the raw socket, or singly to recover their IDs).
             offload
         };
-        Ok(Sockets { udp, raw, ip, port, rx_path, offload: gso })
+        Ok(Sockets { udp, raw, ip, port, rx_path, offload: gso, tap: None })
     }
 
     /// Datagrams the receiving socket dropped since it opened (the kernel's `sk_drops`, read
@@ -625,6 +627,19 @@ impl Sockets {
             let rc = unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr().cast(), msgs as u32, 0) };
             if rc < 0 {
                 return Err(io::Error::last_os_error());
+            }
+            if let Some(tap) = &self.tap {
+                for &(first, n) in &groups[..rc as usize] {
+                    for (k, t) in batch[first..first + n].iter().enumerate() {
+                        tap.sent(
+                            (self.ip, t.src_port),
+                            (t.dst, self.port),
+                            t.tos,
+                            k as u16,
+                            &t.payload,
+                        );
+                    }
+                }
             }
             let sum = |g: &[(usize, usize)]| g.iter().map(|g| g.1).sum();
             Ok((sum(&groups[..rc as usize]), sum(&groups[..msgs])))

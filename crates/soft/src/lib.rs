@@ -9,6 +9,7 @@
 
 mod io;
 mod options;
+mod tap;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -414,7 +415,15 @@ impl SoftDevice {
         })
     }
 
-    fn start(name: String, io: io::Sockets, opts: &SoftOptions) -> Result<SoftDevice> {
+    fn start(name: String, mut io: io::Sockets, opts: &SoftOptions) -> Result<SoftDevice> {
+        if let Some(path) = &opts.capture {
+            let path = std::path::PathBuf::from(
+                path.to_string_lossy().replace("{ip}", &io.ip.to_string()),
+            );
+            let tap = tap::Tap::create(&path, &name)
+                .map_err(|source| Error::Open { device: name.clone(), source })?;
+            io.tap = Some(tap);
+        }
         let mut seed = [0u8; 16];
         getrandom::fill(&mut seed).map_err(|e| Error::Open {
             device: name.clone(),
@@ -632,6 +641,9 @@ impl Shared {
                 let got = self.io.recv_batch(rx, |meta, bytes, recovered| {
                     if recovered.is_some() {
                         driver.icrc_unverified += 1;
+                    }
+                    if let Some(tap) = &self.io.tap {
+                        tap.received(meta, bytes);
                     }
                     ep.handle_datagram(now, meta, bytes);
                 });

@@ -15,6 +15,9 @@ pub struct SoftOptions {
     /// `CAP_NET_ADMIN`: 212992 is what an unprivileged process gets under default sysctls
     /// (`rmem_max`). The device's READ window follows what it gets.
     pub receive_buffer: Option<usize>,
+    /// Record every datagram the device sends and receives to this pcapng file (`{ip}` in
+    /// it becomes the device's address): the device's own capture point, both directions.
+    pub capture: Option<std::path::PathBuf>,
 }
 
 /// A fault a soft device injects, for tests: the burn-in's integrity checks must catch it.

@@ -169,3 +169,30 @@ fn record_ce_marks_and_the_cnps_that_answer_them() {
         d["congestion"]["ce"], d["congestion"]["cnps"], c["ecn_ce_rcvd"], c["cnp_sent"]
     );
 }
+
+/// The soft device's own capture point (`PODNET_CAPTURE=FILE`, `{ip}` the device's address):
+/// each side of a pingpong across a veth records both directions from inside its device;
+/// each file decodes with every ICRC good and holds, per direction, the packets the
+/// client's device counted.
+#[test]
+fn a_soft_device_records_itself() {
+    let script = format!(
+        "{}H1=rech$$_1; H2=rech$$_2\n\
+         export PODNET_CAPTURE=$OUT/tap-{{ip}}.pcapng\n\
+         ip netns exec $H2 $PODNET pingpong -d soft:10.79.0.2 -n 30 -s 16384 & SRV=$!\n\
+         sleep 0.3\n\
+         ip netns exec $H1 $PODNET pingpong -d soft:10.79.0.1 -n 30 -s 16384 --json 10.79.0.2 > $OUT/client.json\n\
+         wait $SRV; echo '{{}}' > $OUT/rec.json\n",
+        bridged_hosts("rec", "10.79.0", 2)
+    );
+    let (client, _, dir) = recorded(&script);
+    let c = &client["counters"];
+    let (sent, rcvd) = (c["sent_pkts"].as_u64().unwrap(), c["rcvd_pkts"].as_u64().unwrap());
+    for side in ["10.79.0.1", "10.79.0.2"] {
+        let file = dir.path().join(format!("tap-{side}.pcapng"));
+        let frames = all_good(&file);
+        assert_eq!(packets_from(&file, "10.79.0.1"), sent, "{side}: {client}");
+        assert_eq!(packets_from(&file, "10.79.0.2"), rcvd, "{side}: {client}");
+        eprintln!("tap of {side}: {frames} frames; client sent {sent}, received {rcvd}");
+    }
+}
