@@ -183,13 +183,7 @@ pub fn split_gso(data: &[u8], port: u16) -> Option<Vec<Vec<u8>>> {
             ip[2..4].copy_from_slice(&(ip_len as u16 + udp_len).to_be_bytes());
             let id = u16::from_be_bytes([ip[4], ip[5]]).wrapping_add(k as u16);
             ip[4..6].copy_from_slice(&id.to_be_bytes());
-            ip[10..12].copy_from_slice(&[0, 0]);
-            let mut sum: u32 =
-                ip.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
-            while sum > 0xffff {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
-            ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+            wire::frame::set_ipv4_checksum(ip);
         } else {
             f[ip_at + 4..ip_at + 6].copy_from_slice(&udp_len.to_be_bytes());
         }

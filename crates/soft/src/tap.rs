@@ -51,14 +51,7 @@ impl Tap {
         f.extend_from_slice(ip);
         if h.is_ipv4() {
             // The kernel's header checksum (the ICRC masks it; a reader checks it).
-            let hdr = &mut f[at..at + ip.len()];
-            hdr[10..12].copy_from_slice(&[0, 0]);
-            let mut sum: u32 =
-                hdr.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
-            while sum > 0xffff {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
-            hdr[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+            wire::frame::set_ipv4_checksum(&mut f[at..at + ip.len()]);
         }
         f.extend_from_slice(h.udp_header());
         f.extend_from_slice(roce);

@@ -153,12 +153,7 @@ fn raw_frame(ip: &[u8; 20], ecn: u8, src_port: u16, payload: &[u8]) -> Vec<u8> {
     h[1] = (h[1] & !3) | (ecn & 3);
     let total = (20 + 8 + payload.len()) as u16;
     h[2..4].copy_from_slice(&total.to_be_bytes());
-    h[10..12].copy_from_slice(&[0, 0]);
-    let mut sum: u32 = h.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    wire::frame::set_ipv4_checksum(&mut h);
     let mut f = h.to_vec();
     f.extend_from_slice(&src_port.to_be_bytes());
     f.extend_from_slice(&wire::ROCEV2_UDP_PORT.to_be_bytes());
