@@ -19,6 +19,12 @@
 //! point, not by the network. Resends lost on the way are gaps in the burst (the burst starts
 //! where the NAK or RNR NAK asked, or after a timeout at the first unacknowledged PSN).
 //!
+//! A late packet whose IPv4 Identification is older than the newest of its flow (where the
+//! sender numbers its packets in order, as rxe and Linux's stack do) is an original that was
+//! overtaken, not a resend: reordering, even after the NAK and the resends it set off; a loss
+//! counted when its resend came first is taken back. Reordering tangled with the go-back-N
+//! bursts it sets off is still partly counted as loss.
+//!
 //! What a capture cannot show is not counted: a lost packet whose resend is the next thing
 //! the capture sees (the last packet before a go-back-N restart looks like its first send),
 //! or the first resends of a timeout's burst lost after an ACK the capture saw but the
@@ -215,6 +221,18 @@ struct Flow {
     max_burst: u64,
     /// The NAK or RNR NAK seen since the last burst, and the PSN it asked for.
     pending: Option<(Trigger, Psn)>,
+    /// The newest IPv4 Identification of this flow's requests, and how many of them came
+    /// with a newer one than the one before (a sender that numbers its packets in order:
+    /// rxe, Linux's stack; not podnet's soft device, which sends 0): an older one on a late
+    /// packet marks it as the original, not a resend.
+    newest_id: Option<u16>,
+    ids_rising: u64,
+    /// PSNs lately counted lost because a resend filled them: a late original of one of
+    /// them shows the loss was reordering.
+    filled: VecDeque<Psn>,
+    /// PSNs lately seen out of order: the responder may NAK one (it came after the next),
+    /// which is reordering, not loss after the capture point.
+    late: VecDeque<Psn>,
     /// The PSN of the last RNR NAK, until an ACK moves past it: the sequence-error NAKs
     /// that follow for the packets behind it are its echo, not loss.
     rnr_psn: Option<Psn>,
@@ -257,6 +275,14 @@ struct Flow {
     marks_resend: Vec<Mark>,
     marks_nak: Vec<Mark>,
     marks_cnp: Vec<Mark>,
+}
+
+/// Remembers `psn` among the last [`MAX_GAPS`].
+fn push_recent(v: &mut VecDeque<Psn>, psn: Psn) {
+    if v.len() >= MAX_GAPS {
+        v.pop_front();
+    }
+    v.push_back(psn);
 }
 
 fn push_capped<T>(v: &mut Vec<T>, x: T, cap: usize) {
@@ -786,6 +812,16 @@ impl Analyzer {
         let psn = h.bth.psn;
         let ip_id = r.edge.ip.id;
         f.requests += 1;
+        if let Some(id) = ip_id {
+            match f.newest_id {
+                Some(n) if (id.wrapping_sub(n) as i16) > 0 => {
+                    f.ids_rising += 1;
+                    f.newest_id = Some(id);
+                }
+                Some(_) => {}
+                None => f.newest_id = Some(id),
+            }
+        }
         f.last_request_ns = ts;
         f.last_request_frame = r.frame;
         if matches!(
@@ -821,6 +857,29 @@ impl Analyzer {
                         return;
                     }
                     fresh = false;
+                    // An original overtaken on the way (its Identification older than the
+                    // newest): reordering, whatever NAKs and resends came meanwhile.
+                    let numbered = f.ids_rising * 10 >= f.requests * 9 && f.requests >= 8;
+                    let late_original = numbered
+                        && matches!((ip_id, f.newest_id), (Some(i), Some(n)) if (i.wrapping_sub(n) as i16) < 0);
+                    if late_original {
+                        f.out_of_order += 1;
+                        push_recent(&mut f.late, psn);
+                        if let Some(g) = f.in_gap(psn) {
+                            let gp = &mut f.gaps[g];
+                            gp.missing = gp.missing.saturating_sub(1);
+                            if gp.missing == 0 {
+                                f.lost_before += u64::from(gp.again);
+                                f.gaps.remove(g);
+                            }
+                        } else if let Some(k) = f.filled.iter().position(|&p| p == psn) {
+                            // Counted lost when its resend came first: it was not.
+                            f.filled.remove(k);
+                            f.lost_before = f.lost_before.saturating_sub(1);
+                        }
+                        f.ring[slot] = Slot { psn: psn.get(), ts, ip_id, valid: true };
+                        return;
+                    }
                     let gap = f.in_gap(psn);
                     let ooo = gap.is_some_and(|g| {
                         !f.nak_since_progress
@@ -833,9 +892,11 @@ impl Analyzer {
                         gp.missing = gp.missing.saturating_sub(1);
                         if ooo {
                             f.out_of_order += 1;
+                            push_recent(&mut f.late, psn);
                             fresh = true;
                         } else {
                             f.lost_before += 1;
+                            push_recent(&mut f.filled, psn);
                         }
                         if f.gaps[g].missing == 0 {
                             f.lost_before += u64::from(f.gaps[g].again);
@@ -1042,7 +1103,13 @@ impl Analyzer {
                     // — unless the responder refused it with an RNR NAK (the packets behind
                     // it draw sequence errors until it is resent).
                     let after_rnr = f.rnr_psn == Some(psn);
-                    if f.seen_range(psn) && f.in_gap(psn).is_none() && !f.in_burst && !after_rnr {
+                    let reordered = f.late.contains(&psn);
+                    if f.seen_range(psn)
+                        && f.in_gap(psn).is_none()
+                        && !f.in_burst
+                        && !after_rnr
+                        && !reordered
+                    {
                         f.lost_after += 1;
                     }
                     f.pending = Some((if after_rnr { Trigger::Rnr } else { Trigger::Nak }, psn));
