@@ -1,5 +1,5 @@
-//! Arbitrary bytes as a capture file, through everything `podnet capture decode` does with
-//! it: no panic, no unbounded memory, errors are values.
+//! Arbitrary bytes as a capture file, through everything `podnet capture decode` and
+//! `capture analyze` do with it: no panic, no unbounded memory, errors are values.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -7,15 +7,23 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let Ok(mut reader) = capture::CaptureReader::new(data) else { return };
     let mut summary = capture::Summary::default();
+    let mut analyzer = capture::analyze::Analyzer::new(capture::analyze::Config::default());
     let mut out = Vec::new();
     while let Some(frame) = reader.next_frame() {
         let Ok(raw) = frame else { break };
+        analyzer.frame(raw.ts_ns);
         match raw.link {
             Ok(link) => {
-                let d = capture::decode(summary.frames + 1, link, raw.data, 4791);
-                if let capture::Decoded::Roce(r) = &d {
-                    r.write_json(&mut out);
-                    r.write_line(&mut out);
+                let mut d = capture::decode(summary.frames + 1, link, raw.data, 4791);
+                d.set_ts_ns(raw.ts_ns);
+                match &d {
+                    capture::Decoded::Roce(r) => {
+                        r.write_json(&mut out);
+                        r.write_line(&mut out);
+                        analyzer.record(r);
+                    }
+                    capture::Decoded::Gso(run) => run.iter().for_each(|r| analyzer.record(r)),
+                    _ => {}
                 }
                 summary.count(&d);
             }
@@ -24,4 +32,7 @@ fuzz_target!(|data: &[u8]| {
         out.clear();
     }
     let _ = summary.write_line(&mut out);
+    let report = analyzer.finish();
+    let _ = report.text();
+    let _ = capture::html::render(&report, "fuzz");
 });

@@ -154,3 +154,27 @@ fn analyze_names_each_fault_recorded_in_the_guest() {
         }
     }
 }
+
+/// Every capture in testdata (perftest and rc_pingpong between rxe devices, the shared
+/// vectors, podnet's own, the simulator's, the fault recordings): analyzed to the end, a
+/// report that parses, never a panic.
+#[test]
+fn analyze_reads_every_committed_capture() {
+    let mut seen = 0;
+    for dir in ["roce", "rxe", "capture", "capture/rxe"] {
+        for e in std::fs::read_dir(testdata(dir)).unwrap().flatten() {
+            let p = e.path();
+            let name = p.to_string_lossy().to_string();
+            if !(name.ends_with(".pcap") || name.ends_with(".pcapng")) {
+                continue;
+            }
+            let o = podnet(&["capture", "analyze", "--json", &name]);
+            assert!(matches!(o.status.code(), Some(0 | 1)), "{name}: {}", stderr(&o));
+            let v: Value =
+                serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(v["frames"].as_u64().unwrap() > 0, "{name}");
+            seen += 1;
+        }
+    }
+    assert!(seen >= 50, "only {seen} captures");
+}
