@@ -1661,6 +1661,19 @@ impl Report {
                         );
                     }
                 }
+                let gp = &d.goodput.mbit_s;
+                if gp.iter().any(|&x| x > 0.0) {
+                    let peak = gp.iter().copied().fold(0.0, f64::max);
+                    let span = (d.seconds[1] - d.seconds[0]).max(1e-9);
+                    // First transmissions only: what the buckets hold.
+                    let mean = gp.iter().sum::<f64>() * (d.goodput.bucket_ms / 1e3) / span;
+                    let _ = writeln!(
+                        o,
+                        "    goodput: peak {peak:.1} Mbit/s ({} ms buckets), {mean:.1} Mbit/s over its {}",
+                        d.goodput.bucket_ms,
+                        seconds(span)
+                    );
+                }
                 let g = &d.congestion;
                 if g.ce + g.cnps > 0 {
                     let _ = writeln!(
