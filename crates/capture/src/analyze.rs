@@ -1452,8 +1452,18 @@ impl Analyzer {
                 "loss",
                 d.psn.lost_before_capture,
                 format!(
-                    "lost packets on the path before this capture point: {} PSN gaps ({} packets, the largest {}) in the requests; resent in {} bursts after a NAK, {} after a timeout",
-                    d.psn.gaps, d.psn.lost_before_capture, d.psn.max_gap, d.psn.burst_after_nak, d.psn.burst_after_timeout
+                    "lost packets on the path before this capture point: {} PSN gaps ({} packets, the largest {}) in the requests; {}",
+                    d.psn.gaps,
+                    d.psn.lost_before_capture,
+                    d.psn.max_gap,
+                    if f.transport == Some(Transport::Rc) {
+                        format!(
+                            "resent in {} bursts after a NAK, {} after a timeout",
+                            d.psn.burst_after_nak, d.psn.burst_after_timeout
+                        )
+                    } else {
+                        "nothing resends them on this transport: those messages are gone".into()
+                    }
                 ),
                 "packets dropped between the sender and this capture point (congestion without PFC, a bad link, a switch buffer): look at the switch ports' discard counters and the NIC's out_of_sequence counter".into(),
                 f.marks_loss.iter().take(MAX_EVIDENCE).map(|m| m.frame).collect(),

@@ -488,3 +488,41 @@ fn reordering_is_mostly_not_loss() {
         );
     }
 }
+
+/// UD: datagrams from one QP to another, a burst of three dropped on the way — a flow keyed
+/// by its source QP, with nothing to resend them: three lost, a `loss` finding on the
+/// destination QP.
+#[test]
+fn ud_datagrams_lost_are_a_loss_on_their_flow() {
+    let mut net = Net::new(2, 21, Faults { delay: Duration::from_micros(5), ..Faults::default() });
+    let a = side(&mut net, 0, QpType::Ud, BUF);
+    let b = side(&mut net, 1, QpType::Ud, BUF);
+    sim::ud_ready(&mut net, &a);
+    sim::ud_ready(&mut net, &b);
+    net.tap = Some(Tap { node: 1, frames: Vec::new() });
+    for i in 0..40 {
+        net.nodes[1].post_recv(b.qpn, RecvWr::new(i).sge(BUF_ADDR, 4096, b.mr.lkey)).unwrap();
+    }
+    net.drop_next = Some((0, 10, 3));
+    for i in 0..30 {
+        let mut wr = SendWr::new(i, SendOp::Send).sge(BUF_ADDR, 200, a.mr.lkey);
+        wr.ud = Some(transport::UdDest::new(sim::ip(1), b.qpn, transport::QKey(0x1111_1111)));
+        net.nodes[0].post_send(a.qpn, wr).unwrap();
+        net.advance(Duration::from_micros(2));
+    }
+    net.advance(Duration::from_micros(100));
+    let r = analyze(&pcap(&net), Config::default());
+    assert_eq!(r.connections.len(), 1, "{}", r.text());
+    let c = &r.connections[0];
+    assert_eq!(c.transport, "UD");
+    let d = &c.directions[0];
+    assert_eq!(d.src_qp, Some(a.qpn.get()), "{}", r.text());
+    assert_eq!((d.requests, d.psn.gaps, d.psn.lost_before_capture), (27, 1, 3), "{}", r.text());
+    let f = &r.findings[0];
+    assert_eq!(f.kind, "loss", "{}", r.text());
+    assert!(
+        f.flow.contains(&format!("QP {:#x} (from QP {:#x})", b.qpn.get(), a.qpn.get())),
+        "{}",
+        f.flow
+    );
+}
