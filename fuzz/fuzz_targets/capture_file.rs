@@ -16,15 +16,11 @@ fuzz_target!(|data: &[u8]| {
             Ok(link) => {
                 let mut d = capture::decode(summary.frames + 1, link, raw.data, 4791);
                 d.set_ts_ns(raw.ts_ns);
-                match &d {
-                    capture::Decoded::Roce(r) => {
-                        r.write_json(&mut out);
-                        r.write_line(&mut out);
-                        analyzer.record(r);
-                    }
-                    capture::Decoded::Gso(run) => run.iter().for_each(|r| analyzer.record(r)),
-                    _ => {}
+                for r in d.records() {
+                    r.write_json(&mut out);
+                    r.write_line(&mut out);
                 }
+                analyzer.decoded(&d);
                 summary.count(&d);
             }
             Err(_) => summary.count_unsupported(),

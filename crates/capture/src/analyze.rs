@@ -721,6 +721,11 @@ impl Analyzer {
         i
     }
 
+    /// Takes every record of one decoded frame.
+    pub fn decoded(&mut self, d: &crate::Decoded<'_>) {
+        d.records().iter().for_each(|r| self.record(r));
+    }
+
     /// Takes one RoCEv2 record.
     pub fn record(&mut self, r: &Record<'_>) {
         self.roce += 1;
@@ -996,23 +1001,36 @@ impl Analyzer {
         let key = self.flows[fi].key?;
         let sport = self.flows[fi].udp_src_port;
         let best = self
-            .flows
-            .iter()
-            .enumerate()
-            .filter(|(j, g)| {
-                *j != fi
-                    && g.peer.is_none()
-                    && g.key.is_some_and(|k| k.src == key.dst && k.dst == key.src)
-                    && g.transport == Some(Transport::Rc)
-                    && g.answerable(psn)
-            })
-            .min_by_key(|(_, g)| {
+            .unpaired(fi, (key.dst, key.src), Some(Transport::Rc))
+            .filter(|&j| self.flows[j].answerable(psn))
+            .min_by_key(|&j| {
+                let g = &self.flows[j];
                 (g.udp_src_port != sport, g.next.map_or(i32::MAX, |n| n.diff(psn).abs()))
-            })
-            .map(|(j, _)| j)?;
-        self.flows[fi].peer = Some(best);
-        self.flows[best].peer = Some(fi);
+            })?;
+        self.link(fi, best);
         Some(best)
+    }
+
+    /// The flows other than `i`, not yet paired, from `src` to `dst` and of `transport`.
+    fn unpaired(
+        &self,
+        i: usize,
+        (src, dst): (IpAddr, IpAddr),
+        transport: Option<Transport>,
+    ) -> impl Iterator<Item = usize> + '_ {
+        self.flows.iter().enumerate().filter_map(move |(j, g)| {
+            let fits = j != i
+                && g.peer.is_none()
+                && g.transport == transport
+                && g.key.is_some_and(|k| k.src == src && k.dst == dst);
+            fits.then_some(j)
+        })
+    }
+
+    /// Makes flows `a` and `b` the two directions of one connection.
+    fn link(&mut self, a: usize, b: usize) {
+        self.flows[a].peer = Some(b);
+        self.flows[b].peer = Some(a);
     }
 
     fn response(
@@ -1161,25 +1179,10 @@ impl Analyzer {
             if t == Some(Transport::Ud) {
                 continue;
             }
-            let cands: Vec<usize> = (0..self.flows.len())
-                .filter(|&j| {
-                    j != i
-                        && self.flows[j].peer.is_none()
-                        && self.flows[j].transport == t
-                        && self.flows[j].key.is_some_and(|q| q.src == k.dst && q.dst == k.src)
-                })
-                .collect();
-            let back: Vec<usize> = (0..self.flows.len())
-                .filter(|&j| {
-                    j != i
-                        && self.flows[j].peer.is_none()
-                        && self.flows[j].transport == t
-                        && self.flows[j].key.is_some_and(|q| q.src == k.src && q.dst == k.dst)
-                })
-                .collect();
-            if cands.len() == 1 && back.is_empty() {
-                self.flows[i].peer = Some(cands[0]);
-                self.flows[cands[0]].peer = Some(i);
+            let back: Vec<usize> = self.unpaired(i, (k.dst, k.src), t).collect();
+            let alongside = self.unpaired(i, (k.src, k.dst), t).next();
+            if let ([only], None) = (back.as_slice(), alongside) {
+                self.link(i, *only);
             }
         }
         let mut order: Vec<usize> = (0..self.flows.len()).collect();

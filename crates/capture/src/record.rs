@@ -74,7 +74,16 @@ pub enum Decoded<'a> {
 }
 
 impl<'a> Decoded<'a> {
-    /// Its records.
+    /// Its records: one for a RoCEv2 frame, one per packet of a GSO run, none otherwise.
+    pub fn records(&self) -> &[Record<'a>] {
+        match self {
+            Decoded::Roce(r) => std::slice::from_ref(r),
+            Decoded::Gso(run) => run,
+            Decoded::NotRoce(_) | Decoded::Unsupported(_) => &[],
+        }
+    }
+
+    /// Its records, to change.
     fn records_mut(&mut self) -> &mut [Record<'a>] {
         match self {
             Decoded::Roce(r) => std::slice::from_mut(r),

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::rc::Rc;
 
 use anyhow::Context;
-use capture::{CaptureReader, Decoded, Summary};
+use capture::{CaptureReader, Summary};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::{AnalyzeArgs, DecodeArgs, RecordArgs};
@@ -76,11 +76,7 @@ pub(crate) fn analyze(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
         if let Ok(link) = raw.link {
             let mut d = capture::decode(index, link, raw.data, args.roce_port);
             d.set_ts_ns(raw.ts_ns);
-            match &d {
-                Decoded::Roce(r) => a.record(r),
-                Decoded::Gso(run) => run.iter().for_each(|r| a.record(r)),
-                Decoded::NotRoce(_) | Decoded::Unsupported(_) => {}
-            }
+            a.decoded(&d);
         }
         if index.is_multiple_of(65536)
             && let Some(pb) = &progress
@@ -128,12 +124,7 @@ pub(crate) fn decode(args: &DecodeArgs) -> anyhow::Result<ExitCode> {
             Ok(link) => {
                 let mut d = capture::decode(index, link, raw.data, args.roce_port);
                 d.set_ts_ns(raw.ts_ns);
-                let records = match &d {
-                    Decoded::Roce(r) => std::slice::from_ref(r),
-                    Decoded::Gso(run) => run.as_slice(),
-                    Decoded::NotRoce(_) | Decoded::Unsupported(_) => &[],
-                };
-                for r in records {
+                for r in d.records() {
                     if args.json {
                         r.write_json(&mut buf);
                     } else {
