@@ -22,6 +22,11 @@ const BUF: usize = 1 << 20;
 /// The simulator's clock starts at 0; the captures start at a real date.
 const EPOCH_NS: u64 = 1_796_000_000_000_000_000;
 
+/// A 5 µs wire that does nothing else to packets.
+fn wire() -> Faults {
+    Faults { delay: Duration::from_micros(5), ..Faults::default() }
+}
+
 /// Two RC QPs at MTU 256 (small packets: small committed captures), a tap at node `tap`.
 fn pair(seed: u64, faults: Faults, p: Params, tap: usize) -> (Net, Side, Side) {
     let p = Params { mtu: Mtu::Mtu256, ..p };
@@ -96,11 +101,8 @@ fn analyze(bytes: &[u8], cfg: Config) -> Report {
         a.frame(raw.ts_ns);
         let mut d = capture::decode(i, raw.link.unwrap(), raw.data, 4791);
         d.set_ts_ns(raw.ts_ns);
-        match &d {
-            Decoded::Roce(r) => a.record(r),
-            Decoded::Gso(run) => run.iter().for_each(|r| a.record(r)),
-            other => panic!("frame {i}: {other:?}"),
-        }
+        assert!(matches!(d, Decoded::Roce(_) | Decoded::Gso(_)), "frame {i}: {d:?}");
+        a.decoded(&d);
     }
     a.finish()
 }
@@ -150,12 +152,7 @@ fn kinds(r: &Report) -> Vec<&'static str> {
 
 #[test]
 fn a_clean_capture_has_no_finding_and_exact_counts() {
-    let (mut net, a, b) = pair(
-        11,
-        Faults { delay: Duration::from_micros(5), ..Faults::default() },
-        Params::default(),
-        1,
-    );
+    let (mut net, a, b) = pair(11, wire(), Params::default(), 1);
     let st = writes(&mut net, &a, &b, 64, 700);
     assert!(st.iter().all(|s| *s == WcStatus::Success));
     let bytes = pcap(&net);
@@ -180,12 +177,7 @@ fn a_clean_capture_has_no_finding_and_exact_counts() {
 #[test]
 fn a_burst_loss_is_a_gap_at_the_receiver_and_a_nak_at_the_sender() {
     for tap in [1, 0] {
-        let (mut net, a, b) = pair(
-            12,
-            Faults { delay: Duration::from_micros(5), ..Faults::default() },
-            Params::default(),
-            tap,
-        );
+        let (mut net, a, b) = pair(12, wire(), Params::default(), tap);
         net.drop_next = Some((0, 40, 3));
         let st = writes(&mut net, &a, &b, 64, 700);
         assert!(st.iter().all(|s| *s == WcStatus::Success));
@@ -232,12 +224,7 @@ fn duplicates_resends_and_a_capture_that_missed_packets() {
     }
 
     // The clean capture with every 50th request frame cut out: the responder ACKed them all.
-    let (mut net, a, b) = pair(
-        14,
-        Faults { delay: Duration::from_micros(5), ..Faults::default() },
-        Params::default(),
-        1,
-    );
+    let (mut net, a, b) = pair(14, wire(), Params::default(), 1);
     writes(&mut net, &a, &b, 64, 700);
     let t = net.tap.as_mut().unwrap();
     let mut k = 0;
@@ -266,8 +253,7 @@ fn duplicates_resends_and_a_capture_that_missed_packets() {
 
 /// Random loss and duplication with `seed`, the capture point at the receiver.
 fn random_faults(seed: u64) {
-    let faults =
-        Faults { delay: Duration::from_micros(5), loss: 0.01, dup: 0.02, ..Faults::default() };
+    let faults = Faults { loss: 0.01, dup: 0.02, ..wire() };
     let (mut net, a, b) = pair(seed, faults, Params::default(), 1);
     writes(&mut net, &a, &b, 200, 700);
     let bytes = pcap(&net);
@@ -321,7 +307,7 @@ fn random_faults(seed: u64) {
 /// off at the receiver, "CE seen, no CNP".
 #[test]
 fn ce_marks_and_cnps_agree_with_the_endpoints_counters() {
-    let faults = Faults { delay: Duration::from_micros(5), ce: 0.2, ..Faults::default() };
+    let faults = Faults { ce: 0.2, ..wire() };
     let (mut net, a, b) = pair(15, faults, Params::default(), 1);
     writes(&mut net, &a, &b, 64, 700);
     let bytes = pcap(&net);
@@ -350,8 +336,7 @@ fn ce_marks_and_cnps_agree_with_the_endpoints_counters() {
 #[test]
 fn a_receiver_not_ready_is_rnr_with_its_timer() {
     let p = Params { min_rnr_timer: 4, ..Params::default() };
-    let (mut net, a, b) =
-        pair(16, Faults { delay: Duration::from_micros(5), ..Faults::default() }, p, 1);
+    let (mut net, a, b) = pair(16, wire(), p, 1);
     net.nodes[0]
         .post_send(a.qpn, SendWr::new(1, SendOp::Send).sge(BUF_ADDR, 32, a.mr.lkey))
         .unwrap();
@@ -379,12 +364,7 @@ fn a_receiver_not_ready_is_rnr_with_its_timer() {
 /// A WRITE with a bad R_Key: an error finding that names the responder's QP and the key.
 #[test]
 fn a_bad_rkey_is_an_access_error_with_its_key() {
-    let (mut net, a, b) = pair(
-        17,
-        Faults { delay: Duration::from_micros(5), ..Faults::default() },
-        Params::default(),
-        1,
-    );
+    let (mut net, a, b) = pair(17, wire(), Params::default(), 1);
     writes(&mut net, &a, &b, 4, 1000);
     let bad = b.mr.rkey ^ 0x5a00;
     let wr = SendWr::new(9, SendOp::Write { remote_addr: BUF_ADDR, rkey: RKey(bad) })
@@ -406,8 +386,7 @@ fn a_bad_rkey_is_an_access_error_with_its_key() {
 #[test]
 fn a_vanished_responder_is_unanswered_requests() {
     let p = Params { timeout: 10, retry_cnt: 3, ..Params::default() };
-    let (mut net, a, b) =
-        pair(18, Faults { delay: Duration::from_micros(5), ..Faults::default() }, p, 0);
+    let (mut net, a, b) = pair(18, wire(), p, 0);
     writes(&mut net, &a, &b, 8, 1000);
     net.faults.partition = true;
     net.nodes[0].post_send(a.qpn, write(100, &b, 1000, &a)).unwrap();
@@ -431,7 +410,7 @@ fn a_vanished_responder_is_unanswered_requests() {
 /// the frames it refused.
 #[test]
 fn corrupted_packets_are_an_icrc_error() {
-    let faults = Faults { delay: Duration::from_micros(5), corrupt: 0.02, ..Faults::default() };
+    let faults = Faults { corrupt: 0.02, ..wire() };
     let (mut net, a, b) = pair(19, faults, Params::default(), 1);
     writes(&mut net, &a, &b, 64, 700);
     let bytes = pcap(&net);
@@ -469,12 +448,7 @@ fn corrupted_packets_are_an_icrc_error() {
 #[test]
 fn reordering_is_mostly_not_loss() {
     for seed in 40..60 {
-        let faults = Faults {
-            delay: Duration::from_micros(5),
-            reorder: 0.03,
-            reorder_by: Duration::from_micros(4),
-            ..Faults::default()
-        };
+        let faults = Faults { reorder: 0.03, reorder_by: Duration::from_micros(4), ..wire() };
         let (mut net, a, b) = pair(seed, faults, Params::default(), 1);
         writes(&mut net, &a, &b, 64, 700);
         let r = analyze(&pcap(&net), Config::default());
@@ -494,7 +468,7 @@ fn reordering_is_mostly_not_loss() {
 /// destination QP.
 #[test]
 fn ud_datagrams_lost_are_a_loss_on_their_flow() {
-    let mut net = Net::new(2, 21, Faults { delay: Duration::from_micros(5), ..Faults::default() });
+    let mut net = Net::new(2, 21, wire());
     let a = side(&mut net, 0, QpType::Ud, BUF);
     let b = side(&mut net, 1, QpType::Ud, BUF);
     sim::ud_ready(&mut net, &a);

@@ -55,8 +55,9 @@ fn recorded(script: &str) -> (Value, Value, tempfile::TempDir) {
     (client, rec, keep)
 }
 
-/// Starts the recorder on `$1` and waits until it listens.
-const RECORD: &str = "record() { $PODNET capture record -i $1 -w $OUT/rec.pcapng --json $2 > $OUT/rec.json 2> $OUT/rec.err & REC=$!\n\
+/// `record IFACE [ARGS [NETNS]]` starts the recorder on IFACE (in namespace NETNS, if given)
+/// and waits until it listens; `stop` stops it with SIGINT and waits for it.
+const RECORD: &str = "record() { ${3:+ip netns exec $3} $PODNET capture record -i $1 -w $OUT/rec.pcapng --json $2 > $OUT/rec.json 2> $OUT/rec.err & REC=$!\n\
     for _ in $(seq 100); do grep -q recording $OUT/rec.err && break; sleep 0.05; done; }\n\
     stop() { kill -INT $REC; wait $REC; }\n";
 
@@ -93,14 +94,13 @@ fn record_on_loopback_agrees_with_the_devices() {
 fn record_on_a_veth_keeps_or_splits_offload_runs() {
     for split in ["", "--split-gso"] {
         let script = format!(
-            "{}\
+            "{RECORD}{}\
              H1=rech$$_1; H2=rech$$_2\n\
              ip netns exec $H2 $PODNET pingpong -d soft:10.77.0.2 -n 40 -s 16384 & SRV=$!\n\
              sleep 0.3\n\
-             ip netns exec $H1 $PODNET capture record -i eth0 -w $OUT/rec.pcapng --json {split} > $OUT/rec.json 2> $OUT/rec.err & REC=$!\n\
-             for _ in $(seq 100); do grep -q recording $OUT/rec.err && break; sleep 0.05; done\n\
+             record eth0 '{split}' $H1\n\
              ip netns exec $H1 $PODNET pingpong -d soft:10.77.0.1 -n 40 -s 16384 --json 10.77.0.2 > $OUT/client.json\n\
-             wait $SRV; kill -INT $REC; wait $REC\n",
+             wait $SRV; stop\n",
             bridged_hosts("rec", "10.77.0", 2)
         );
         let (client, rec, dir) = recorded(&script);
@@ -130,16 +130,15 @@ fn record_on_a_veth_keeps_or_splits_offload_runs() {
 #[test]
 fn record_ce_marks_and_the_cnps_that_answer_them() {
     let script = format!(
-        "{}H1=rech$$_1; H2=rech$$_2\n\
+        "{RECORD}{}H1=rech$$_1; H2=rech$$_2\n\
          ip netns exec $H1 nft -f - <<'NFT'\n\
          table inet cemark {{\n chain out {{\n type filter hook output priority 0;\n oifname \"eth0\" udp dport 4791 ip ecn set ce\n }}\n}}\n\
          NFT\n\
          ip netns exec $H2 $PODNET pingpong -d soft:10.78.0.2 -n 40 -s 4096 --json > $OUT/server.json & SRV=$!\n\
          sleep 0.3\n\
-         ip netns exec $H1 $PODNET capture record -i eth0 -w $OUT/rec.pcapng --json > $OUT/rec.json 2> $OUT/rec.err & REC=$!\n\
-         for _ in $(seq 100); do grep -q recording $OUT/rec.err && break; sleep 0.05; done\n\
+         record eth0 '' $H1\n\
          ip netns exec $H1 $PODNET pingpong -d soft:10.78.0.1 -n 40 -s 4096 --json 10.78.0.2 > $OUT/client.json\n\
-         wait $SRV; kill -INT $REC; wait $REC\n",
+         wait $SRV; stop\n",
         bridged_hosts("rec", "10.78.0", 2)
     );
     let (_, _, dir) = recorded(&script);
