@@ -500,3 +500,85 @@ fn ud_datagrams_lost_are_a_loss_on_their_flow() {
         f.flow
     );
 }
+
+/// The NAKs that fail a work request other than a bad R_Key: a misaligned atomic is an
+/// invalid request, a region the provider cannot write a remote operational error — each an
+/// error finding of its kind on the responder's QP.
+#[test]
+fn invalid_requests_and_remote_operational_errors_are_named() {
+    // A misaligned FETCH_ADD.
+    let (mut net, a, b) = pair(22, wire(), Params::default(), 1);
+    writes(&mut net, &a, &b, 2, 700);
+    let wr = SendWr::new(
+        9,
+        SendOp::FetchAdd { remote_addr: BUF_ADDR + 4, rkey: RKey(b.mr.rkey), add: 1 },
+    )
+    .sge(BUF_ADDR, 8, a.mr.lkey);
+    net.nodes[0].post_send(a.qpn, wr).unwrap();
+    assert_eq!(completion(&mut net, &a), WcStatus::RemInvReqErr);
+    let r = analyze(&pcap(&net), Config::default());
+    let f = &r.findings[0];
+    assert_eq!(
+        (f.kind, f.severity, f.count),
+        ("invalid-request", Severity::Error, 1),
+        "{}",
+        r.text()
+    );
+    assert!(f.summary.contains("FETCH_ADD"), "{}", f.summary);
+    assert!(f.cause.contains(&format!("QP {:#x}", b.qpn.get())), "{}", f.cause);
+
+    // A WRITE into a region registered longer than the memory behind it.
+    let (mut net, a, b) = pair(23, wire(), Params::default(), 1);
+    writes(&mut net, &a, &b, 2, 700);
+    let id = net.nodes[1].memory_mut().add(64);
+    let access = transport::Access::LOCAL_WRITE | transport::Access::REMOTE_WRITE;
+    let mr = net.nodes[1].register_mr(b.pd, id, 0x1000, 4096, access).unwrap();
+    let wr = SendWr::new(9, SendOp::Write { remote_addr: 0x1000, rkey: RKey(mr.rkey) })
+        .sge(BUF_ADDR, 128, a.mr.lkey);
+    net.nodes[0].post_send(a.qpn, wr).unwrap();
+    assert_eq!(completion(&mut net, &a), WcStatus::RemOpErr);
+    let r = analyze(&pcap(&net), Config::default());
+    let f = &r.findings[0];
+    assert_eq!(
+        (f.kind, f.severity, f.count),
+        ("remote-operational-error", Severity::Error, 1),
+        "{}",
+        r.text()
+    );
+    assert!(r.has_errors());
+}
+
+/// ACKs lost on the way back (after the capture point at the responder): the requester's
+/// timeout resends packets the responder already had — no loss seen here, a
+/// `timeout-resends` finding.
+#[test]
+fn lost_acks_are_timeout_resends_not_loss() {
+    let p = Params { timeout: 6, ..Params::default() };
+    let (mut net, a, b) = pair(24, wire(), p, 1);
+    writes(&mut net, &a, &b, 4, 700);
+    // The responder's next three datagrams (its ACKs) vanish.
+    net.drop_next = Some((1, 0, 3));
+    writes(&mut net, &a, &b, 4, 700);
+    let r = analyze(&pcap(&net), Config::default());
+    let d = &r.connections[0].directions[0];
+    assert!(d.psn.burst_after_timeout > 0, "{}", r.text());
+    assert_eq!((d.psn.lost_before_capture, d.psn.gaps), (0, 0), "{}", r.text());
+    assert_eq!(d.psn.resent, net.nodes[0].counters().retransmitted_pkts, "{}", r.text());
+    assert_eq!(kinds(&r), vec!["timeout-resends"], "{}", r.text());
+}
+
+/// Heavy loss on a deep window: go-back-N resends more than a tenth of what it sends — a
+/// `retransmission-storm` finding, besides the loss itself.
+#[test]
+fn heavy_loss_on_a_deep_window_is_a_retransmission_storm() {
+    let (mut net, a, b) = pair(25, Faults { loss: 0.03, ..wire() }, Params::default(), 1);
+    writes(&mut net, &a, &b, 200, 700);
+    let r = analyze(&pcap(&net), Config::default());
+    let d = &r.connections[0].directions[0];
+    assert!(d.psn.resent * 10 >= d.requests, "{}", r.text());
+    let k = kinds(&r);
+    assert!(k.contains(&"retransmission-storm") && k.contains(&"loss"), "{}", r.text());
+    let f = r.findings.iter().find(|f| f.kind == "retransmission-storm").unwrap();
+    assert_eq!(f.count, d.psn.resent);
+    assert_eq!(f.severity, Severity::Warning);
+}
