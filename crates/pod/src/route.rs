@@ -161,9 +161,15 @@ impl RouteTable {
         reports: &BTreeMap<u16, Report>,
         alive: &dyn Fn(usize) -> bool,
     ) -> Vec<Change> {
+        // A path that has answered every probe for FAIL_BACK_AFTER is healed, though it
+        // judges lossy while its old losses are in the window.
         let ok = |rail: usize, d: Dev| {
-            mine.get(&(rail, d))
-                .is_none_or(|v| matches!(v.state, PathState::Ok | PathState::LargeLost))
+            mine.get(&(rail, d)).is_none_or(|v| {
+                matches!(v.state, PathState::Ok | PathState::LargeLost)
+                    || (v.state == PathState::Lossy
+                        && v.clean_since
+                            .is_some_and(|t| now.saturating_duration_since(t) >= FAIL_BACK_AFTER))
+            })
         };
         // Whether host `v`'s report says its rail `r` reaches `d`.
         let relays = |v: usize, r: usize, d: Dev| {
@@ -197,11 +203,10 @@ impl RouteTable {
             let home_dev = Dev { host: peer, rail: hp };
             let home_ok = ok(hr, home_dev)
                 && mine.get(&(hr, home_dev)).is_none_or(|v| !v.lost.contains(&hport));
-            if !home_ok
-                && mine.get(&(hr, home_dev)).is_none_or(|v| {
-                    v.clean_since.is_none_or(|t| now.saturating_duration_since(t) < FAIL_BACK_AFTER)
-                })
-            {
+            // Failing now: not answering since its last loss. (A healed path judges lossy
+            // while its old losses are in the window; its clean time is what counts, and
+            // counting it here too would double the wait.)
+            if !home_ok && mine.get(&(hr, home_dev)).is_none_or(|v| v.clean_since.is_none()) {
                 self.home_bad_at.insert(peer, now);
             }
             let works = |r: &Route| match *r {
@@ -376,6 +381,47 @@ mod tests {
         // A peer that is down has no route.
         let c = t.update(healed + FAIL_BACK_AFTER, &mine, &none, &|h| h != 2);
         assert_eq!((c[0].peer, c[0].to), (2, None));
+    }
+
+    #[test]
+    fn a_healed_path_whose_old_losses_are_still_in_the_window_is_taken_back_after_fail_back() {
+        // After a heal the window still holds the losses (the path judges lossy), but every
+        // probe since `healed` answered: the home path is taken back FAIL_BACK_AFTER later,
+        // not twice that (CI saw no fail back within 6 s of a rail link coming back up).
+        let pod = test_pod(4, 2, 2);
+        let t0 = Instant::now();
+        let mut t = RouteTable::new(&pod, 0, 0xf000);
+        let alive = |_| true;
+        let none = BTreeMap::new();
+        let d3 = Dev { host: 3, rail: 1 };
+        let mut mine = BTreeMap::new();
+        mine.insert((1, d3), view(PathState::Dead, &[], &[0xf000]));
+        t.update(t0, &mine, &none, &alive);
+        assert_eq!(t.route(3), Some(Route::Direct { rail: 0, peer_rail: 0, port: 0xf000 }));
+        let healed = t0 + Duration::from_secs(2);
+        let tick = Duration::from_millis(100);
+        let mut at = healed;
+        while at < healed + FAIL_BACK_AFTER + 2 * tick {
+            let clean = PathView { clean_since: Some(healed), ..view(PathState::Lossy, &[], &[]) };
+            mine.insert((1, d3), clean);
+            let c = t.update(at, &mine, &none, &alive);
+            if !c.is_empty() {
+                assert_eq!(c[0].why, "the home path answers again");
+                break;
+            }
+            at += tick;
+        }
+        assert_eq!(t.route(3), Some(Route::Direct { rail: 1, peer_rail: 1, port: 0xf000 }));
+        assert!(at >= healed + FAIL_BACK_AFTER, "taken back after {:?}", at - healed);
+        // And kept while it goes on answering (the old losses still in the window).
+        for _ in 0..20 {
+            at += tick;
+            let c = t.update(at, &mine, &none, &alive);
+            assert!(c.is_empty(), "{c:?}");
+        }
+        // A new loss: away again.
+        mine.insert((1, d3), view(PathState::Lossy, &[], &[]));
+        assert_eq!(t.update(at + tick, &mine, &none, &alive).len(), 1);
     }
 
     #[test]

@@ -173,23 +173,38 @@ impl Run {
         worst
     }
 
-    /// Route changes after the fault, and whether home paths were taken back after the heal.
+    /// Route changes after the fault, and whether home paths were taken back after the heal;
+    /// a route that leaves home again after it was taken back (the healed path flapping)
+    /// fails the test.
     fn routes(&self) -> (usize, bool) {
         let mut moved = 0;
-        let mut back = false;
+        let mut first_back: Option<u64> = None;
+        let mut flaps = Vec::new();
         for r in self.survivors() {
+            // Peers whose home path this host took back after the heal.
+            let mut home_again = std::collections::BTreeSet::new();
             for e in r["route_events"].as_array().unwrap() {
                 let t = e["unix_ms"].as_u64().unwrap();
                 if t >= self.fault_ms {
                     moved += 1;
                 }
+                if home_again.contains(&e["peer"].to_string()) {
+                    flaps.push(format!("{} {e}", r["host"]));
+                }
                 if t >= self.heal_ms && e["why"] == "the home path answers again" {
-                    back = true;
+                    first_back = Some(first_back.map_or(t, |b| b.min(t)));
+                    home_again.insert(e["peer"].to_string());
                 }
             }
         }
-        eprintln!("{moved} route changes after the fault; home paths taken back: {back}");
-        (moved, back)
+        let back =
+            first_back.map(|t| format!("{:.2} s after the heal", (t - self.heal_ms) as f64 / 1e3));
+        eprintln!(
+            "{moved} route changes after the fault; home paths taken back: {}",
+            back.as_deref().unwrap_or("never")
+        );
+        assert!(flaps.is_empty(), "routes left home again after the heal: {flaps:?}");
+        (moved, first_back.is_some())
     }
 }
 
