@@ -73,6 +73,7 @@ pub fn offloaded_rdma_device(sys: &Path, netdev: &str) -> Option<String> {
 }
 
 // Classic BPF opcodes (linux/bpf_common.h).
+const LD_W_ABS: u16 = 0x20;
 const LD_H_ABS: u16 = 0x28;
 const LD_B_ABS: u16 = 0x30;
 const LD_H_IND: u16 = 0x48;
@@ -80,6 +81,9 @@ const LDX_B_MSH: u16 = 0xb1;
 const JEQ_K: u16 = 0x15;
 const JSET_K: u16 = 0x45;
 const RET_K: u16 = 0x06;
+// Ancillary loads (linux/filter.h): the offset of the ancillary area, and the packet type.
+const SKF_AD_OFF: i32 = -0x1000;
+const SKF_AD_PKTTYPE: i32 = 4;
 
 const fn ins(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
     libc::sock_filter { code, jt, jf, k }
@@ -87,10 +91,19 @@ const fn ins(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
 
 /// A classic BPF program that accepts Ethernet frames carrying UDP to `port` (IPv4, first
 /// fragments or whole datagrams; IPv6 with UDP as the first next header), up to `snaplen`
-/// bytes of each, and drops everything else.
-pub fn udp_port_filter(port: u16, snaplen: u32) -> Vec<libc::sock_filter> {
+/// bytes of each, and drops everything else; with `incoming_only`, also every frame this
+/// host sent (loopback passes each packet twice, out and in: the kernel then neither queues
+/// nor counts as dropped the copy a reader would throw away).
+pub fn udp_port_filter(port: u16, snaplen: u32, incoming_only: bool) -> Vec<libc::sock_filter> {
     let port = u32::from(port);
-    vec![
+    let mut prog = Vec::new();
+    if incoming_only {
+        // The packet type (an ancillary load): this host's own → reject (16 on from the
+        // jump below: the body's reject).
+        prog.push(ins(LD_W_ABS, 0, 0, (SKF_AD_OFF + SKF_AD_PKTTYPE) as u32));
+        prog.push(ins(JEQ_K, 14, 0, u32::from(libc::PACKET_OUTGOING)));
+    }
+    prog.extend([
         // 0: the EtherType.
         ins(LD_H_ABS, 0, 0, 12),
         // 1: IPv4 → 3, else 2.
@@ -119,7 +132,8 @@ pub fn udp_port_filter(port: u16, snaplen: u32) -> Vec<libc::sock_filter> {
         ins(RET_K, 0, 0, 0),
         // 15: accept.
         ins(RET_K, 0, 0, snaplen),
-    ]
+    ]);
+    prog
 }
 
 /// One frame read.
@@ -142,18 +156,27 @@ pub struct Sniffer {
     /// The link type of what it reads.
     pub link: LinkType,
     /// Loopback: every packet passes twice, out and in; only the in copy is kept (as
-    /// libpcap does).
+    /// libpcap does): the filter leaves the out copy out (and [`Sniffer::next`] would too).
     loopback: bool,
 }
 
-/// The socket's receive buffer: a burst at line rate outruns a reader that is scheduled
-/// out for a few milliseconds (64 MiB with CAP_NET_ADMIN, else what `rmem_max` allows).
-const RCVBUF: i32 = 64 << 20;
+/// The socket's receive buffer by default: a burst at line rate outruns a reader that is
+/// scheduled out for a few milliseconds (64 MiB; with CAP_NET_ADMIN, else what `rmem_max`
+/// allows).
+pub const DEFAULT_BUFFER: usize = 64 << 20;
 
 impl Sniffer {
-    /// Opens `netdev` for frames of UDP to `port`, each cut to `snaplen` bytes. Refuses an
-    /// interface whose RoCE is offloaded (see [`offloaded_rdma_device`]; `sys` is `/sys`).
-    pub fn open(sys: &Path, netdev: &str, port: u16, snaplen: u32) -> Result<Sniffer, LiveError> {
+    /// Opens `netdev` for frames of UDP to `port`, each cut to `snaplen` bytes, queued in a
+    /// receive buffer of `buffer` bytes ([`DEFAULT_BUFFER`]: what the kernel drops when it
+    /// is full, [`Sniffer::drops`] counts). Refuses an interface whose RoCE is offloaded (see
+    /// [`offloaded_rdma_device`]; `sys` is `/sys`).
+    pub fn open(
+        sys: &Path,
+        netdev: &str,
+        port: u16,
+        snaplen: u32,
+        buffer: usize,
+    ) -> Result<Sniffer, LiveError> {
         if let Some(device) = offloaded_rdma_device(sys, netdev) {
             return Err(LiveError::Offloaded { netdev: netdev.into(), device });
         }
@@ -170,18 +193,19 @@ impl Sniffer {
         if arphrd != u32::from(libc::ARPHRD_ETHER) && arphrd != u32::from(libc::ARPHRD_LOOPBACK) {
             return Err(LiveError::LinkType { netdev: netdev.into(), arphrd });
         }
+        let loopback = arphrd == u32::from(libc::ARPHRD_LOOPBACK);
         let proto = (libc::ETH_P_ALL as u16).to_be();
+        // Protocol 0: the socket receives nothing until bind names the protocol and the
+        // interface, so the filter is in place before the first frame is queued (no
+        // unfiltered frame to read away, and none of the interface's lost to doing so).
         // SAFETY: plain socket(2); the descriptor is owned at once below.
-        let raw = unsafe {
-            libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, i32::from(proto))
-        };
+        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
             return Err(os("cannot open an AF_PACKET socket (needs CAP_NET_RAW)"));
         }
         // SAFETY: `raw` is a descriptor this function just opened and nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // The filter first, so that nothing unfiltered is queued between bind and attach.
-        let mut prog = udp_port_filter(port, snaplen);
+        let mut prog = udp_port_filter(port, snaplen, loopback);
         let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_mut_ptr() };
         setsockopt(
             &fd,
@@ -197,12 +221,14 @@ impl Sniffer {
             &1i32,
             "cannot ask for timestamps",
         )?;
-        if setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &RCVBUF, "").is_err() {
+        // (The kernel doubles it for its bookkeeping, as it does tcpdump's -B.)
+        let rcvbuf = i32::try_from(buffer).unwrap_or(i32::MAX).max(1);
+        if setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf, "").is_err() {
             setsockopt(
                 &fd,
                 libc::SOL_SOCKET,
                 libc::SO_RCVBUF,
-                &RCVBUF,
+                &rcvbuf,
                 "cannot size the receive buffer",
             )?;
         }
@@ -222,14 +248,6 @@ impl Sniffer {
         if rc < 0 {
             return Err(os("cannot bind to the interface"));
         }
-        // What was queued before the filter took hold is read and dropped.
-        let mut junk = [0u8; 64];
-        // SAFETY: `junk` is writable for its length; MSG_DONTWAIT never blocks.
-        while unsafe {
-            libc::recv(fd.as_raw_fd(), junk.as_mut_ptr().cast(), junk.len(), libc::MSG_DONTWAIT)
-        } >= 0
-        {}
-        let loopback = arphrd == u32::from(libc::ARPHRD_LOOPBACK);
         Ok(Sniffer { fd, link: LinkType::Ethernet, loopback })
     }
 
@@ -357,7 +375,7 @@ mod tests {
         std::fs::create_dir_all(sys.path().join("class/net/eth0/device")).unwrap();
         assert_eq!(offloaded_rdma_device(sys.path(), "ens1f0np0").as_deref(), Some("mlx5_0"));
         assert_eq!(offloaded_rdma_device(sys.path(), "eth0"), None);
-        let e = Sniffer::open(sys.path(), "ens1f0np0", 4791, 65535).unwrap_err();
+        let e = Sniffer::open(sys.path(), "ens1f0np0", 4791, 65535, DEFAULT_BUFFER).unwrap_err();
         assert!(matches!(e, LiveError::Offloaded { .. }), "{e}");
         let text = e.to_string();
         assert!(text.contains("ens1f0np0 carries RoCE in hardware (mlx5_0)"), "{text}");
@@ -366,7 +384,8 @@ mod tests {
 
     #[test]
     fn an_unknown_interface_is_named() {
-        let e = Sniffer::open(Path::new("/sys"), "nosuchif0", 4791, 65535).unwrap_err();
+        let e =
+            Sniffer::open(Path::new("/sys"), "nosuchif0", 4791, 65535, DEFAULT_BUFFER).unwrap_err();
         assert_eq!(e.to_string(), "no interface nosuchif0");
     }
 }

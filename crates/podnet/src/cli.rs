@@ -945,9 +945,10 @@ pub(crate) enum CaptureCommand {
     /// interface recording is refused with the reason (exit 2) rather than an empty file.
     /// Segmentation-offload runs are kept as the kernel saw them (`capture decode` and
     /// `analyze` cut them) unless --split-gso writes each packet as the wire carries it.
-    /// Stops after --duration, --count, or Ctrl-C, the file complete in every case. The
-    /// last line (or the JSON object with --json) says how many frames went to which files
-    /// and how many the kernel dropped.
+    /// Stops after --duration, --count, or Ctrl-C, the file complete in every case: what the
+    /// kernel had queued by then is written first. The last line (or the JSON object with
+    /// --json) says how many frames went to which files and how many the kernel dropped
+    /// because the recording fell behind (raise --buffer).
     ///
     /// A soft device can also record itself, both directions, from inside the device: run any
     /// tool with PODNET_CAPTURE=FILE ({ip} in FILE becomes the device's address).
@@ -992,6 +993,11 @@ pub(crate) struct RecordArgs {
     /// and IPv4 Identification the wire would carry.
     #[arg(long)]
     pub(crate) split_gso: bool,
+
+    /// The kernel's queue for this recording, in MiB (as tcpdump's -B): frames that arrive
+    /// while it is full are dropped by the kernel, and counted.
+    #[arg(long, value_name = "MIB", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=2048))]
+    pub(crate) buffer: u32,
 
     /// The summary as one JSON object on stdout.
     #[arg(long)]

@@ -192,6 +192,7 @@ pub(crate) fn record(args: &RecordArgs) -> anyhow::Result<ExitCode> {
         &args.interface,
         args.roce_port,
         args.snaplen,
+        args.buffer as usize * (1 << 20),
     )?;
     let mut w = capture::write::RingWriter::create(
         &args.write,
@@ -217,13 +218,22 @@ pub(crate) fn record(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     let (mut frames, mut bytes) = (0u64, 0u64);
     let tty = io::stderr().is_terminal();
     let mut shown = start;
+    // Once told to stop (a signal, the deadline): what the kernel has queued is still
+    // written, for at most this long (a link that never goes quiet would keep it going).
+    let mut draining: Option<Instant> = None;
+    const DRAIN_FOR: Duration = Duration::from_secs(2);
     loop {
         let now = Instant::now();
-        if STOP.load(std::sync::atomic::Ordering::Relaxed)
-            || deadline.is_some_and(|d| now >= d)
-            || args.count.is_some_and(|c| frames >= c)
+        if args.count.is_some_and(|c| frames >= c)
+            || draining.is_some_and(|d| now.duration_since(d) >= DRAIN_FOR)
         {
             break;
+        }
+        if draining.is_none()
+            && (STOP.load(std::sync::atomic::Ordering::Relaxed)
+                || deadline.is_some_and(|d| now >= d))
+        {
+            draining = Some(now);
         }
         if tty && now.duration_since(shown) >= Duration::from_secs(1) {
             eprint!(
@@ -232,10 +242,18 @@ pub(crate) fn record(args: &RecordArgs) -> anyhow::Result<ExitCode> {
             );
             shown = now;
         }
-        let wait = deadline.map_or(Duration::from_millis(200), |d| {
-            d.saturating_duration_since(now).min(Duration::from_millis(200))
-        });
-        let Some(f) = sniffer.next(&mut buf, wait)? else { continue };
+        let wait = match draining {
+            Some(_) => Duration::ZERO,
+            None => deadline.map_or(Duration::from_millis(200), |d| {
+                d.saturating_duration_since(now).min(Duration::from_millis(200))
+            }),
+        };
+        let Some(f) = sniffer.next(&mut buf, wait)? else {
+            if draining.is_some() {
+                break; // The queue is empty.
+            }
+            continue;
+        };
         let data = &buf[..f.len];
         let split =
             if args.split_gso { capture::write::split_gso(data, args.roce_port) } else { None };

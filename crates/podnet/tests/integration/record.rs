@@ -195,3 +195,51 @@ fn a_soft_device_records_itself() {
         eprintln!("tap of {side}: {frames} frames; client sent {sent}, received {rcvd}");
     }
 }
+
+/// A recorder that falls behind: held (SIGSTOP) with a 1 MiB queue while 5,000 datagrams
+/// to the RoCEv2 port cross loopback, then let go and stopped at once (SIGINT). Every
+/// datagram that reached the port's socket (a UDP socket with a 64 MiB queue counts them: a
+/// loaded host may drop a few before the capture point, which none of this sees) is either
+/// in the file or in the kernel's drop count — the drops are real ones (more than half),
+/// loopback's outgoing copies are neither (the filter leaves them out in the kernel), and
+/// what was queued when the stop came is written, not thrown away.
+#[test]
+fn a_recorder_that_falls_behind_counts_what_the_kernel_dropped() {
+    // Counts what reached the port's socket; prints {"sent": N, "received": M}.
+    const FLOOD: &str = r#"
+import json, socket
+r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+r.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE
+r.bind(("127.0.0.1", 4791))
+r.setblocking(False)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+n = sum(s.sendto(bytes(1000), ("127.0.0.1", 4791)) == 1000 for _ in range(5000))
+m = 0
+try:
+    while r.recv(2000):
+        m += 1
+except BlockingIOError:
+    pass
+print(json.dumps({"sent": n, "received": m}))
+"#;
+    let script = format!(
+        "{RECORD}record lo '--buffer 1'\nkill -STOP $REC\n\
+         python3 - > $OUT/client.json <<'PY'{FLOOD}PY\n\
+         kill -CONT $REC; stop\n"
+    );
+    let (client, rec, dir) = recorded(&script);
+    let (sent, received) = (client["sent"].as_u64().unwrap(), client["received"].as_u64().unwrap());
+    let (frames, dropped) =
+        (rec["frames"].as_u64().unwrap(), rec["kernel_dropped"].as_u64().unwrap());
+    eprintln!(
+        "{sent} sent ({received} reached the port) while the recorder was held: {frames} written, {dropped} dropped"
+    );
+    assert!(received > sent * 9 / 10, "{client}");
+    assert!(dropped > received / 2, "the kernel dropped only {dropped} of {received}: {rec}");
+    assert_eq!(frames + dropped, received, "{rec}");
+    // The file holds what the summary says.
+    let o =
+        podnet(&["capture", "decode", "--json", dir.path().join("rec.pcapng").to_str().unwrap()]);
+    let summary = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(summary.starts_with(&format!("{frames} frames:")), "{summary}");
+}
