@@ -155,9 +155,6 @@ pub struct Sniffer {
     fd: OwnedFd,
     /// The link type of what it reads.
     pub link: LinkType,
-    /// Loopback: every packet passes twice, out and in; only the in copy is kept (as
-    /// libpcap does): the filter leaves the out copy out (and [`Sniffer::next`] would too).
-    loopback: bool,
 }
 
 /// The socket's receive buffer by default: a burst at line rate outruns a reader that is
@@ -193,6 +190,8 @@ impl Sniffer {
         if arphrd != u32::from(libc::ARPHRD_ETHER) && arphrd != u32::from(libc::ARPHRD_LOOPBACK) {
             return Err(LiveError::LinkType { netdev: netdev.into(), arphrd });
         }
+        // Loopback passes every packet twice, out and in: only the in copy is kept (as
+        // libpcap does), by the filter.
         let loopback = arphrd == u32::from(libc::ARPHRD_LOOPBACK);
         let proto = (libc::ETH_P_ALL as u16).to_be();
         // Protocol 0: the socket receives nothing until bind names the protocol and the
@@ -248,11 +247,11 @@ impl Sniffer {
         if rc < 0 {
             return Err(os("cannot bind to the interface"));
         }
-        Ok(Sniffer { fd, link: LinkType::Ethernet, loopback })
+        Ok(Sniffer { fd, link: LinkType::Ethernet })
     }
 
-    /// The next frame into `buf`, waiting at most `wait`; `None` when none came (or only a
-    /// loopback frame's outgoing copy).
+    /// The next frame into `buf`, waiting at most `wait`; `None` when none came (or a signal
+    /// cut the wait short).
     pub fn next(&mut self, buf: &mut [u8], wait: Duration) -> Result<Option<Frame>, LiveError> {
         let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         let ms = wait.as_millis().min(i32::MAX as u128) as i32;
@@ -294,9 +293,6 @@ impl Sniffer {
             };
         }
         let outgoing = from.sll_pkttype == libc::PACKET_OUTGOING;
-        if outgoing && self.loopback {
-            return Ok(None);
-        }
         let orig_len = got as usize;
         let mut ts_ns = None;
         // SAFETY: `msg` was filled by recvmsg: its control buffer and length describe valid

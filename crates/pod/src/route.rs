@@ -161,14 +161,15 @@ impl RouteTable {
         reports: &BTreeMap<u16, Report>,
         alive: &dyn Fn(usize) -> bool,
     ) -> Vec<Change> {
-        // A path that has answered every probe for FAIL_BACK_AFTER is healed, though it
-        // judges lossy while its old losses are in the window.
+        // Answered every probe for FAIL_BACK_AFTER: healed, though a path judges lossy while
+        // its old losses are in the window.
+        let healed = |v: &PathView| {
+            v.clean_since.is_some_and(|t| now.saturating_duration_since(t) >= FAIL_BACK_AFTER)
+        };
         let ok = |rail: usize, d: Dev| {
             mine.get(&(rail, d)).is_none_or(|v| {
                 matches!(v.state, PathState::Ok | PathState::LargeLost)
-                    || (v.state == PathState::Lossy
-                        && v.clean_since
-                            .is_some_and(|t| now.saturating_duration_since(t) >= FAIL_BACK_AFTER))
+                    || (v.state == PathState::Lossy && healed(v))
             })
         };
         // Whether host `v`'s report says its rail `r` reaches `d`.
@@ -226,9 +227,7 @@ impl RouteTable {
             };
             // Fail back once the home path has answered every probe for a while.
             let home_clean = mine.get(&(hr, home_dev)).is_none_or(|v| {
-                v.clean_since.is_some_and(|t| now.saturating_duration_since(t) >= FAIL_BACK_AFTER)
-                    && !v.lost.contains(&hport)
-                    && v.state != PathState::Dead
+                healed(v) && !v.lost.contains(&hport) && v.state != PathState::Dead
             });
             if cur != Some(home)
                 && home_clean

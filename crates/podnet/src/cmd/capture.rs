@@ -179,6 +179,9 @@ extern "C" fn on_stop(_: i32) {
     STOP.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// How long `capture record` goes on writing what the kernel has queued once told to stop.
+const DRAIN_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub(crate) fn record(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     use std::time::{Duration, Instant};
 
@@ -219,9 +222,8 @@ pub(crate) fn record(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     let tty = io::stderr().is_terminal();
     let mut shown = start;
     // Once told to stop (a signal, the deadline): what the kernel has queued is still
-    // written, for at most this long (a link that never goes quiet would keep it going).
+    // written, for at most DRAIN_FOR (a link that never goes quiet would keep it going).
     let mut draining: Option<Instant> = None;
-    const DRAIN_FOR: Duration = Duration::from_secs(2);
     loop {
         let now = Instant::now();
         if args.count.is_some_and(|c| frames >= c)
