@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use pod::member::{Health, Id, Membership, Timeouts};
 use pod::probe::{HEADER, LoopHealth, ProbeConfig, Prober};
-use qualify::pod::Pod;
+use topology::Pod;
 
 /// Frame overhead of a UDP datagram on Ethernet/IPv4 (membership), and of a RoCEv2 UD SEND
 /// (Ethernet, IPv4, UDP, BTH, DETH, ICRC).

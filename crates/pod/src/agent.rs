@@ -16,8 +16,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use providers::{ContextOptions, Progress};
-use qualify::pod::{Dev, Pod};
 use serde::Serialize;
+use topology::{Dev, Pod};
 use verbs::{
     Access, CompletionChannel, CompletionQueue, Context, MemoryRegion, ModifyQp, QKey, QpCaps,
     QpInit, QpState, QpType, QueuePair, RecvWr, SendOp, SendWr, UdDest, WcOpcode, WcStatus,

@@ -12,7 +12,7 @@ pub mod route;
 
 /// `hosts` hosts of `rails` rails on soft devices, `per` hosts under each ToR of a rail.
 #[cfg(test)]
-pub(crate) fn test_pod(hosts: usize, rails: usize, per: usize) -> qualify::pod::Pod {
+pub(crate) fn test_pod(hosts: usize, rails: usize, per: usize) -> topology::Pod {
     let hosts: Vec<serde_json::Value> = (0..hosts)
         .map(|i| {
             let rails: Vec<serde_json::Value> = (0..rails)

@@ -5,12 +5,12 @@
 //! rails), a ToR (every device under it), a spine path (some ECMP paths between ToRs fail,
 //! others carry), a spine (ECMP paths fail between every pair of ToRs), or frames above
 //! some size lost on the paths (an MTU). The path logic is qualify's
-//! ([`qualify::pod::attribute`]), fed with probes instead of measurements.
+//! ([`topology::locate`]), fed with probes instead of measurements.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use qualify::pod::{Dev, PairOutcome, Pod, Suspect};
 use serde::Serialize;
+use topology::{Dev, PairOutcome, Pod, Suspect, attribute_with_spines};
 
 use crate::member::Health;
 use crate::probe::{PathState, Report};
@@ -229,45 +229,6 @@ pub fn locate(
         );
     }
     out
-}
-
-/// qualify's attribution, with the spine paths between three or more ToR pairs that touch
-/// every ToR folded into one `spine` finding (a spine, or all its links, failing for the
-/// ECMP hashes that cross it).
-fn attribute_with_spines(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
-    let sus = qualify::pod::attribute(pod, outcomes);
-    let spine: Vec<&Suspect> = sus.iter().filter(|s| s.kind == "spine-path").collect();
-    let tors: BTreeSet<String> = pod.tors().into_iter().map(|(t, _)| t).collect();
-    let touched: BTreeSet<String> = spine
-        .iter()
-        .flat_map(|s| s.component.split(" <-> ").map(str::to_string).collect::<Vec<_>>())
-        .filter(|t| tors.contains(t))
-        .collect();
-    // ToRs of the rails that saw traffic at all.
-    let probed: BTreeSet<String> = outcomes
-        .iter()
-        .flat_map(|o| [pod.rail(o.pair.0).tor.clone(), pod.rail(o.pair.1).tor.clone()])
-        .collect();
-    if spine.len() < 3 || touched.len() < probed.len().max(3) {
-        return sus;
-    }
-    let pairs: Vec<String> = spine.iter().flat_map(|s| s.pairs.iter().cloned()).collect();
-    let conf = spine.iter().map(|s| s.confidence).sum::<f64>() / spine.len() as f64;
-    let n = spine.len();
-    let mut rest: Vec<Suspect> = sus.into_iter().filter(|s| s.kind != "spine-path").collect();
-    rest.push(Suspect {
-        kind: "spine".into(),
-        component: format!("a spine: ECMP paths between all {} ToRs", touched.len()),
-        confidence: conf,
-        evidence: format!(
-            "between {} ToR pairs some source ports carry and others do not, touching every \
-             ToR: one spine (or every link of one) fails for the hashes that cross it",
-            n
-        ),
-        pairs,
-        checks: vec![],
-    });
-    rest
 }
 
 #[cfg(test)]

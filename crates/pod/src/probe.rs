@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
-use qualify::pod::{Dev, Pod};
 use serde::{Deserialize, Serialize};
+use topology::{Dev, Pod};
 
 /// The probe format's magic (`PDPB`).
 const MAGIC: u32 = 0x5044_5042;

@@ -14,8 +14,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use qualify::pod::{Dev, Pod};
 use serde::Serialize;
+use topology::{Dev, Pod};
 
 use crate::probe::{PathState, Report};
 

@@ -4,7 +4,7 @@
 pub mod check;
 pub mod html;
 pub mod plan;
-pub mod pod;
+
 pub mod podrun;
 pub mod report;
 pub mod run;

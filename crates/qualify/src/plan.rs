@@ -190,7 +190,7 @@ pub struct Plan {
     #[serde(default)]
     pub devices: Vec<String>,
     /// The pod: hosts, their rails and ToRs, across hosts (rank 0 runs the plan).
-    pub pod: Option<crate::pod::Pod>,
+    pub pod: Option<topology::Pod>,
     /// Which pairs to measure.
     #[serde(default = "all_pairs")]
     pub pairs: Pairs,

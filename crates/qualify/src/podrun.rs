@@ -22,12 +22,12 @@ use verbs::Context;
 
 use crate::check::{Measurement, Threshold, median};
 use crate::plan::{PerfCheck, Plan};
-use crate::pod::{self, Dev, PairOutcome, Pod, PodProgress};
 use crate::report::{
     BwPoint, Check, HostFacts, LatPoint, Matrix, PairResult, PodSummary, Report, RoundReport,
     Status,
 };
 use crate::run::RunProgress;
+use topology::{Dev, PairOutcome, Pod, PodProgress};
 
 /// One perf test a worker runs, as rank 0 sends it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -303,7 +303,7 @@ fn figures(out: &Outcome) -> Vec<Figure> {
 }
 
 /// This host's facts, and its rails' devices' (`rails`: the plan's devices for this rank).
-pub fn host_facts(sys: &Path, rank: u32, name: &str, rails: &[pod::Rail]) -> HostFacts {
+pub fn host_facts(sys: &Path, rank: u32, name: &str, rails: &[topology::Rail]) -> HostFacts {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
@@ -424,7 +424,7 @@ pub fn run(
                 .want(Threshold::Unset(format!("{f}: the run stopped there")))
                 .judge(None),
         );
-        r.suspects.push(pod::Suspect {
+        r.suspects.push(topology::Suspect {
             kind: "host".into(),
             component: name.clone(),
             confidence: 1.0,
@@ -656,7 +656,7 @@ impl Coordinator<'_> {
         let probes = self.probes();
         let mut measured = Vec::new();
         let mut ports: BTreeMap<(Dev, Dev), Vec<(u16, bool)>> = BTreeMap::new();
-        let rounds = pod::rounds(self.pod, pairs);
+        let rounds = topology::rounds(self.pod, pairs);
         let total = rounds.len();
         for (k, round) in rounds.iter().enumerate() {
             let started = Instant::now();
@@ -896,7 +896,7 @@ impl Coordinator<'_> {
         report.matrices = matrices(pod, &measured, &specs);
         // Bisection and incast.
         if let Some(b) = &pod.bisection {
-            let flows: Vec<(Dev, Dev)> = pod::bisection(pod)
+            let flows: Vec<(Dev, Dev)> = topology::bisection(pod)
                 .into_iter()
                 .filter(|(a, c)| usable[a.host] && usable[c.host])
                 .collect();
@@ -950,7 +950,7 @@ impl Coordinator<'_> {
             });
         }
         if let Some(inc) = &pod.incast {
-            for (tor, rx, from) in pod::incasts(pod, inc.senders) {
+            for (tor, rx, from) in topology::incasts(pod, inc.senders) {
                 if !usable[rx.host] {
                     continue;
                 }
@@ -1025,7 +1025,7 @@ impl Coordinator<'_> {
                 });
             }
         }
-        report.suspects = pod::attribute(pod, &outcomes);
+        report.suspects = topology::attribute(pod, &outcomes);
         report.rounds = rounds;
         report.hosts = facts.to_vec();
         let all = pod.all_pairs();

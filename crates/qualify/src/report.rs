@@ -170,7 +170,7 @@ pub struct Report {
     /// Latency figures.
     pub latency: Vec<LatPoint>,
     /// A pod run: what the failures point at, most certain first.
-    pub suspects: Vec<crate::pod::Suspect>,
+    pub suspects: Vec<topology::Suspect>,
     /// A pod run: each host and its devices.
     pub hosts: Vec<HostFacts>,
     /// A pod run: each round, its pairs, traffic and wall time.

@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use qualify::pod::{Dev, Pod};
 use serde::{Deserialize, Serialize};
+use topology::{Dev, Pod};
 use verbs::{
     Access, MemoryRegion, ModifyQp, Path, Psn, QpCaps, QpInit, QpState, QpType, Qpn, QueuePair,
     RecvWr, SendOp, SendWr, WcStatus, WorkCompletion,

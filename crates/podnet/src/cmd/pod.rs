@@ -12,12 +12,12 @@ use anyhow::{Context, bail};
 use pod::agent::{AgentConfig, Observer, PodAgent, Status};
 use pod::probe::{Answered, Lost, Outgoing};
 use qualify::plan::Plan;
-use qualify::pod::{Dev, Pod};
 use telemetry::prometheus_client::metrics::counter::{ConstCounter, Counter};
 use telemetry::prometheus_client::metrics::family::Family;
 use telemetry::prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use telemetry::prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use telemetry::prometheus_client::registry::Registry;
+use topology::{Dev, Pod};
 
 use crate::cli::{AgentArgs, PodOpts, PodStatusArgs};
 

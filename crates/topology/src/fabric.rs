@@ -1,0 +1,300 @@
+//! The pod: its hosts, their rails (one device each, a plane per rail) and each rail's ToR,
+//! the `[pod]` table of a plan that describes them, and the rounds' settings.
+//!
+//!
+//! ```toml
+//! [pod]
+//! pairs = "rail-aligned"     # all | same-tor | cross-tor | rail-aligned | sampled
+//! peers_per_tor = 2          # sampled: each device against this many under its own ToR
+//!                            # and this many under other ToRs
+//! link_gbps = 0.2            # a soft device's nominal link rate (RDMA devices: the port's)
+//! source_ports = 4           # each cross-ToR pair probed over this many UDP source ports
+//! progress = "event"         # the soft devices' progress: busy (default) or event
+//! stall_seconds = 5          # no completion for this long: the measurement fails
+//! qp_timeout = 14            # the RC ACK timeout code (4.096 us x 2^n)
+//! # tx_depth = 8             # operations in flight per QP of the bandwidth tests
+//!
+//! [[pod.hosts]]
+//! name = "node01"
+//! rails = [ { device = "mlx5_0", tor = "rack1-rail0" }, { device = "mlx5_1", tor = "rack1-rail1" } ]
+//!
+//! [pod.bisection]            # half the hosts to the other half at once
+//! size = 65536
+//! min_vs_line_rate = 0.5     # aggregate >= 0.5 x flows x link rate
+//!
+//! [pod.incast]               # per ToR: senders elsewhere to one device under it at once
+//! senders = 4
+//! max_unfairness = 0.5       # every sender within 50 % of the fair share
+//! max_retransmitted = 0.25   # retransmitted packets per packet sent, at most
+//! ```
+//!
+//! Rank k of the run plays `hosts[k]` (or the host of its host name when every host name
+//! of the plan is a rank's).
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::pairs::PairSet;
+
+/// A rail of a host: its device and the ToR its port is cabled to.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rail {
+    /// The device (`mlx5_0`, `soft:10.1.0.1`).
+    pub device: String,
+    /// The ToR (any name; rails with the same name share the switch).
+    pub tor: String,
+}
+
+/// A host of the pod.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Host {
+    /// Its name in the reports (its host name, where ranks are matched by name).
+    pub name: String,
+    /// Its rails, in rail order.
+    pub rails: Vec<Rail>,
+}
+
+/// The bisection round.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bisection {
+    /// Message size.
+    #[serde(default = "default_size")]
+    pub size: usize,
+    /// Seconds of traffic.
+    #[serde(default = "default_seconds")]
+    pub seconds: f64,
+    /// The aggregate must reach this share of flows × link rate.
+    #[serde(default = "default_bisection_share")]
+    pub min_vs_line_rate: f64,
+}
+
+/// The incast round, one per ToR.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Incast {
+    /// Senders per incast (devices of the receiver's rail on other hosts).
+    #[serde(default = "default_senders")]
+    pub senders: usize,
+    /// Message size.
+    #[serde(default = "default_size")]
+    pub size: usize,
+    /// Seconds of traffic.
+    #[serde(default = "default_seconds")]
+    pub seconds: f64,
+    /// Every sender's bandwidth within this share of the fair share (total / senders).
+    #[serde(default = "default_unfairness")]
+    pub max_unfairness: f64,
+    /// Retransmitted packets per packet sent, at most, for every sender.
+    #[serde(default = "default_retransmitted")]
+    pub max_retransmitted: f64,
+}
+
+fn default_size() -> usize {
+    65536
+}
+fn default_seconds() -> f64 {
+    2.0
+}
+fn default_bisection_share() -> f64 {
+    0.5
+}
+fn default_senders() -> usize {
+    4
+}
+fn default_unfairness() -> f64 {
+    0.5
+}
+fn default_retransmitted() -> f64 {
+    0.25
+}
+fn default_peers() -> usize {
+    2
+}
+fn default_ports() -> usize {
+    4
+}
+fn default_stall() -> f64 {
+    5.0
+}
+fn default_qp_timeout() -> u8 {
+    14
+}
+fn default_seed() -> u64 {
+    1
+}
+
+/// How the devices of a pod run make progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PodProgress {
+    /// A polling thread per device (perf's way: the lowest latency).
+    #[default]
+    Busy,
+    /// Progress on events (many emulated hosts on few cores).
+    Event,
+}
+
+/// `[pod]`: the pod a plan qualifies across hosts.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pod {
+    /// Which pairs to measure.
+    #[serde(default)]
+    pub pairs: PairSet,
+    /// Sampled pairs: peers per ToR for each device.
+    #[serde(default = "default_peers")]
+    pub peers_per_tor: usize,
+    /// Sampled pairs: the seed of the choice (the same seed, the same pairs).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// The nominal link rate of a soft device, Gb/s (RDMA devices: their port's rate).
+    pub link_gbps: Option<f64>,
+    /// UDP source ports each cross-ToR pair is probed over (0: none), to find a spine path
+    /// that fails for some ECMP hashes only.
+    #[serde(default = "default_ports")]
+    pub source_ports: usize,
+    /// The devices' progress.
+    #[serde(default)]
+    pub progress: PodProgress,
+    /// Seconds without a completion before a measurement fails (a dead path).
+    #[serde(default = "default_stall")]
+    pub stall_seconds: f64,
+    /// The RC ACK timeout code, 4.096 µs × 2^n (perftest's `-u`, default 14: 67 ms). Links
+    /// far slower than a NIC's (an emulated pod's) queue for longer than that under incast,
+    /// and every queued packet would be sent again: give them a longer one.
+    #[serde(default = "default_qp_timeout")]
+    pub qp_timeout: u8,
+    /// Operations in flight per QP of the bandwidth tests (perf's `-t`; default perftest's
+    /// 128). On links far slower than a NIC's, 128 × 64 KiB queue for longer than the ACK
+    /// timeout: a smaller depth keeps the link as busy.
+    pub tx_depth: Option<usize>,
+    /// The bisection round.
+    pub bisection: Option<Bisection>,
+    /// The incast rounds.
+    pub incast: Option<Incast>,
+    /// The hosts.
+    pub hosts: Vec<Host>,
+}
+
+/// A device of the pod: (host index, rail index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Dev {
+    /// The host's index in the plan (its rank, unless matched by name).
+    pub host: usize,
+    /// The rail.
+    pub rail: usize,
+}
+
+impl Pod {
+    /// Checks the pod: (the key to blame, why) on error.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        if self.hosts.len() < 2 {
+            return Err(("hosts", "a pod has at least 2 hosts ([[pod.hosts]])".into()));
+        }
+        let mut names = BTreeSet::new();
+        let mut devices = BTreeSet::new();
+        for h in &self.hosts {
+            if !names.insert(h.name.as_str()) {
+                return Err(("name", format!("`pod.hosts`: host {:?} is listed twice", h.name)));
+            }
+            if h.rails.is_empty() {
+                return Err(("rails", format!("`pod.hosts`: host {:?} has no rail", h.name)));
+            }
+            let mut mine = BTreeSet::new();
+            for r in &h.rails {
+                if let Err(verbs::Error::BadDeviceName { why, .. }) =
+                    verbs::DeviceName::parse(&r.device)
+                {
+                    return Err(("device", format!("{:?} is not a device name: {why}", r.device)));
+                }
+                if !mine.insert(r.device.as_str()) {
+                    return Err((
+                        "device",
+                        format!("host {:?} lists device {:?} twice", h.name, r.device),
+                    ));
+                }
+                // A soft device is an address: one host's address cannot be another's.
+                if r.device.starts_with("soft:") && !devices.insert(r.device.as_str()) {
+                    return Err(("device", format!("{:?} is on two hosts", r.device)));
+                }
+            }
+        }
+        if let Some(g) = self.link_gbps
+            && !(g.is_finite() && g > 0.0)
+        {
+            return Err(("link_gbps", format!("`pod.link_gbps` = {g}: a positive rate")));
+        }
+        if self.pairs == PairSet::Sampled && self.peers_per_tor == 0 {
+            return Err(("peers_per_tor", "`pod.peers_per_tor` must be at least 1".into()));
+        }
+        if self.source_ports > 64 {
+            return Err(("source_ports", "`pod.source_ports`: at most 64".into()));
+        }
+        if self.tx_depth.is_some_and(|d| !(1..=4096).contains(&d)) {
+            return Err(("tx_depth", "`pod.tx_depth`: 1 to 4096".into()));
+        }
+        if !(1..=31).contains(&self.qp_timeout) {
+            return Err(("qp_timeout", "`pod.qp_timeout`: 1 to 31".into()));
+        }
+        if !(self.stall_seconds.is_finite() && self.stall_seconds > 0.0) {
+            return Err(("stall_seconds", "`pod.stall_seconds` must be positive".into()));
+        }
+        let share = |k, v: f64| {
+            if v.is_finite() && v > 0.0 { Ok(()) } else { Err((k, format!("`{k}` = {v}: > 0"))) }
+        };
+        if let Some(b) = &self.bisection {
+            share("min_vs_line_rate", b.min_vs_line_rate)?;
+            share("seconds", b.seconds)?;
+        }
+        if let Some(i) = &self.incast {
+            share("max_unfairness", i.max_unfairness)?;
+            share("max_retransmitted", i.max_retransmitted)?;
+            share("seconds", i.seconds)?;
+            if i.senders == 0 {
+                return Err(("senders", "`pod.incast.senders` must be at least 1".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every device, host by host, rail by rail.
+    pub fn devices(&self) -> Vec<Dev> {
+        self.hosts
+            .iter()
+            .enumerate()
+            .flat_map(|(h, host)| (0..host.rails.len()).map(move |r| Dev { host: h, rail: r }))
+            .collect()
+    }
+
+    /// The rail of `d`.
+    pub fn rail(&self, d: Dev) -> &Rail {
+        &self.hosts[d.host].rails[d.rail]
+    }
+
+    /// `d`'s name in reports: `<host>.r<rail>`.
+    pub fn name(&self, d: Dev) -> String {
+        format!("{}.r{}", self.hosts[d.host].name, d.rail)
+    }
+
+    /// Whether `a` and `b` hang under one ToR.
+    pub fn same_tor(&self, a: Dev, b: Dev) -> bool {
+        self.rail(a).tor == self.rail(b).tor
+    }
+
+    /// The ToRs, in order of first appearance, with their devices.
+    pub fn tors(&self) -> Vec<(String, Vec<Dev>)> {
+        let mut out: Vec<(String, Vec<Dev>)> = Vec::new();
+        for d in self.devices() {
+            let t = &self.rail(d).tor;
+            match out.iter_mut().find(|(n, _)| n == t) {
+                Some((_, v)) => v.push(d),
+                None => out.push((t.clone(), vec![d])),
+            }
+        }
+        out
+    }
+}

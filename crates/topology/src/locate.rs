@@ -1,0 +1,350 @@
+//! Localization: from what was measured of each pair, the component at fault — a host, a
+//! rail (a device, its port or its cable), a ToR, a spine path, a spine, or the path between
+//! two devices. qualify's attribution of failed pairs and the pod agent's findings from its
+//! probes both call it, so that both name a fault in one vocabulary.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::fabric::{Dev, Pod};
+
+/// What was measured of a pair (both directions together): whether it failed, the checks
+/// that failed, and the probes over UDP source ports (port, whether it carried traffic).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairOutcome {
+    /// The pair.
+    pub pair: (Dev, Dev),
+    /// Whether any check of the pair failed.
+    pub failed: bool,
+    /// The failed checks' names.
+    pub failed_checks: Vec<String>,
+    /// Probes over chosen source ports: (port, carried).
+    pub ports: Vec<(u16, bool)>,
+}
+
+/// A component the failures point at.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Suspect {
+    /// `host`, `rail`, `tor`, `spine-path`, `link`, or `pod` (most of it failed: no one
+    /// component stands out).
+    pub kind: String,
+    /// Which (`node03`, `node03.r1 (mlx5_1, ToR rack2-rail1)`, `rack2-rail1`,
+    /// `rack1-rail0 <-> rack2-rail0`, `node01.r0 <-> node04.r0`).
+    pub component: String,
+    /// Failed pairs over measured pairs of the component: 1.0 when every one failed.
+    pub confidence: f64,
+    /// In words: what failed and what did not.
+    pub evidence: String,
+    /// The failed pairs it explains.
+    pub pairs: Vec<String>,
+    /// The failed checks among them (the first few).
+    pub checks: Vec<String>,
+}
+
+/// A device is suspected when at least this share of its pairs failed (and two or more).
+pub const DEVICE_SHARE: f64 = 0.75;
+
+/// From the pairs measured, the suspects: hosts (every rail of a host suspected), ToRs
+/// (every device under a ToR, on two or more hosts), rails (a device, its port or its cable),
+/// spine paths (cross-ToR pairs where some source ports carried and others did not) and,
+/// for a failed pair nothing else explains, the path between its two devices.
+pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
+    let pname = |(a, b): (Dev, Dev)| format!("{} <-> {}", pod.name(a), pod.name(b));
+    // A pair whose probes both carried and did not is a path (hash) failure, not a device's.
+    // Under one ToR no spine is crossed: such a pair fails as its devices do.
+    let split = |o: &PairOutcome| {
+        !pod.same_tor(o.pair.0, o.pair.1)
+            && o.ports.iter().any(|(_, ok)| *ok)
+            && o.ports.iter().any(|(_, ok)| !*ok)
+    };
+    let failed = |o: &PairOutcome| o.failed || o.ports.iter().any(|(_, ok)| !*ok);
+    // A pair's two ToRs, in order.
+    let tors_of = |o: &PairOutcome| {
+        let (ta, tb) = (&pod.rail(o.pair.0).tor, &pod.rail(o.pair.1).tor);
+        if ta <= tb { (ta.clone(), tb.clone()) } else { (tb.clone(), ta.clone()) }
+    };
+    // Spine paths: per ToR pair, the pairs whose source ports split.
+    let mut spine: BTreeMap<(String, String), Vec<&PairOutcome>> = BTreeMap::new();
+    for o in outcomes.iter().filter(|o| split(o)) {
+        spine.entry(tors_of(o)).or_default().push(o);
+    }
+    // One ToR in every ToR pair with path evidence (two or more, one of them split): its
+    // spine links. Path evidence is a split, or failed pairs on more than one device (a
+    // pair whose probes all hashed onto the dead path fails whole: one in eight with four
+    // source ports and two spines). A lossy device splits and fails its own pairs too (a
+    // probe lost on one source port): a ToR pair whose splits and failures all share one
+    // device is that device's, not a path's. A ToR whose pairs under it fail too is lossy
+    // or dead itself: not its spine links.
+    let holds = |t: &String, k: &(String, String)| k.0 == *t || k.1 == *t;
+    let one_device = |os: &[&PairOutcome]| {
+        let Some(first) = os.first().map(|o| o.pair) else { return true };
+        [first.0, first.1].into_iter().any(|d| os.iter().all(|o| o.pair.0 == d || o.pair.1 == d))
+    };
+    let mut whole: BTreeMap<(String, String), Vec<&PairOutcome>> = BTreeMap::new();
+    for o in outcomes.iter().filter(|o| failed(o) && !split(o)) {
+        let k = tors_of(o);
+        if k.0 != k.1 {
+            whole.entry(k).or_default().push(o);
+        }
+    }
+    // ToRs whose own pairs (no spine crossed) fail: at fault themselves, or their devices.
+    let lossy_tors: BTreeSet<&String> = outcomes
+        .iter()
+        .filter(|o| failed(o) && pod.same_tor(o.pair.0, o.pair.1))
+        .map(|o| &pod.rail(o.pair.0).tor)
+        .collect();
+    let both = |k: &(String, String)| -> Vec<&PairOutcome> {
+        spine.get(k).into_iter().chain(whole.get(k)).flatten().copied().collect()
+    };
+    let evidence: BTreeSet<&(String, String)> = spine
+        .keys()
+        .chain(whole.iter().filter(|(_, os)| !one_device(os)).map(|(k, _)| k))
+        .collect();
+    let tors: BTreeSet<&String> = spine.keys().flat_map(|(a, b)| [a, b]).collect();
+    let common = tors
+        .into_iter()
+        .map(|t| {
+            let off: Vec<&(String, String)> =
+                evidence.iter().copied().filter(|k| !holds(t, k)).collect();
+            (t, evidence.len() - off.len(), off)
+        })
+        .filter(|(t, _, _)| !lossy_tors.contains(*t))
+        .filter(|(_, on, off)| *on >= 2 && off.iter().all(|k| one_device(&both(k))))
+        .min_by_key(|(_, _, off)| off.len())
+        .map(|(t, _, _)| t.clone());
+    let mut not_path: BTreeSet<(Dev, Dev)> = BTreeSet::new();
+    if let Some(t) = &common {
+        spine.retain(|k, os| {
+            let keep = holds(t, k);
+            if !keep {
+                not_path.extend(os.iter().map(|o| o.pair));
+            }
+            keep
+        });
+    }
+    let by_path = |o: &PairOutcome| split(o) && !not_path.contains(&o.pair);
+    // A failed cross-ToR pair between ToRs whose paths split (or touching the one ToR in all
+    // of them): its default source port hashed onto the dead path, though its probes did not.
+    let on_split_path = |o: &PairOutcome| {
+        let (ta, tb) = tors_of(o);
+        ta != tb
+            && failed(o)
+            && (spine.contains_key(&(ta.clone(), tb.clone()))
+                || common.as_ref().is_some_and(|c| *c == ta || *c == tb))
+    };
+    let mut tally: BTreeMap<Dev, (usize, usize)> = BTreeMap::new();
+    for o in outcomes {
+        // A pair that fails on some ECMP paths only says nothing of its devices.
+        if by_path(o) || on_split_path(o) {
+            continue;
+        }
+        for d in [o.pair.0, o.pair.1] {
+            let t = tally.entry(d).or_default();
+            t.0 += 1;
+            if failed(o) {
+                t.1 += 1;
+            }
+        }
+    }
+    let flagged: BTreeSet<Dev> = tally
+        .iter()
+        .filter(|(_, (n, f))| *f >= 2 && *f as f64 >= DEVICE_SHARE * *n as f64)
+        .map(|(d, _)| *d)
+        .collect();
+    let share = |ds: &[Dev]| {
+        let (n, f) =
+            ds.iter().filter_map(|d| tally.get(d)).fold((0, 0), |a, t| (a.0 + t.0, a.1 + t.1));
+        if n == 0 { 0.0 } else { f as f64 / n as f64 }
+    };
+    let explained_by =
+        |o: &PairOutcome, ds: &[Dev]| ds.contains(&o.pair.0) || ds.contains(&o.pair.1);
+    let evidence_of = |ds: &[Dev], what: &str| -> (Vec<String>, Vec<String>, String) {
+        let mine: Vec<&PairOutcome> =
+            outcomes.iter().filter(|o| explained_by(o, ds) && failed(o) && !by_path(o)).collect();
+        let total = outcomes.iter().filter(|o| explained_by(o, ds)).count();
+        let pairs: Vec<String> = mine.iter().map(|o| pname(o.pair)).collect();
+        let checks: Vec<String> =
+            mine.iter().flat_map(|o| o.failed_checks.iter().cloned()).take(6).collect();
+        let text = format!("{} of the {total} pairs of {what} failed", mine.len());
+        (pairs, checks, text)
+    };
+    let mut out = Vec::new();
+    let mut covered: BTreeSet<Dev> = BTreeSet::new();
+    // Most of the pod at fault is no component: the thresholds, the link rate the plan
+    // assumes, or something every host shares.
+    if flagged.len() >= 3 && 2 * flagged.len() > tally.len() {
+        let all: Vec<Dev> = tally.keys().copied().collect();
+        let (pairs, checks, text) = evidence_of(&all, "the pod");
+        return vec![Suspect {
+            kind: "pod".into(),
+            component: format!("{} of {} devices", flagged.len(), tally.len()),
+            confidence: share(&all),
+            evidence: format!(
+                "{text}: no one component stands out — the thresholds, the link rate the plan \
+                 assumes, or what every host shares (load, configuration)"
+            ),
+            pairs,
+            checks,
+        }];
+    }
+    // Hosts: every rail of the host (two or more rails, else it is a rail).
+    for (h, host) in pod.hosts.iter().enumerate() {
+        let ds: Vec<Dev> = (0..host.rails.len()).map(|r| Dev { host: h, rail: r }).collect();
+        if ds.len() >= 2 && ds.iter().all(|d| flagged.contains(d)) {
+            let (pairs, checks, text) = evidence_of(&ds, &format!("its {} rails", ds.len()));
+            out.push(Suspect {
+                kind: "host".into(),
+                component: host.name.clone(),
+                confidence: share(&ds),
+                evidence: format!(
+                    "{text}: every rail of the host (its CPU, memory, PCIe, or the host itself)"
+                ),
+                pairs,
+                checks,
+            });
+            covered.extend(ds);
+        }
+    }
+    // ToRs: every device under it not explained yet, on two or more hosts.
+    for (tor, under) in pod.tors() {
+        let hosts: BTreeSet<usize> = under.iter().map(|d| d.host).collect();
+        if hosts.len() >= 2 && under.iter().all(|d| flagged.contains(d) && !covered.contains(d)) {
+            let (pairs, checks, text) =
+                evidence_of(&under, &format!("the {} devices under it", under.len()));
+            out.push(Suspect {
+                kind: "tor".into(),
+                component: tor.clone(),
+                confidence: share(&under),
+                evidence: format!("{text}; the devices of other ToRs passed among themselves"),
+                pairs,
+                checks,
+            });
+            covered.extend(under);
+        }
+    }
+    // Rails: a device, its port or its cable.
+    for &d in &flagged {
+        if covered.contains(&d) {
+            continue;
+        }
+        let (pairs, checks, text) = evidence_of(&[d], "the device");
+        let r = pod.rail(d);
+        out.push(Suspect {
+            kind: "rail".into(),
+            component: format!("{} ({}, ToR {})", pod.name(d), r.device, r.tor),
+            confidence: share(&[d]),
+            evidence: format!(
+                "{text}, with peers that passed elsewhere: the NIC, its port or its cable to {}",
+                r.tor
+            ),
+            pairs,
+            checks,
+        });
+        covered.insert(d);
+    }
+    let spine_suspect = |component: String, os: &[&PairOutcome]| {
+        let bad: usize = os.iter().map(|o| o.ports.iter().filter(|p| !p.1).count()).sum();
+        let all: usize = os.iter().map(|o| o.ports.len()).sum();
+        let ports: Vec<String> = os
+            .iter()
+            .filter(|o| by_path(o))
+            .take(4)
+            .map(|o| {
+                let dead: Vec<String> =
+                    o.ports.iter().filter(|p| !p.1).map(|p| p.0.to_string()).collect();
+                format!("{}: ports {} did not carry", pname(o.pair), dead.join(", "))
+            })
+            .collect();
+        let split = os.iter().filter(|o| by_path(o)).count();
+        Suspect {
+            kind: "spine-path".into(),
+            component,
+            // How many of the pairs it explains show the split themselves.
+            confidence: if os.is_empty() { 0.0 } else { split as f64 / os.len() as f64 },
+            evidence: format!(
+                "{bad} of {all} source-port probes over {split} pair(s) carried nothing while the \
+                 others carried, and {} more pair(s) failed on their own source port: a ToR-spine \
+                 link or a spine, for the ECMP hashes that use it ({})",
+                os.len() - split,
+                ports.join("; ")
+            ),
+            pairs: os.iter().map(|o| pname(o.pair)).collect(),
+            checks: os.iter().flat_map(|o| o.failed_checks.iter().cloned()).take(6).collect(),
+        }
+    };
+    let all_covered: Vec<Dev> = covered.iter().copied().collect();
+    // The failed pairs a spine suspect explains beyond those whose probes split.
+    let also = |keep: &dyn Fn(&PairOutcome) -> bool| -> Vec<&PairOutcome> {
+        outcomes
+            .iter()
+            .filter(|o| {
+                !by_path(o) && on_split_path(o) && !explained_by(o, &all_covered) && keep(o)
+            })
+            .collect()
+    };
+    if let Some(t) = &common {
+        let mut os: Vec<&PairOutcome> = spine.values().flatten().copied().collect();
+        os.extend(also(&|_| true));
+        out.push(spine_suspect(format!("the spine links of {t}"), &os));
+    } else {
+        for (k, os) in &spine {
+            let mut os = os.clone();
+            os.extend(also(&|o| tors_of(o) == *k));
+            out.push(spine_suspect(format!("{} <-> {}", k.0, k.1), &os));
+        }
+    }
+    // What is left: failed pairs no suspect explains.
+    for o in outcomes {
+        if failed(o) && !by_path(o) && !on_split_path(o) && !explained_by(o, &all_covered) {
+            out.push(Suspect {
+                kind: "link".into(),
+                component: pname(o.pair),
+                confidence: 1.0,
+                evidence: "this pair failed while both devices passed with their other peers: the path between them".into(),
+                pairs: vec![pname(o.pair)],
+                checks: o.failed_checks.iter().take(6).cloned().collect(),
+            });
+        }
+    }
+    out
+}
+
+/// [`attribute`], with the spine paths between three or more ToR pairs that touch
+/// every ToR folded into one `spine` finding (a spine, or all its links, failing for the
+/// ECMP hashes that cross it).
+pub fn attribute_with_spines(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
+    let sus = attribute(pod, outcomes);
+    let spine: Vec<&Suspect> = sus.iter().filter(|s| s.kind == "spine-path").collect();
+    let tors: BTreeSet<String> = pod.tors().into_iter().map(|(t, _)| t).collect();
+    let touched: BTreeSet<String> = spine
+        .iter()
+        .flat_map(|s| s.component.split(" <-> ").map(str::to_string).collect::<Vec<_>>())
+        .filter(|t| tors.contains(t))
+        .collect();
+    // ToRs of the rails that saw traffic at all.
+    let probed: BTreeSet<String> = outcomes
+        .iter()
+        .flat_map(|o| [pod.rail(o.pair.0).tor.clone(), pod.rail(o.pair.1).tor.clone()])
+        .collect();
+    if spine.len() < 3 || touched.len() < probed.len().max(3) {
+        return sus;
+    }
+    let pairs: Vec<String> = spine.iter().flat_map(|s| s.pairs.iter().cloned()).collect();
+    let conf = spine.iter().map(|s| s.confidence).sum::<f64>() / spine.len() as f64;
+    let n = spine.len();
+    let mut rest: Vec<Suspect> = sus.into_iter().filter(|s| s.kind != "spine-path").collect();
+    rest.push(Suspect {
+        kind: "spine".into(),
+        component: format!("a spine: ECMP paths between all {} ToRs", touched.len()),
+        confidence: conf,
+        evidence: format!(
+            "between {} ToR pairs some source ports carry and others do not, touching every \
+             ToR: one spine (or every link of one) fails for the hashes that cross it",
+            n
+        ),
+        pairs,
+        checks: vec![],
+    });
+    rest
+}
