@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use capture::write::RingWriter;
+use pcapng::RingWriter;
 use wire::icrc::PseudoHeader;
 
 /// A pcapng file being written by a device.
