@@ -344,7 +344,9 @@ impl Options {
     pub fn post_list_on(&self, ctx: &Context) -> usize {
         match self.post_list {
             Some(l) => l,
-            None if self.test.is_bw() && ctx.provider_name() == "soft" => self.tx_depth,
+            None if self.test.is_bw() && ctx.provider_kind() == verbs::ProviderKind::Soft => {
+                self.tx_depth
+            }
             None => 1,
         }
     }

@@ -634,10 +634,10 @@ impl std::fmt::Debug for Prober {
     }
 }
 
-/// The device address a pod rail names (`soft:10.1.0.1`), if it names one.
+/// The device address a pod rail names (`soft:10.1.0.1`, `soft:[fd00::1]`,
+/// `soft:10.1.0.1:4791`), if it names one.
 pub fn rail_addr(pod: &Pod, d: Dev) -> Option<IpAddr> {
-    let dev = &pod.rail(d).device;
-    dev.strip_prefix("soft:").and_then(|a| a.parse().ok())
+    pod.rail(d).soft_ip()
 }
 
 impl Prober {
@@ -1021,6 +1021,33 @@ pub const NO_ADDR: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 mod tests {
     use super::*;
     use crate::test_pod as pod;
+
+    /// Every form of a soft device name a plan may give — IPv4, IPv6 in brackets, with a UDP
+    /// port — is a rail address the agent probes and announces (each was skipped silently,
+    /// its rail never probed, when the name was cut at `soft:` by hand).
+    #[test]
+    fn every_soft_device_form_names_the_rail_address() {
+        let mut p = pod(4, 2, 2);
+        let forms = |i: usize, r: usize| match (i + r) % 4 {
+            0 => (format!("soft:10.{r}.{i}.1"), format!("10.{r}.{i}.1")),
+            1 => (format!("soft:[fd00::{r}:{i}]"), format!("fd00::{r}:{i}")),
+            2 => (format!("soft:10.{r}.{i}.1:4791"), format!("10.{r}.{i}.1")),
+            _ => (format!("soft:[fd00::{r}:{i}]:4791"), format!("fd00::{r}:{i}")),
+        };
+        for (i, h) in p.hosts.iter_mut().enumerate() {
+            for (r, rail) in h.rails.iter_mut().enumerate() {
+                rail.device = forms(i, r).0;
+            }
+        }
+        p.validate().expect("a valid pod");
+        for d in p.devices() {
+            let want: IpAddr = forms(d.host, d.rail).1.parse().unwrap();
+            assert_eq!(rail_addr(&p, d), Some(want), "{}", p.rail(d).device);
+        }
+        // An RDMA device has no soft address (its GID is its port's).
+        p.hosts[0].rails[0].device = "mlx5_0".into();
+        assert_eq!(rail_addr(&p, Dev { host: 0, rail: 0 }), None);
+    }
 
     #[test]
     fn a_packet_reads_back_as_written() {

@@ -146,7 +146,7 @@ fn rc_pair(access_b: Access) -> (Side, Side) {
 
 /// Whether `ctx` is a Linux rxe device (through rdma-core).
 fn is_rxe(ctx: &Context) -> bool {
-    ctx.provider_name() == "rdma-core"
+    ctx.provider_kind() == verbs::ProviderKind::RdmaCore
         && host::rdma_devices(&host::default_root())
             .iter()
             .any(|d| d.name == ctx.device_name() && d.provider == "rxe")
@@ -252,7 +252,11 @@ fn a_write_lands_where_watch_byte_sees_it() {
     // WRITE left, and a store the region's reads see. The soft provider maps nothing.
     assert!(matches!(b.mr.mapped_byte(1 << 16), Err(Error::OutOfBounds { .. })));
     let mapped = b.mr.mapped_byte(8199).unwrap();
-    assert_eq!(mapped.is_some(), b.ctx.provider_name() == "rdma-core", "{mapped:?}");
+    assert_eq!(
+        mapped.is_some(),
+        b.ctx.provider_kind() == verbs::ProviderKind::RdmaCore,
+        "{mapped:?}"
+    );
     if let Some(m) = mapped {
         assert_eq!(m.load(), 0x5a);
         m.store(0x11);
@@ -626,7 +630,7 @@ fn protection_domains_are_freed_with_the_last_object_in_them() {
     // RDMA device, where registering pins memory and the guest runs under TCG, a region in
     // one of 64.
     let t = Instant::now();
-    let every = if ca.provider_name() == "soft" { 1 } else { 64 };
+    let every = if ca.provider_kind() == verbs::ProviderKind::Soft { 1 } else { 64 };
     for i in 0..0x8000u32 {
         let pd = ca.alloc_pd().unwrap_or_else(|e| panic!("protection domain {i}: {e}"));
         let mr = (i % every == 0)

@@ -6,7 +6,7 @@
 //! devices, serves and measures as told, and answers with the figures.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -1268,12 +1268,4 @@ fn matrices(pod: &Pod, measured: &[Measured], specs: &[TestSpec]) -> Vec<Matrix>
             m
         })
         .collect()
-}
-
-/// The address of a soft device name, for the facts.
-pub fn soft_ip(device: &str) -> Option<IpAddr> {
-    match verbs::DeviceName::parse(device).ok()? {
-        verbs::DeviceName::Soft { ip, .. } => Some(ip),
-        _ => None,
-    }
 }

@@ -303,7 +303,7 @@ pub fn device_facts(sys: &std::path::Path, rail: usize, device: &str, tor: &str)
                     .unwrap_or_else(|| "virtual".into())
             })
     };
-    if let Some(ip) = crate::podrun::soft_ip(device) {
+    if let Some(ip) = verbs::DeviceName::parse(device).ok().and_then(|n| n.soft_ip()) {
         f.provider = "soft".into();
         f.model = "podnet soft RoCEv2 (userspace, UDP sockets)".into();
         if let Some(a) =

@@ -618,8 +618,8 @@ impl Provider for RdmaCoreDevice {
         self.name.clone()
     }
 
-    fn provider_name(&self) -> &'static str {
-        "rdma-core"
+    fn provider_kind(&self) -> verbs::ProviderKind {
+        verbs::ProviderKind::RdmaCore
     }
 
     fn ip(&self) -> IpAddr {

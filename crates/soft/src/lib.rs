@@ -1019,8 +1019,8 @@ impl Provider for SoftDevice {
         self.sh.name.clone()
     }
 
-    fn provider_name(&self) -> &'static str {
-        "soft"
+    fn provider_kind(&self) -> verbs::ProviderKind {
+        verbs::ProviderKind::Soft
     }
 
     fn ip(&self) -> IpAddr {

@@ -47,6 +47,19 @@ pub struct Rail {
     pub tor: String,
 }
 
+impl Rail {
+    /// The device's name, parsed (a validated pod's always parses).
+    pub fn device_name(&self) -> Result<verbs::DeviceName, verbs::Error> {
+        verbs::DeviceName::parse(&self.device)
+    }
+
+    /// The address of a soft device (`soft:10.1.0.1`, `soft:[fd00::1]`, `soft:IP:port`);
+    /// `None` for an RDMA device, whose address is its port's GID.
+    pub fn soft_ip(&self) -> Option<std::net::IpAddr> {
+        self.device_name().ok()?.soft_ip()
+    }
+}
+
 /// A host of the pod.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -204,21 +217,28 @@ impl Pod {
             if h.rails.is_empty() {
                 return Err(("rails", format!("`pod.hosts`: host {:?} has no rail", h.name)));
             }
-            let mut mine = BTreeSet::new();
+            let mut mine = std::collections::HashSet::new();
             for r in &h.rails {
-                if let Err(verbs::Error::BadDeviceName { why, .. }) =
-                    verbs::DeviceName::parse(&r.device)
-                {
-                    return Err(("device", format!("{:?} is not a device name: {why}", r.device)));
-                }
-                if !mine.insert(r.device.as_str()) {
+                let name = match r.device_name() {
+                    Ok(n) => n,
+                    Err(verbs::Error::BadDeviceName { why, .. }) => {
+                        return Err((
+                            "device",
+                            format!("{:?} is not a device name: {why}", r.device),
+                        ));
+                    }
+                    Err(e) => return Err(("device", format!("{:?}: {e}", r.device))),
+                };
+                if !mine.insert(name.clone()) {
                     return Err((
                         "device",
                         format!("host {:?} lists device {:?} twice", h.name, r.device),
                     ));
                 }
                 // A soft device is an address: one host's address cannot be another's.
-                if r.device.starts_with("soft:") && !devices.insert(r.device.as_str()) {
+                if let Some(ip) = name.soft_ip()
+                    && !devices.insert(ip)
+                {
                     return Err(("device", format!("{:?} is on two hosts", r.device)));
                 }
             }

@@ -33,9 +33,14 @@ impl Context {
         self.dev.device_name()
     }
 
-    /// The provider's name (`soft`).
+    /// Which provider drives the device: what a tool decides on.
+    pub fn provider_kind(&self) -> crate::ProviderKind {
+        self.dev.provider_kind()
+    }
+
+    /// The provider's name in output (`soft`, `rdma-core`).
     pub fn provider_name(&self) -> &'static str {
-        self.dev.provider_name()
+        self.dev.provider_kind().as_str()
     }
 
     /// The device's IP address (RoCE).

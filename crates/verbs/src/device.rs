@@ -36,6 +36,25 @@ pub struct DeviceAttr {
     pub max_inline_data: Option<u32>,
 }
 
+/// Which provider drives a device: what a tool asks instead of comparing names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProviderKind {
+    /// podnet's userspace RoCEv2 on UDP sockets.
+    Soft,
+    /// A kernel RDMA device (mlx5, rxe, bnxt_re, …) through libibverbs.
+    RdmaCore,
+}
+
+impl ProviderKind {
+    /// The provider's name in output: `soft`, `rdma-core`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Soft => "soft",
+            ProviderKind::RdmaCore => "rdma-core",
+        }
+    }
+}
+
 /// A device name, as `-d` takes it: a soft device (podnet's userspace RoCEv2 on an IP
 /// address) or an RDMA device the kernel has (`mlx5_0`, `rxe0`), opened through rdma-core.
 /// Every tool decides what a name is by matching on this.
@@ -121,7 +140,24 @@ fn unicast(ip: IpAddr) -> Result<IpAddr, &'static str> {
 impl DeviceName {
     /// Whether the soft provider opens it.
     pub fn is_soft(&self) -> bool {
-        !matches!(self, DeviceName::Rdma(_))
+        self.provider_kind() == ProviderKind::Soft
+    }
+
+    /// The provider that opens it.
+    pub fn provider_kind(&self) -> ProviderKind {
+        match self {
+            DeviceName::Rdma(_) => ProviderKind::RdmaCore,
+            DeviceName::Soft { .. } | DeviceName::SoftDefault => ProviderKind::Soft,
+        }
+    }
+
+    /// A soft device's address (`soft:10.0.0.1`, `soft:[fd00::1]:5000` → the IP); `None` for
+    /// `soft` alone (its address is chosen when it opens) and for an RDMA device.
+    pub fn soft_ip(&self) -> Option<IpAddr> {
+        match self {
+            DeviceName::Soft { ip, .. } => Some(*ip),
+            DeviceName::SoftDefault | DeviceName::Rdma(_) => None,
+        }
     }
 }
 

@@ -44,7 +44,7 @@ mod wr;
 pub use context::Context;
 pub use counters::Counters;
 pub use cq::{CompletionChannel, CompletionQueue, empty_wc};
-pub use device::{DeviceAttr, DeviceName, ROCE_PORT};
+pub use device::{DeviceAttr, DeviceName, ProviderKind, ROCE_PORT};
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{CqId, SrqId};
 pub use memory::{Access, DeviceMemory, MrId, MrInfo, PdId};

@@ -41,8 +41,8 @@ impl Handle {
 pub trait Provider: Send + Sync + fmt::Debug {
     /// The device's name (`soft:127.0.0.1`, `mlx5_0`).
     fn device_name(&self) -> String;
-    /// The provider's name (`soft`, `rdma-core`).
-    fn provider_name(&self) -> &'static str;
+    /// Which provider this is.
+    fn provider_kind(&self) -> crate::ProviderKind;
     /// The device's IP address.
     fn ip(&self) -> std::net::IpAddr;
     /// Port 1's attributes.

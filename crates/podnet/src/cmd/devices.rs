@@ -39,8 +39,8 @@ pub(crate) fn run(args: &DevicesArgs) -> anyhow::Result<ExitCode> {
         // provider's; an RDMA device is opened and asked (null where it cannot be).
         let limits: Vec<Option<DeviceAttr>> = devs
             .iter()
-            .map(|d| match d.provider.as_str() {
-                "soft" => Some(providers::SOFT_LIMITS),
+            .map(|d| match verbs::DeviceName::parse(&d.name).map(|n| n.provider_kind()) {
+                Ok(verbs::ProviderKind::Soft) => Some(providers::SOFT_LIMITS),
                 _ => providers::open(&d.name, &providers::ContextOptions::default())
                     .and_then(|c| c.query_device())
                     .ok(),

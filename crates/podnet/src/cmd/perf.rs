@@ -425,7 +425,7 @@ pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
         &args.dev,
         &ContextOptions { progress, udp_offload, gid_index: args.gid_index, ..Default::default() },
     )?;
-    if args.inline_size.is_none() && ctx.provider_name() == "rdma-core" {
+    if args.inline_size.is_none() && ctx.provider_kind() == verbs::ProviderKind::RdmaCore {
         // perftest's default for this NIC, so the two compare like with like without -I.
         // The driver link alone: the GID tables `rdma_device` would read are a slow start.
         if let Some(driver) = host::rdma_provider(&host::default_root(), &ctx.device_name()) {
@@ -470,7 +470,7 @@ pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<ExitCode> {
     if p.text() && p.header_done {
         p.out(LINE);
     }
-    if ctx.provider_name() == "soft" {
+    if ctx.provider_kind() == verbs::ProviderKind::Soft {
         print_receive_checks(args, &p, &before, &after);
     }
     if args.out_json {

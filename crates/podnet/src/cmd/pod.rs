@@ -111,7 +111,7 @@ pub(crate) fn agent_config(path: &std::path::Path, o: &PodOpts) -> anyhow::Resul
     }
     let me = this_host(&pod, o.pod_host.as_deref())?;
     for r in &pod.hosts[me].rails {
-        if !r.device.starts_with("soft:") {
+        if r.soft_ip().is_none() {
             bail!(
                 "rail {:?}: the pod monitor probes from soft devices for now (soft:<rail \
                  address>); an RDMA device's address comes from its GID, not yet read here",
