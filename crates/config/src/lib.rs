@@ -14,6 +14,8 @@
 //! # Ok::<(), config::FileError>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::path::Path;
 
 /// Why a file could not be used.

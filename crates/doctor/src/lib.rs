@@ -10,6 +10,8 @@
 //! Everything is read through [`Source`], so what the live host gives and what a recording
 //! gives are diagnosed by the same code; recording is reading with a copy kept.
 
+#![forbid(unsafe_code)]
+
 pub mod checks;
 pub mod kmsg;
 pub mod phy;

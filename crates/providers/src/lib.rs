@@ -12,6 +12,8 @@
 //! # Ok::<(), verbs::Error>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::net::IpAddr;
 use std::sync::Arc;
 

@@ -1,6 +1,8 @@
 //! podnet's qualification: plans ([`plan`]), the run ([`run`]) and the reports ([`report`],
 //! [`html`]).
 
+#![forbid(unsafe_code)]
+
 pub mod check;
 pub mod html;
 pub mod plan;

@@ -3,5 +3,7 @@
 //! [`bootstrap`]: the ranks meet at rank 0 over TCP, exchange what they need, and notice a rank
 //! that never joins or stops answering. Burn-in and qualify across hosts both use it.
 
+#![forbid(unsafe_code)]
+
 pub mod bootstrap;
 pub mod world;

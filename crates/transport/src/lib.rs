@@ -14,6 +14,8 @@
 //! rxe (`docs/rxe-reference.md`); where rxe departs from IBTA (it treats `retry_cnt` 7 as
 //! infinite), podnet follows IBTA.
 
+#![forbid(unsafe_code)]
+
 mod endpoint;
 mod errors;
 mod memory;

@@ -17,6 +17,8 @@
 //! quit                                     -> (exits)
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
