@@ -1343,6 +1343,7 @@ impl Analyzer {
         }
     }
 
+    #[expect(clippy::too_many_lines, reason = "to be split (issue 42)")]
     fn findings_for(&self, id: usize, d: &Direction, fi: usize, cnps: u64, out: &mut Vec<Finding>) {
         let f = &self.flows[fi];
         let flow = d.title();

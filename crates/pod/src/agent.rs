@@ -756,194 +756,308 @@ fn chan_loop(inner: &Inner, woken: UnixDatagram) {
 
 /// Membership, the probe schedule, reports and localization.
 fn control_loop(inner: &Inner, sockets: Vec<Vec<UdpSocket>>, incarnation: u64) {
-    let cfg = &inner.cfg;
-    let pod = &cfg.pod;
-    let me = cfg.me;
-    let n = pod.hosts.len();
-    let addrs: Vec<IpAddr> = inner.rails.iter().map(|r| r.addr).collect();
-    let qpns: Vec<u32> = inner.rails.iter().map(|r| r.qp.qpn().get()).collect();
-    let ctl_addrs = |h: usize| -> Vec<SocketAddr> {
-        (0..pod.hosts[h].rails.len())
-            .filter_map(|r| probe::rail_addr(pod, Dev { host: h, rail: r }))
-            .map(|a| SocketAddr::new(a, cfg.control_port))
-            .collect()
-    };
-    let my_id = Id {
-        host: me as u16,
-        incarnation,
-        boot: incarnation,
-        addrs: ctl_addrs(me),
-        qpns: qpns.clone(),
-    };
-    let start = Instant::now();
-    let mut m = Membership::new(my_id, n, cfg.timeouts, unix_ms() ^ me as u64, start);
-    let seeds: Vec<Id> = (0..n)
-        .filter(|&h| h != me)
-        .map(|h| Id { host: h as u16, incarnation: 0, boot: 0, addrs: ctl_addrs(h), qpns: vec![] })
-        .collect();
-    // foca's periodic timers and the reports on the probe rounds' grid: a round is one
-    // wake-up.
-    let epoch = lock(&inner.prober).epoch();
-    m.align(epoch, cfg.probe.period);
-    let _ = m.join(&seeds, start);
-    let mut rx = vec![0u8; 65536];
-    let mut next_report = epoch;
-    let mut next_join = start + Duration::from_secs(1);
-    let mut control_bytes = 0u64;
-    let mut spray = 0usize;
-    let mut unreachable: BTreeSet<usize> = (0..n).filter(|&h| h != me).collect();
-    lock(&inner.prober).set_down(&unreachable.iter().copied().collect::<Vec<_>>());
-    let mut findings: Vec<Finding> = Vec::new();
-    let mut first_seen: BTreeMap<(String, String), Instant> = BTreeMap::new();
-    let mut down_since: BTreeMap<u16, Instant> = BTreeMap::new();
-    let mut last_published: Vec<u8> = Vec::new();
-    let mut published_loop = LoopHealth::default();
-    let mut republish = false;
-    let mut decoded: BTreeMap<u16, (u64, Report)> = BTreeMap::new();
-    let mut members_seen = u64::MAX;
-    let mut calm = false;
-    // Localization reads only the members' health and the reports: it runs again only
-    // when either changes.
-    struct Located {
-        health: BTreeMap<u16, Health>,
-        key: Vec<(u16, u64)>,
-        reports: BTreeMap<u16, Report>,
-        found: Vec<Finding>,
-    }
-    let mut located: Option<Located> = None;
-    let mut path_names: BTreeMap<(usize, Dev), String> = BTreeMap::new();
-    let mut published_at = start;
+    let mut c = Control::new(inner, sockets, incarnation);
     nice(-10);
-    let mut events: VecDeque<EventRecord> = VecDeque::new();
-    let mut lag_window: VecDeque<(Instant, Duration)> = VecDeque::new();
-    let record = |events: &mut VecDeque<EventRecord>, kind: &str, text: String| {
-        events.push_back(EventRecord {
-            at_seconds: start.elapsed().as_secs_f64(),
+    while !inner.stop.load(Ordering::Relaxed) {
+        c.step();
+    }
+}
+
+/// What localization read last: it runs again only when the members' health or the reports
+/// change.
+struct Located {
+    health: BTreeMap<u16, Health>,
+    key: Vec<(u16, u64)>,
+    reports: BTreeMap<u16, Report>,
+    found: Vec<Finding>,
+}
+
+/// The control loop's state between wake-ups.
+struct Control<'a> {
+    inner: &'a Inner,
+    sockets: Vec<Vec<UdpSocket>>,
+    m: Membership,
+    /// Every other host as the plan names it: joined until each has been heard of.
+    seeds: Vec<Id>,
+    addrs: Vec<IpAddr>,
+    qpns: Vec<u32>,
+    start: Instant,
+    rx: Vec<u8>,
+    next_report: Instant,
+    next_join: Instant,
+    control_bytes: u64,
+    spray: usize,
+    unreachable: BTreeSet<usize>,
+    findings: Vec<Finding>,
+    first_seen: BTreeMap<(String, String), Instant>,
+    down_since: BTreeMap<u16, Instant>,
+    last_published: Vec<u8>,
+    published_loop: LoopHealth,
+    published_at: Instant,
+    republish: bool,
+    decoded: BTreeMap<u16, (u64, Report)>,
+    members_seen: u64,
+    calm: bool,
+    located: Option<Located>,
+    path_names: BTreeMap<(usize, Dev), String>,
+    events: VecDeque<EventRecord>,
+    lag_window: VecDeque<(Instant, Duration)>,
+}
+
+impl<'a> Control<'a> {
+    fn new(inner: &'a Inner, sockets: Vec<Vec<UdpSocket>>, incarnation: u64) -> Control<'a> {
+        let cfg = &inner.cfg;
+        let pod = &cfg.pod;
+        let me = cfg.me;
+        let n = pod.hosts.len();
+        let addrs: Vec<IpAddr> = inner.rails.iter().map(|r| r.addr).collect();
+        let qpns: Vec<u32> = inner.rails.iter().map(|r| r.qp.qpn().get()).collect();
+        let ctl_addrs = |h: usize| -> Vec<SocketAddr> {
+            (0..pod.hosts[h].rails.len())
+                .filter_map(|r| probe::rail_addr(pod, Dev { host: h, rail: r }))
+                .map(|a| SocketAddr::new(a, cfg.control_port))
+                .collect()
+        };
+        let my_id = Id {
+            host: me as u16,
+            incarnation,
+            boot: incarnation,
+            addrs: ctl_addrs(me),
+            qpns: qpns.clone(),
+        };
+        let start = Instant::now();
+        let mut m = Membership::new(my_id, n, cfg.timeouts, unix_ms() ^ me as u64, start);
+        let seeds: Vec<Id> = (0..n)
+            .filter(|&h| h != me)
+            .map(|h| Id {
+                host: h as u16,
+                incarnation: 0,
+                boot: 0,
+                addrs: ctl_addrs(h),
+                qpns: vec![],
+            })
+            .collect();
+        // foca's periodic timers and the reports on the probe rounds' grid: a round is one
+        // wake-up.
+        let epoch = lock(&inner.prober).epoch();
+        m.align(epoch, cfg.probe.period);
+        let _ = m.join(&seeds, start);
+        let unreachable: BTreeSet<usize> = (0..n).filter(|&h| h != me).collect();
+        lock(&inner.prober).set_down(&unreachable.iter().copied().collect::<Vec<_>>());
+        Control {
+            inner,
+            sockets,
+            m,
+            seeds,
+            addrs,
+            qpns,
+            start,
+            rx: vec![0u8; 65536],
+            next_report: epoch,
+            next_join: start + Duration::from_secs(1),
+            control_bytes: 0,
+            spray: 0,
+            unreachable,
+            findings: Vec::new(),
+            first_seen: BTreeMap::new(),
+            down_since: BTreeMap::new(),
+            last_published: Vec::new(),
+            published_loop: LoopHealth::default(),
+            published_at: start,
+            republish: false,
+            decoded: BTreeMap::new(),
+            members_seen: u64::MAX,
+            calm: false,
+            located: None,
+            path_names: BTreeMap::new(),
+            events: VecDeque::new(),
+            lag_window: VecDeque::new(),
+        }
+    }
+
+    fn record(&mut self, kind: &str, text: String) {
+        self.events.push_back(EventRecord {
+            at_seconds: self.start.elapsed().as_secs_f64(),
             unix_ms: unix_ms(),
             kind: kind.into(),
             text,
         });
-        while events.len() > 200 {
-            events.pop_front();
+        while self.events.len() > 200 {
+            self.events.pop_front();
         }
-    };
-    while !inner.stop.load(Ordering::Relaxed) {
+    }
+
+    /// One wake-up: datagrams, timers, membership, probes, and a report when one is due.
+    fn step(&mut self) {
+        let due = self.deadline();
+        let readable = self.wait(due);
         let now = Instant::now();
-        let probe_due = lock(&inner.prober).next_deadline();
-        let due = [m.poll_timeout(), Some(probe_due), Some(next_report)]
+        // How late the loop ran against its own deadline: this host's CPU, not the network.
+        let lag = now.saturating_duration_since(due);
+        self.lag_window.push_back((now, lag));
+        let window = self.inner.cfg.probe.window;
+        while self.lag_window.front().is_some_and(|(t, _)| now.duration_since(*t) > window) {
+            self.lag_window.pop_front();
+        }
+        // Every datagram first, then the timers.
+        for (s, _) in self.sockets.iter().zip(&readable).filter(|(_, r)| **r) {
+            while let Ok((len, _)) = s[0].recv_from(&mut self.rx) {
+                let _ = self.m.handle_datagram(&self.rx[..len], now);
+            }
+        }
+        let _ = self.m.handle_timeouts(now);
+        if now >= self.next_join && self.m.members().len() + 1 < self.inner.cfg.pod.hosts.len() {
+            // Hosts not heard of yet (started later, or the first announce was lost).
+            let missing: Vec<Id> = self
+                .seeds
+                .iter()
+                .filter(|s| !self.m.members().contains_key(&s.host))
+                .cloned()
+                .collect();
+            let _ = self.m.join(&missing, now);
+            self.next_join = now + Duration::from_secs(1);
+        }
+        self.transmit();
+        let members_moved = self.member_events(now);
+        self.refresh_members();
+        let per_round = self.send_probes(now);
+        // A member's change is shown at once; otherwise a report every `report_every`, or
+        // every other one while the pod is calm (nothing lost anywhere, no traffic here).
+        if now < self.next_report && !members_moved {
+            return;
+        }
+        let every = self.inner.cfg.report_every.max(Duration::from_millis(1))
+            * if self.calm { 2 } else { 1 };
+        // On the grid (the rounds' epoch), a late report not made up.
+        while self.next_report <= now {
+            self.next_report += every;
+        }
+        self.report(now, per_round);
+    }
+
+    /// The next thing due: a membership timer, a probe round or a report.
+    fn deadline(&self) -> Instant {
+        let now = Instant::now();
+        let probe_due = lock(&self.inner.prober).next_deadline();
+        [self.m.poll_timeout(), Some(probe_due), Some(self.next_report)]
             .into_iter()
             .flatten()
             .min()
             .unwrap_or(now)
-            .min(now + cfg.probe.period);
-        let wait = due.saturating_duration_since(now);
-        let readable: Vec<bool> = {
-            let mut fds: Vec<PollFd> =
-                sockets.iter().map(|s| PollFd::new(s[0].as_fd(), PollFlags::POLLIN)).collect();
-            let t = PollTimeout::try_from(
-                wait.as_millis().min(1000) as u32 + u32::from(!wait.is_zero()),
-            )
-            .unwrap_or(PollTimeout::ZERO);
-            let _ = nix::poll::poll(&mut fds, t);
-            fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect()
-        };
-        let now = Instant::now();
-        // How late the loop ran against its own deadline: this host's CPU, not the network.
-        let lag = now.saturating_duration_since(due);
-        lag_window.push_back((now, lag));
-        while lag_window.front().is_some_and(|(t, _)| now.duration_since(*t) > cfg.probe.window) {
-            lag_window.pop_front();
-        }
-        // Every datagram first, then the timers.
-        for (s, _) in sockets.iter().zip(&readable).filter(|(_, r)| **r) {
-            while let Ok((len, _)) = s[0].recv_from(&mut rx) {
-                let _ = m.handle_datagram(&rx[..len], now);
-            }
-        }
-        let _ = m.handle_timeouts(now);
+            .min(now + self.inner.cfg.probe.period)
+    }
 
-        if now >= next_join && m.members().len() + 1 < n {
-            // Hosts not heard of yet (started later, or the first announce was lost).
-            let missing: Vec<Id> =
-                seeds.iter().filter(|s| !m.members().contains_key(&s.host)).cloned().collect();
-            let _ = m.join(&missing, now);
-            next_join = now + Duration::from_secs(1);
-        }
-        while let Some((to, data)) = m.poll_transmit() {
+    /// Waits for a datagram on any rail's control socket until `due`; which are readable.
+    fn wait(&self, due: Instant) -> Vec<bool> {
+        let wait = due.saturating_duration_since(Instant::now());
+        let mut fds: Vec<PollFd> =
+            self.sockets.iter().map(|s| PollFd::new(s[0].as_fd(), PollFlags::POLLIN)).collect();
+        let t =
+            PollTimeout::try_from(wait.as_millis().min(1000) as u32 + u32::from(!wait.is_zero()))
+                .unwrap_or(PollTimeout::ZERO);
+        let _ = nix::poll::poll(&mut fds, t);
+        fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect()
+    }
+
+    /// Sends what membership has to send.
+    fn transmit(&mut self) {
+        while let Some((to, data)) = self.m.poll_transmit() {
             // Every rail carries copies (one dead rail does not silence a host), each rail
             // two, from two of its source ports in turn: two ECMP hashes, different from one
             // datagram to the next, so that a spine that drops what is hashed onto it loses
             // a datagram only when both copies of every rail land on it, and never the same
             // pair's datagrams every time.
-            spray = spray.wrapping_add(1);
+            self.spray = self.spray.wrapping_add(1);
             for (i, a) in to.addrs.iter().enumerate() {
-                let rail = &sockets[i % sockets.len()];
+                let rail = &self.sockets[i % self.sockets.len()];
                 for k in 0..CONTROL_COPIES_PER_RAIL {
-                    let s = &rail[(spray + k) % rail.len()];
+                    let s = &rail[(self.spray + k) % rail.len()];
                     if s.send_to(&data, a).is_ok() {
-                        control_bytes += data.len() as u64 + 42;
+                        self.control_bytes += data.len() as u64 + 42;
                     }
                 }
             }
         }
-        let member_events = m.take_events();
-        let members_moved = !member_events.is_empty();
+    }
+
+    /// Members that came, went or were suspected: events, the channels told; whether any.
+    fn member_events(&mut self, now: Instant) -> bool {
+        let member_events = self.m.take_events();
+        let moved = !member_events.is_empty();
         for e in member_events {
+            let pod = &self.inner.cfg.pod;
             let name = pod.hosts.get(usize::from(e.host)).map_or("?", |h| h.name.as_str());
-            record(&mut events, "member", format!("{name} {}", health_word(e.health)));
+            let text = format!("{name} {}", health_word(e.health));
+            self.record("member", text);
             match e.health {
                 // Its messages are given up only if it stays down (a host that was only
                 // suspected, or came back as the same life, loses nothing).
                 Health::Down => {
-                    down_since.entry(e.host).or_insert(now);
+                    self.down_since.entry(e.host).or_insert(now);
                 }
                 _ => {
                     // A host up (or back): it has no reports yet.
-                    republish |= e.health == Health::Alive;
-                    down_since.remove(&e.host);
-                    if let Some(x) = m.members().get(&e.host) {
-                        lock(&inner.chan).peer_up(e.host, x.id.boot);
+                    self.republish |= e.health == Health::Alive;
+                    self.down_since.remove(&e.host);
+                    if let Some(x) = self.m.members().get(&e.host) {
+                        lock(&self.inner.chan).peer_up(e.host, x.id.boot);
                     }
                 }
             }
         }
-        let gone: Vec<u16> = down_since
+        let gone: Vec<u16> = self
+            .down_since
             .iter()
             .filter(|(_, t)| now.duration_since(**t) >= DOWN_GRACE)
             .map(|(h, _)| *h)
             .collect();
         for h in gone {
-            down_since.remove(&h);
-            lock(&inner.chan).peer_down(h);
+            self.down_since.remove(&h);
+            lock(&self.inner.chan).peer_down(h);
         }
+        moved
+    }
 
-        // What follows from the members, again only when they change.
-        if m.changes() != members_seen {
-            members_seen = m.changes();
-            let known: BTreeMap<usize, Vec<u32>> =
-                m.members().iter().map(|(h, x)| (usize::from(*h), x.id.qpns.clone())).collect();
-            lock(&inner.chan).probe_qpns = known;
-            let now_unreachable: BTreeSet<usize> = (0..n)
-                .filter(|&h| h != me)
-                .filter(|h| {
-                    m.members().get(&(*h as u16)).is_none_or(|x| {
-                        x.health == Health::Down || x.id.qpns.len() < pod.hosts[*h].rails.len()
-                    })
-                })
-                .collect();
-            if now_unreachable != unreachable {
-                unreachable = now_unreachable;
-                lock(&inner.prober).set_down(&unreachable.iter().copied().collect::<Vec<_>>());
-            }
+    /// What follows from the members (their probe QPs, who is unreachable), again only when
+    /// they change.
+    fn refresh_members(&mut self) {
+        if self.m.changes() == self.members_seen {
+            return;
         }
-        // Probes.
+        self.members_seen = self.m.changes();
+        let pod = &self.inner.cfg.pod;
+        let me = self.inner.cfg.me;
+        let known: BTreeMap<usize, Vec<u32>> =
+            self.m.members().iter().map(|(h, x)| (usize::from(*h), x.id.qpns.clone())).collect();
+        lock(&self.inner.chan).probe_qpns = known;
+        let now_unreachable: BTreeSet<usize> = (0..pod.hosts.len())
+            .filter(|&h| h != me)
+            .filter(|h| {
+                self.m.members().get(&(*h as u16)).is_none_or(|x| {
+                    x.health == Health::Down || x.id.qpns.len() < pod.hosts[*h].rails.len()
+                })
+            })
+            .collect();
+        if now_unreachable != self.unreachable {
+            self.unreachable = now_unreachable;
+            lock(&self.inner.prober)
+                .set_down(&self.unreachable.iter().copied().collect::<Vec<_>>());
+        }
+    }
+
+    /// Sends the probes due and tells the observer of those sent and lost; the probes of a
+    /// round (small, near-MTU).
+    fn send_probes(&mut self, now: Instant) -> (usize, usize) {
+        let inner = self.inner;
+        let pod = &inner.cfg.pod;
         let (out, lost, per_round) = {
             let mut p = lock(&inner.prober);
-            let out = p.poll(now, &addrs, &qpns);
+            let out = p.poll(now, &self.addrs, &self.qpns);
             (out, p.take_lost(), p.per_round())
         };
         for o in &out {
-            let qpn = m
+            let qpn = self
+                .m
                 .members()
                 .get(&(o.dst.host as u16))
                 .and_then(|x| x.id.qpns.get(o.dst.rail).copied());
@@ -962,29 +1076,34 @@ fn control_loop(inner: &Inner, sockets: Vec<Vec<UdpSocket>>, incarnation: u64) {
         for l in &lost {
             inner.observer.lost(pod, l);
         }
-        // A member's change is shown at once; otherwise a report every `report_every`, or
-        // every other one while the pod is calm (nothing lost anywhere, no traffic here).
-        if now < next_report && !members_moved {
-            continue;
-        }
-        let every = cfg.report_every.max(Duration::from_millis(1)) * if calm { 2 } else { 1 };
-        // On the grid (the rounds' epoch), a late report not made up.
-        while next_report <= now {
-            next_report += every;
-        }
-        let worst = lag_window.iter().map(|(_, l)| *l).max().unwrap_or_default();
-        let late =
-            lag_window.iter().filter(|(_, l)| l.as_millis() >= u128::from(probe::LATE_MS)).count();
-        let host_loop = LoopHealth {
-            local_health: m.local_health(),
+        per_round
+    }
+
+    /// This host's loop health over the probe window.
+    fn host_loop(&self) -> LoopHealth {
+        let worst = self.lag_window.iter().map(|(_, l)| *l).max().unwrap_or_default();
+        let late = self
+            .lag_window
+            .iter()
+            .filter(|(_, l)| l.as_millis() >= u128::from(probe::LATE_MS))
+            .count();
+        LoopHealth {
+            local_health: self.m.local_health(),
             worst_lag_ms: worst.as_millis().min(u128::from(u32::MAX)) as u32,
-            late_pct: (100 * late / lag_window.len().max(1)) as u8,
-        };
+            late_pct: (100 * late / self.lag_window.len().max(1)) as u8,
+        }
+    }
+
+    /// A report: each path judged, this host's report published, the pod's located, the
+    /// routes and the findings updated, the status rebuilt.
+    fn report(&mut self, now: Instant, per_round: (usize, usize)) {
+        let inner = self.inner;
+        let host_loop = self.host_loop();
         // The peers this host has traffic for are probed every round; every other ToR is
         // while something is wrong anywhere (a loss here, a failing path in a report).
         let hot: Vec<usize> =
             lock(&inner.chan).channels.peers().into_iter().map(usize::from).collect();
-        let elsewhere = located.as_ref().is_some_and(|l| {
+        let elsewhere = self.located.as_ref().is_some_and(|l| {
             l.reports.values().any(|r| r.paths.iter().any(|p| p.state != PathState::Ok))
         });
         // Each path judged once for the report, the routes and the status.
@@ -993,57 +1112,80 @@ fn control_loop(inner: &Inner, sockets: Vec<Vec<UdpSocket>>, incarnation: u64) {
             p.set_hot(&hot);
             let alert = elsewhere || p.any_loss();
             p.set_alert(alert);
-            calm = !alert && hot.is_empty();
+            self.calm = !alert && hot.is_empty();
             let judged = p.judge_all();
             let report = p.broadcast_of(&judged, host_loop);
             (judged, report)
         };
-        // Broadcast when the report changes, when a host came up (it learns everyone's) and
-        // every [`REPUBLISH`]. A starved loop's figures move all the time: while it stays
-        // starved they go out only with another change (what localization reads is that it
-        // is starved).
-        let mut report = report;
-        let due = republish || now.duration_since(published_at) >= REPUBLISH;
-        if !due && report.host_loop.starved() && published_loop.starved() {
-            report.host_loop = published_loop;
+        self.publish(now, report);
+        let health = self.locate();
+        self.route(now, &judged, &health);
+        self.settle(now);
+        let mut names = std::mem::take(&mut self.path_names);
+        let status = self.build_status(&judged, &mut names, host_loop, per_round);
+        self.path_names = names;
+        *lock(&inner.status) = status;
+    }
+
+    /// Broadcasts this host's report when it changes, when a host came up (it learns
+    /// everyone's) and every [`REPUBLISH`]. A starved loop's figures move all the time: while
+    /// it stays starved they go out only with another change (what localization reads is that
+    /// it is starved).
+    fn publish(&mut self, now: Instant, mut report: Report) {
+        let due = self.republish || now.duration_since(self.published_at) >= REPUBLISH;
+        if !due && report.host_loop.starved() && self.published_loop.starved() {
+            report.host_loop = self.published_loop;
         }
         let bytes = report.encode();
-        if due || bytes != last_published {
-            let _ = m.publish(bytes.clone());
-            last_published = bytes;
-            published_at = now;
-            published_loop = report.host_loop;
-            republish = false;
+        if due || bytes != self.last_published {
+            let _ = self.m.publish(bytes.clone());
+            self.last_published = bytes;
+            self.published_at = now;
+            self.published_loop = report.host_loop;
+            self.republish = false;
         }
+    }
+
+    /// The members' health (this host alive) and, when it or the reports changed, the pod
+    /// located again.
+    fn locate(&mut self) -> BTreeMap<u16, Health> {
+        let me = self.inner.cfg.me;
         // Reports decoded once per version.
-        let raw = m.reports();
-        decoded.retain(|h, _| raw.contains_key(h));
+        let raw = self.m.reports();
+        self.decoded.retain(|h, _| raw.contains_key(h));
         for (h, (version, b)) in raw {
-            if decoded.get(&h).is_none_or(|(v, _)| *v != version) {
+            if self.decoded.get(&h).is_none_or(|(v, _)| *v != version) {
                 match Report::decode(&b) {
-                    Some(r) => decoded.insert(h, (version, r)),
-                    None => decoded.remove(&h),
+                    Some(r) => self.decoded.insert(h, (version, r)),
+                    None => self.decoded.remove(&h),
                 };
             }
         }
         let mut health: BTreeMap<u16, Health> =
-            m.members().iter().map(|(h, x)| (*h, x.health)).collect();
+            self.m.members().iter().map(|(h, x)| (*h, x.health)).collect();
         health.insert(me as u16, Health::Alive);
         // The reports of the hosts not down, by version: what localization reads.
-        let key: Vec<(u16, u64)> = decoded
+        let key: Vec<(u16, u64)> = self
+            .decoded
             .iter()
             .filter(|(h, _)| health.get(h).is_some_and(|x| *x != Health::Down))
             .map(|(h, (v, _))| (*h, *v))
             .collect();
-        if located.as_ref().is_none_or(|l| l.health != health || l.key != key) {
-            let reports: BTreeMap<u16, Report> =
-                key.iter().filter_map(|(h, _)| Some((*h, decoded.get(h)?.1.clone()))).collect();
-            let found = locate::locate(pod, me, &health, &reports);
-            located = Some(Located { health: health.clone(), key, reports, found });
+        if self.located.as_ref().is_none_or(|l| l.health != health || l.key != key) {
+            let reports: BTreeMap<u16, Report> = key
+                .iter()
+                .filter_map(|(h, _)| Some((*h, self.decoded.get(h)?.1.clone())))
+                .collect();
+            let found = locate::locate(&self.inner.cfg.pod, me, &health, &reports);
+            self.located = Some(Located { health: health.clone(), key, reports, found });
         }
-        let Some(Located { reports, found, .. }) = &located else { continue };
-        // Routes from this host's own paths (not the settled findings: traffic moves at
-        // once) and the others' reports.
+        health
+    }
+
+    /// Routes from this host's own paths (not the settled findings: traffic moves at once)
+    /// and the others' reports.
+    fn route(&self, now: Instant, judged: &[JudgedPath], health: &BTreeMap<u16, Health>) {
+        let Some(located) = &self.located else { return };
         let views: BTreeMap<(usize, Dev), PathView> = judged
             .iter()
             .map(|jp| {
@@ -1060,23 +1202,29 @@ fn control_loop(inner: &Inner, sockets: Vec<Vec<UdpSocket>>, incarnation: u64) {
                 (jp.key, v)
             })
             .collect();
-        {
-            let alive = |h: usize| health.get(&(h as u16)).is_some_and(|x| *x != Health::Down);
-            let mut c = lock(&inner.chan);
-            let changes = c.table.update(now, &views, reports, &alive);
-            let moved = !changes.is_empty();
-            c.apply(pod, changes, unix_ms());
-            drop(c);
-            if moved {
-                inner.wake();
-            }
+        let alive = |h: usize| health.get(&(h as u16)).is_some_and(|x| *x != Health::Down);
+        let mut c = lock(&self.inner.chan);
+        let changes = c.table.update(now, &views, &located.reports, &alive);
+        let moved = !changes.is_empty();
+        c.apply(&self.inner.cfg.pod, changes, unix_ms());
+        drop(c);
+        if moved {
+            self.inner.wake();
         }
-        let raw = found.clone();
-        first_seen.retain(|k, _| raw.iter().any(|f| (&f.kind, &f.component) == (&k.0, &k.1)));
+    }
+
+    /// The findings that have been seen for their settling time; events for those that came
+    /// and went.
+    fn settle(&mut self, now: Instant) {
+        let Some(located) = &self.located else { return };
+        let cfg = &self.inner.cfg;
+        let raw = located.found.clone();
+        self.first_seen.retain(|k, _| raw.iter().any(|f| (&f.kind, &f.component) == (&k.0, &k.1)));
         let now_findings: Vec<Finding> = raw
             .into_iter()
             .filter(|f| {
-                let since = *first_seen.entry((f.kind.clone(), f.component.clone())).or_insert(now);
+                let key = (f.kind.clone(), f.component.clone());
+                let since = *self.first_seen.entry(key).or_insert(now);
                 let settle = match f.kind.as_str() {
                     "host-down" => Duration::ZERO,
                     "link" => cfg.settle * 5,
@@ -1086,35 +1234,25 @@ fn control_loop(inner: &Inner, sockets: Vec<Vec<UdpSocket>>, incarnation: u64) {
                 now.duration_since(since) >= settle
             })
             .collect();
-        for f in &now_findings {
-            if !findings.iter().any(|g| g.kind == f.kind && g.component == f.component) {
-                record(
-                    &mut events,
-                    "finding",
-                    format!("{}: {} — {}", f.kind, f.component, f.evidence),
-                );
-            }
+        let same = |f: &Finding, g: &Finding| g.kind == f.kind && g.component == f.component;
+        let new: Vec<String> = now_findings
+            .iter()
+            .filter(|f| !self.findings.iter().any(|g| same(f, g)))
+            .map(|f| format!("{}: {} — {}", f.kind, f.component, f.evidence))
+            .collect();
+        let cleared: Vec<String> = self
+            .findings
+            .iter()
+            .filter(|g| !now_findings.iter().any(|f| same(f, g)))
+            .map(|g| format!("{}: {}", g.kind, g.component))
+            .collect();
+        for text in new {
+            self.record("finding", text);
         }
-        for g in &findings {
-            if !now_findings.iter().any(|f| g.kind == f.kind && g.component == f.component) {
-                record(&mut events, "finding-cleared", format!("{}: {}", g.kind, g.component));
-            }
+        for text in cleared {
+            self.record("finding-cleared", text);
         }
-        findings = now_findings;
-        let status = build_status(
-            inner,
-            &m,
-            reports,
-            &judged,
-            &mut path_names,
-            &findings,
-            &events,
-            host_loop,
-            control_bytes,
-            per_round,
-            start,
-        );
-        *lock(&inner.status) = status;
+        self.findings = now_findings;
     }
 }
 
@@ -1126,108 +1264,112 @@ fn health_word(h: Health) -> &'static str {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn build_status(
-    inner: &Inner,
-    m: &Membership,
-    reports: &BTreeMap<u16, Report>,
-    judged: &[JudgedPath],
-    path_names: &mut BTreeMap<(usize, Dev), String>,
-    findings: &[Finding],
-    events: &VecDeque<EventRecord>,
-    host_loop: LoopHealth,
-    control_bytes: u64,
-    per_round: (usize, usize),
-    start: Instant,
-) -> Status {
-    let pod = &inner.cfg.pod;
-    let me = inner.cfg.me;
-    let now = Instant::now();
-    let mut members: Vec<MemberStatus> = (0..pod.hosts.len())
-        .map(|h| {
-            let x = m.members().get(&(h as u16));
-            MemberStatus {
-                index: h,
-                host: pod.hosts[h].name.clone(),
-                health: if h == me { Health::Alive } else { x.map_or(Health::Down, |x| x.health) },
-                for_seconds: x.map_or(start, |x| x.since).elapsed().as_secs_f64(),
-                incarnation: if h == me {
-                    m.me().incarnation
-                } else {
-                    x.map_or(0, |x| x.id.incarnation)
-                },
+impl Control<'_> {
+    /// The status `pod status` and /metrics show: members, paths, findings, routes, cost.
+    fn build_status(
+        &self,
+        judged: &[JudgedPath],
+        path_names: &mut BTreeMap<(usize, Dev), String>,
+        host_loop: LoopHealth,
+        per_round: (usize, usize),
+    ) -> Status {
+        let (inner, m, start) = (self.inner, &self.m, self.start);
+        let empty = BTreeMap::new();
+        let reports = self.located.as_ref().map_or(&empty, |l| &l.reports);
+        let (findings, events, control_bytes) = (&self.findings, &self.events, self.control_bytes);
+        let pod = &inner.cfg.pod;
+        let me = inner.cfg.me;
+        let now = Instant::now();
+        let mut members: Vec<MemberStatus> = (0..pod.hosts.len())
+            .map(|h| {
+                let x = m.members().get(&(h as u16));
+                MemberStatus {
+                    index: h,
+                    host: pod.hosts[h].name.clone(),
+                    health: if h == me {
+                        Health::Alive
+                    } else {
+                        x.map_or(Health::Down, |x| x.health)
+                    },
+                    for_seconds: x.map_or(start, |x| x.since).elapsed().as_secs_f64(),
+                    incarnation: if h == me {
+                        m.me().incarnation
+                    } else {
+                        x.map_or(0, |x| x.id.incarnation)
+                    },
+                }
+            })
+            .collect();
+        members.sort_by_key(|x| x.index);
+        let mut s = PathSummary { reporting: reports.len(), ..PathSummary::default() };
+        for p in reports.values().flat_map(|r| &r.paths) {
+            s.paths += 1;
+            match p.state {
+                PathState::Ok => s.ok += 1,
+                PathState::Lossy => s.lossy += 1,
+                PathState::Dead => s.dead += 1,
+                PathState::LargeLost => s.large_lost += 1,
             }
-        })
-        .collect();
-    members.sort_by_key(|x| x.index);
-    let mut s = PathSummary { reporting: reports.len(), ..PathSummary::default() };
-    for p in reports.values().flat_map(|r| &r.paths) {
-        s.paths += 1;
-        match p.state {
-            PathState::Ok => s.ok += 1,
-            PathState::Lossy => s.lossy += 1,
-            PathState::Dead => s.dead += 1,
-            PathState::LargeLost => s.large_lost += 1,
         }
-    }
 
-    let my_paths: Vec<MyPath> = judged
-        .iter()
-        .map(|jp| {
-            let (rail, d) = jp.key;
-            let path = path_names.entry(jp.key).or_insert_with(|| {
-                format!("{} -> {}", pod.name(Dev { host: me, rail }), pod.name(d))
-            });
-            MyPath {
-                path: path.clone(),
-                state: jp.judged.state,
-                sent: jp.sent[0],
-                lost: jp.lost[0],
-                large_sent: jp.sent[1],
-                large_lost: jp.lost[1],
-                rtt_p50_us: jp.judged.rtt_p50.map_or(0, |d| d.as_micros() as u32),
-            }
-        })
-        .collect();
-    // The median round trip of this host's paths (the broadcasts leave `ok` paths' out).
-    let mut rtts: Vec<u32> =
-        my_paths.iter().map(|p: &MyPath| p.rtt_p50_us).filter(|r| *r > 0).collect();
-    rtts.sort_unstable();
-    s.rtt_p50_us = rtts.get(rtts.len() / 2).copied().unwrap_or(0);
-    let (late_timers, _) = m.lateness();
-    let (routes, route_events, channels) = {
-        let c = lock(&inner.chan);
-        let routes =
-            c.table.routes().iter().map(|(p, r)| (pod.hosts[*p].name.clone(), *r)).collect();
-        let ev = c.routes.iter().rev().take(50).rev().cloned().collect();
-        let st = ChannelStatus {
-            counters: c.channels.counters(),
-            relayed: c.relayed,
-            hops_up: c.hops_up(),
+        let my_paths: Vec<MyPath> = judged
+            .iter()
+            .map(|jp| {
+                let (rail, d) = jp.key;
+                let path = path_names.entry(jp.key).or_insert_with(|| {
+                    format!("{} -> {}", pod.name(Dev { host: me, rail }), pod.name(d))
+                });
+                MyPath {
+                    path: path.clone(),
+                    state: jp.judged.state,
+                    sent: jp.sent[0],
+                    lost: jp.lost[0],
+                    large_sent: jp.sent[1],
+                    large_lost: jp.lost[1],
+                    rtt_p50_us: jp.judged.rtt_p50.map_or(0, |d| d.as_micros() as u32),
+                }
+            })
+            .collect();
+        // The median round trip of this host's paths (the broadcasts leave `ok` paths' out).
+        let mut rtts: Vec<u32> =
+            my_paths.iter().map(|p: &MyPath| p.rtt_p50_us).filter(|r| *r > 0).collect();
+        rtts.sort_unstable();
+        s.rtt_p50_us = rtts.get(rtts.len() / 2).copied().unwrap_or(0);
+        let (late_timers, _) = m.lateness();
+        let (routes, route_events, channels) = {
+            let c = lock(&inner.chan);
+            let routes =
+                c.table.routes().iter().map(|(p, r)| (pod.hosts[*p].name.clone(), *r)).collect();
+            let ev = c.routes.iter().rev().take(50).rev().cloned().collect();
+            let st = ChannelStatus {
+                counters: c.channels.counters(),
+                relayed: c.relayed,
+                hops_up: c.hops_up(),
+            };
+            (routes, ev, st)
         };
-        (routes, ev, st)
-    };
-    Status {
-        routes,
-        route_events,
-        channels,
-        host: pod.hosts[me].name.clone(),
-        index: me,
-        members,
-        paths: s,
-        my_paths,
-        findings: findings.to_vec(),
-        events: events.iter().cloned().collect(),
-        host_loop,
-        late_timers,
-        cost: Cost {
-            per_round,
-            probe_bytes: (
-                inner.probe_bytes[0].load(Ordering::Relaxed),
-                inner.probe_bytes[1].load(Ordering::Relaxed),
-            ),
-            control_bytes,
-            seconds: now.duration_since(start).as_secs_f64(),
-        },
+        Status {
+            routes,
+            route_events,
+            channels,
+            host: pod.hosts[me].name.clone(),
+            index: me,
+            members,
+            paths: s,
+            my_paths,
+            findings: findings.to_vec(),
+            events: events.iter().cloned().collect(),
+            host_loop,
+            late_timers,
+            cost: Cost {
+                per_round,
+                probe_bytes: (
+                    inner.probe_bytes[0].load(Ordering::Relaxed),
+                    inner.probe_bytes[1].load(Ordering::Relaxed),
+                ),
+                control_bytes,
+                seconds: now.duration_since(start).as_secs_f64(),
+            },
+        }
     }
 }

@@ -580,6 +580,13 @@ impl Report {
     }
 }
 
+/// A rail's own address and probe QP: where a probe's reply goes.
+#[derive(Debug, Clone, Copy)]
+struct ReplyTo {
+    addr: IpAddr,
+    qpn: u32,
+}
+
 struct Pending {
     rail: usize,
     dst: Dev,
@@ -782,14 +789,14 @@ impl Prober {
         for (r, d, port, large) in std::mem::take(&mut self.retry) {
             let (Some(&addr), Some(&qpn)) = (my_addrs.get(r), my_qpns.get(r)) else { continue };
             if !self.skip.contains(&d.host) {
-                out.push(self.probe_on(now, r, d, port, large, addr, qpn));
+                out.push(self.probe_on(now, r, d, port, large, ReplyTo { addr, qpn }));
             }
         }
         for r in 0..self.targets.len() {
             let (Some(&addr), Some(&qpn)) = (my_addrs.get(r), my_qpns.get(r)) else { continue };
             let ts = self.round_targets(r);
             for d in &ts {
-                out.push(self.probe(now, r, *d, false, addr, qpn));
+                out.push(self.probe(now, r, *d, false, ReplyTo { addr, qpn }));
             }
             // Near-MTU probes: in a healthy pod each rail's every fourth round (two rails in
             // turn: one every other round), in every round while something is wrong.
@@ -797,7 +804,7 @@ impl Prober {
             if self.cfg.large > HEADER && !ts.is_empty() && large_round {
                 let t = self.large_turn[r];
                 self.large_turn[r] += 1;
-                out.push(self.probe(now, r, ts[t % ts.len()], true, addr, qpn));
+                out.push(self.probe(now, r, ts[t % ts.len()], true, ReplyTo { addr, qpn }));
             }
         }
         self.round += 1;
@@ -805,23 +812,14 @@ impl Prober {
     }
 
     /// A probe of `dst` from `rail`, from the next port of the path's rotation.
-    fn probe(
-        &mut self,
-        now: Instant,
-        rail: usize,
-        dst: Dev,
-        large: bool,
-        addr: IpAddr,
-        qpn: u32,
-    ) -> Outgoing {
+    fn probe(&mut self, now: Instant, rail: usize, dst: Dev, large: bool, me: ReplyTo) -> Outgoing {
         let c = self.cursor.entry((rail, dst, large)).or_insert(0);
         let port = self.cfg.port(*c);
         *c += 1;
-        self.probe_on(now, rail, dst, port, large, addr, qpn)
+        self.probe_on(now, rail, dst, port, large, me)
     }
 
     /// A probe of `dst` from `rail` on UDP source port `port`.
-    #[allow(clippy::too_many_arguments)]
     fn probe_on(
         &mut self,
         now: Instant,
@@ -829,8 +827,7 @@ impl Prober {
         dst: Dev,
         port: u16,
         large: bool,
-        addr: IpAddr,
-        qpn: u32,
+        me: ReplyTo,
     ) -> Outgoing {
         self.seq += 1;
         let seq = self.seq;
@@ -853,8 +850,8 @@ impl Prober {
                 t1: self.stamp(now),
                 t2: 0,
                 t3: 0,
-                qpn,
-                addr,
+                qpn: me.qpn,
+                addr: me.addr,
             },
         }
     }

@@ -746,6 +746,7 @@ impl Coordinator<'_> {
         Ok((measured, ports))
     }
 
+    #[expect(clippy::too_many_lines, reason = "to be split (issue 42)")]
     fn run(&mut self, facts: &[HostFacts], _sys: &Path) -> Result<Report, BootstrapError> {
         let t0 = Instant::now();
         let plan = self.plan;
@@ -1084,6 +1085,14 @@ fn judged_medians(plan: &Plan, pod: &Pod, measured: &[Measured]) -> BTreeMap<Str
 
 type Judged = (Dev, Dev, Vec<Check>);
 
+/// What a pair's figures are judged against: the pod, each device's line rate, the pod's
+/// medians.
+struct Yardsticks<'a> {
+    pod: &'a Pod,
+    line: &'a dyn Fn(Dev) -> Option<f64>,
+    medians: &'a BTreeMap<String, f64>,
+}
+
 fn judge_with(
     plan: &Plan,
     pod: &Pod,
@@ -1091,6 +1100,7 @@ fn judge_with(
     line: &dyn Fn(Dev) -> Option<f64>,
     medians: &BTreeMap<String, f64>,
 ) -> Vec<Judged> {
+    let ys = Yardsticks { pod, line, medians };
     measured
         .iter()
         .map(|(c, s, results)| {
@@ -1106,7 +1116,7 @@ fn judge_with(
                     continue;
                 }
                 for f in &r.figures {
-                    let mut cs = judge_figure(pod, pc, *c, *s, &pair, f, line, medians);
+                    let mut cs = judge_figure(&ys, pc, (*c, *s), &pair, f);
                     if r.retransmitted_pkts > 0 {
                         for ch in &mut cs {
                             ch.detail = format!(
@@ -1125,17 +1135,14 @@ fn judge_with(
 
 /// The checks of one figure: every threshold of the plan's entry that applies, the
 /// tightest bound deciding, each reported.
-#[allow(clippy::too_many_arguments)]
 fn judge_figure(
-    pod: &Pod,
+    ys: &Yardsticks<'_>,
     pc: &PerfCheck,
-    c: Dev,
-    s: Dev,
+    (c, s): (Dev, Dev),
     pair: &str,
     f: &Figure,
-    line: &dyn Fn(Dev) -> Option<f64>,
-    medians: &BTreeMap<String, f64>,
 ) -> Vec<Check> {
+    let Yardsticks { pod, line, medians } = *ys;
     let kind = if pod.same_tor(c, s) { "same ToR" } else { "across the spines" };
     let detail = format!("{} {pair} ({kind})", pc.test);
     let mut out = Vec::new();

@@ -132,6 +132,7 @@ const PHYS_STATE_HELP: &str = "Physical port state (1 Sleep, 2 Polling, 3 Disabl
     4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 PhyTest)";
 
 impl Collector for ScrapeCollector {
+    #[expect(clippy::too_many_lines, reason = "to be split (issue 42)")]
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         let Scrape { snap, health, bench } = &*self.0;
         let ports: Vec<(String, &str)> = snap
