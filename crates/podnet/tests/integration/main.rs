@@ -12,6 +12,7 @@ mod doctor_rxe;
 mod emupod;
 mod extra;
 mod gpu;
+mod map;
 mod perf;
 mod perf_rxe;
 mod pingpong;

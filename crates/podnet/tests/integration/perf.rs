@@ -169,17 +169,17 @@ fn a_ud_latency_sweep_stops_at_the_mtu_and_checks_every_message() {
     }
 }
 
-/// The README's READ example — every size from 2 B to 8 MiB on 4 QPs, every byte checked —
+/// docs/perf.md's READ example — every size from 2 B to 8 MiB on 4 QPs, every byte checked —
 /// three times in a row, with the receive buffer an unprivileged process gets under default
 /// sysctls (212992 bytes asked, through the fault hook): READ responses from 4 QPs must not
 /// overrun it, or go-back-N asks again into the same overrun until the retries run out
 /// (it ended in RetryExcErr after 64 KiB, 5 runs of 5).
 #[test]
-fn the_readme_read_example_passes_three_times_in_a_row() {
+fn the_documented_read_example_passes_three_times_in_a_row() {
     crate::util::require_fault_injection();
     let example = "perf read-bw -a -q 4 --data-validation";
-    let readme = std::fs::read_to_string(crate::util::testdata("../README.md")).unwrap();
-    assert!(readme.contains(&format!("podnet {example} localhost")), "the README's example");
+    let readme = std::fs::read_to_string(crate::util::testdata("../docs/perf.md")).unwrap();
+    assert!(readme.contains(&format!("podnet {example} localhost")), "docs/perf.md's example");
     let o = in_netns(&format!(
         "export PODNET_FAULT_RCVBUF=212992\n\
          for run in 1 2 3; do\n\
