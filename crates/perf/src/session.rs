@@ -1099,7 +1099,14 @@ fn settle(
         let n = b.len().min(200);
         mine[24..24 + n].copy_from_slice(&b[..n]);
     }
-    talk.active().map_err(exchange::Error::Io)?;
+    // The results go both ways at once. Where the counts went first both sides are past the
+    // measurement and each answers within the stall limit; else this swap is where the side
+    // that did not measure waits for the one that does, however long it measures (a READ
+    // sweep of 4 GB under loss takes longer than the stall limit: the waiting side timed
+    // out, freed its memory, and the measuring side's READs met RemAccessErr).
+    if initiator || target_check {
+        talk.active().map_err(exchange::Error::Io)?;
+    }
     let r = talk.ch.swap(&mine, RESULT)?;
     let word = |i: usize| u64::from_be_bytes(r[i..i + 8].try_into().unwrap_or([0; 8]));
     let text: Vec<u8> = r[24..].iter().copied().take_while(|&b| b != 0).collect();

@@ -209,6 +209,27 @@ fn the_documented_read_example_passes_three_times_in_a_row() {
     }
 }
 
+/// A side that does not measure waits for the one that does for as long as it measures: a
+/// READ run with data validation that measures for longer than the stall limit (`--timeout
+/// 1`, `-D 3`) ends clean on both sides. The server used to wait for the results with the
+/// stall limit, time out after 1 s, free its memory and leave the client's READs to meet
+/// RemAccessErr (seen as the READ example failing on a slower machine, where 4 GB took more
+/// than the 10 s default).
+#[test]
+fn the_side_that_waits_waits_for_a_measurement_longer_than_the_stall_limit() {
+    let o = in_netns(
+        "$PODNET perf read-bw -s 65536 -D 3 --timeout 1 --data-validation --json > srv.json 2> srv.err & listening\n\
+         $PODNET perf read-bw -s 65536 -D 3 --timeout 1 --data-validation --json localhost > cli.json 2> cli.err; c=$?\n\
+         wait $!; s=$?\n\
+         echo \"client $c server $s\"; tail -n 1 cli.json; cat cli.err srv.err",
+    );
+    let out = stdout(&o);
+    assert!(out.contains("client 0 server 0"), "{out}{}", stderr(&o));
+    let last: Value =
+        serde_json::from_str(out.lines().find(|l| l.starts_with('{')).unwrap_or("{}")).unwrap();
+    assert_eq!(last["data_validation"]["ok"].as_bool(), Some(true), "{out}");
+}
+
 /// Atomics under `-a` (23 rounds of 8-byte operations): each round starts from counters at
 /// 0, so every fetched value and every counter is checked right, not only the first round's
 /// (the second round fetched what the first had left, and failed).
