@@ -20,6 +20,7 @@ pub mod names;
 pub mod rates;
 pub mod sample;
 pub mod sampler;
+pub mod serve;
 
 /// The Prometheus client this crate encodes with, for callers that register more metrics.
 pub use prometheus_client;

@@ -381,35 +381,10 @@ fn print_table(
     Ok(())
 }
 
-/// What the /metrics server lets one client make it hold.
-mod limits {
-    use std::time::Duration;
-
-    /// Connections served at once; more are answered 503 and closed.
-    pub(super) const CONNECTIONS: usize = 64;
-    /// Request line and headers, bytes.
-    pub(super) const HEADER_BYTES: usize = 8 << 10;
-    /// Headers in a request.
-    pub(super) const HEADERS: usize = 32;
-    /// Time to send the request line and headers.
-    pub(super) const HEADER_TIME: Duration = Duration::from_secs(5);
-    /// Time a connection lives, the response included (a sample waits at most twice
-    /// --sample-deadline, at most 60 s each, so a response can take a while; a client that
-    /// does not read it is cut off here).
-    pub(super) const CONNECTION_TIME: Duration = Duration::from_secs(150);
-}
-
 fn serve(agent: Arc<Agent>, args: &AgentArgs, interval: f64) -> anyhow::Result<ExitCode> {
     let listener = std::net::TcpListener::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     listener.set_nonblocking(true).context("cannot make the listening socket non-blocking")?;
-    // One thread serves every connection; samples run on at most two more (one at a time).
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .max_blocking_threads(2)
-        .thread_name("scrape")
-        .build()
-        .context("cannot start the HTTP server's runtime")?;
     eprintln!(
         "podnet agent: serving http://{}/metrics (sampling every {interval} s, health window {} s)",
         args.listen, agent.thresholds.window_seconds
@@ -424,137 +399,22 @@ fn serve(agent: Arc<Agent>, args: &AgentArgs, interval: f64) -> anyhow::Result<E
             }
         })
         .context("cannot start the sampler thread")?;
-    rt.block_on(http::accept(listener, agent))
+    telemetry::serve::serve(listener, agent).context("cannot start the HTTP server")?;
+    Ok(ExitCode::SUCCESS)
 }
 
-/// The /metrics server: hyper's HTTP/1 with every limit of [`limits`] set.
-mod http {
-    use std::convert::Infallible;
-    use std::process::ExitCode;
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use http_body_util::Full;
-    use hyper::body::{Bytes, Incoming};
-    use hyper::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
-    use hyper::{Method, Request, Response, StatusCode};
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    use telemetry::expose::Format;
-
-    use super::{Agent, limits};
-
-    const PLAIN: &str = "text/plain; charset=utf-8";
-
-    pub(super) async fn accept(
-        listener: std::net::TcpListener,
-        agent: Arc<Agent>,
-    ) -> anyhow::Result<ExitCode> {
-        let listener = tokio::net::TcpListener::from_std(listener)?;
-        let slots = Arc::new(tokio::sync::Semaphore::new(limits::CONNECTIONS));
-        let mut http = hyper::server::conn::http1::Builder::new();
-        http.timer(TokioTimer::new())
-            .header_read_timeout(limits::HEADER_TIME)
-            .max_header_size(limits::HEADER_BYTES)
-            .max_buf_size(limits::HEADER_BYTES.max(8192) * 2)
-            .max_headers(limits::HEADERS)
-            .keep_alive(false);
-        loop {
-            let stream = match listener.accept().await {
-                Ok((s, _)) => s,
-                // Out of descriptors or memory: wait for connections to end.
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
-                // Full: say so if the socket takes it at once, and close.
-                let _ = stream.try_write(
-                    b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                );
-                continue;
-            };
-            let agent = agent.clone();
-            let service = hyper::service::service_fn(move |req| respond(agent.clone(), req));
-            let conn = http.serve_connection(TokioIo::new(stream), service);
-            tokio::spawn(async move {
-                // A client that errs, stalls or goes away is its own problem.
-                let _ = tokio::time::timeout(limits::CONNECTION_TIME, conn).await;
-                drop(slot);
-            });
-        }
+impl telemetry::serve::Pages for Agent {
+    fn metrics(&self) -> String {
+        telemetry::expose::render(Arc::new(self.scrape()), self.extra())
     }
 
-    fn reply(status: StatusCode, ctype: &str, body: String) -> Response<Full<Bytes>> {
-        let mut r = Response::new(Full::new(Bytes::from(body)));
-        *r.status_mut() = status;
-        if let Ok(v) = ctype.parse() {
-            r.headers_mut().insert(CONTENT_TYPE, v);
-        }
-        r
+    fn health(&self) -> String {
+        let (_, health) = self.sample();
+        serde_json::json!({ "ports": health }).to_string()
     }
 
-    async fn respond(
-        agent: Arc<Agent>,
-        req: Request<Incoming>,
-    ) -> Result<Response<Full<Bytes>>, Infallible> {
-        if req.method() != Method::GET && req.method() != Method::HEAD {
-            let mut r = reply(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "only GET is served\n".into());
-            r.headers_mut()
-                .insert(hyper::header::ALLOW, hyper::header::HeaderValue::from_static("GET, HEAD"));
-            return Ok(r);
-        }
-        // A GET has no body; one that announces one is not read.
-        let has_body = req.headers().contains_key(TRANSFER_ENCODING)
-            || req.headers().get(CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0");
-        if has_body {
-            let body = "a request to the agent carries no body\n".to_string();
-            return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, PLAIN, body));
-        }
-        let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let path = req.uri().path().to_string();
-        let page = match path.as_str() {
-            "/metrics" | "/health" => path,
-            "/pod" => {
-                return Ok(match &agent.pod {
-                    Some(m) => match serde_json::to_string(&m.status()) {
-                        Ok(body) => reply(StatusCode::OK, "application/json", body),
-                        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, PLAIN, format!("{e}\n")),
-                    },
-                    None => reply(
-                        StatusCode::NOT_FOUND,
-                        PLAIN,
-                        "this agent watches no pod (podnet agent --pod PLAN)\n".into(),
-                    ),
-                });
-            }
-            "/" => {
-                let body =
-                    "podnet agent: /metrics (Prometheus), /health (JSON), /pod (JSON, with --pod)\n"
-                        .to_string();
-                return Ok(reply(StatusCode::OK, PLAIN, body));
-            }
-            _ => return Ok(reply(StatusCode::NOT_FOUND, PLAIN, "not found\n".into())),
-        };
-        // Sampling reads files: off the thread that serves connections.
-        let made = tokio::task::spawn_blocking(move || {
-            if page == "/health" {
-                let (_, health) = agent.sample();
-                let body = serde_json::json!({ "ports": health }).to_string();
-                return ("application/json", body);
-            }
-            let format = Format::negotiate(accept.as_deref());
-            let om = telemetry::expose::render(Arc::new(agent.scrape()), agent.extra());
-            let body = match format {
-                Format::OpenMetrics => om,
-                Format::Text => telemetry::expose::to_text_format(&om),
-            };
-            (format.content_type(), body)
-        })
-        .await;
-        Ok(match made {
-            Ok((ctype, body)) => reply(StatusCode::OK, ctype, body),
-            Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, PLAIN, format!("{e}\n")),
-        })
+    fn pod(&self) -> Option<Result<String, String>> {
+        let m = self.pod.as_ref()?;
+        Some(serde_json::to_string(&m.status()).map_err(|e| e.to_string()))
     }
 }
