@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 pub use net::{LocalAddr, local_addrs, netdev_mtu};
 pub use port::{Gid, GidEntry, GidType, LinkLayer, PhysState, PortState};
 pub use rdma::{
-    DeviceInfo, PortInfo, active_mtu_for, numa_node, rdma_device, rdma_devices, rdma_provider,
+    DeviceInfo, PortInfo, active_mtu_for, device_dir, numa_node, rdma_device, rdma_devices,
+    rdma_provider,
 };
 
 /// `/sys`: the live host's sysfs.

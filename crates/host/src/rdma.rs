@@ -8,7 +8,7 @@
 
 use std::fs;
 use std::net::Ipv6Addr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::net::netdev_mtu;
 use crate::port::{Gid, GidEntry, GidType, LinkLayer, PhysState, PortState};
@@ -78,10 +78,16 @@ pub fn active_mtu_for(netdev_mtu: u32) -> Option<u32> {
     [4096, 2048, 1024, 512, 256].into_iter().find(|m| *m <= room)
 }
 
+/// The sysfs folder of the RDMA device `name` under `sys` (`sys/class/infiniband/<name>`):
+/// the one place the class's path is spelled.
+pub fn device_dir(sys: &Path, name: &str) -> PathBuf {
+    sys.join("class/infiniband").join(name)
+}
+
 /// The NUMA node of the RDMA device `name`'s PCI function (`device/numa_node`): `Some(-1)`
 /// when the firmware reports none, `None` for a device without a PCI function (rxe, siw).
 pub fn numa_node(sys: &Path, name: &str) -> Option<i64> {
-    read(&sys.join("class/infiniband").join(name).join("device/numa_node"))?.parse().ok()
+    read(&device_dir(sys, name).join("device/numa_node"))?.parse().ok()
 }
 
 /// The kernel's RDMA devices under `sys` (normally `/sys`), sorted by name. A host without
@@ -97,14 +103,14 @@ pub fn rdma_devices(sys: &Path) -> Vec<DeviceInfo> {
 
 /// The RDMA device `name` under `sys`, if there is one.
 pub fn rdma_device(sys: &Path, name: &str) -> Option<DeviceInfo> {
-    let dir = sys.join("class/infiniband").join(name);
+    let dir = device_dir(sys, name);
     dir.is_dir().then(|| device(sys, &dir, name.to_string()))
 }
 
 /// The provider of the RDMA device `name` under `sys` ([`DeviceInfo::provider`]), from its
 /// driver link alone: without the ports and GID tables [`rdma_device`] reads.
 pub fn rdma_provider(sys: &Path, name: &str) -> Option<String> {
-    let dir = sys.join("class/infiniband").join(name);
+    let dir = device_dir(sys, name);
     dir.is_dir().then(|| provider(&dir, name, read(&dir.join("parent")).is_some()))
 }
 
