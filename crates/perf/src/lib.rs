@@ -4,5 +4,6 @@
 
 pub mod engine;
 pub mod exchange;
+pub mod pingpong;
 pub mod session;
 pub mod stats;
