@@ -675,7 +675,6 @@ fn check_receive(
 pub type OnProgress<'a> = &'a mut dyn FnMut(u64, u64);
 
 /// Bandwidth: what `plan` asks, on every QP of `s` at once, until `plan.stop`.
-#[expect(clippy::too_many_lines, reason = "to be split (issue 42)")]
 pub fn bw(s: &Side<'_>, plan: &BwPlan<'_>, progress: OnProgress<'_>) -> Result<BwOutcome, Error> {
     let nq = s.qps.len();
     let op = plan.op;
@@ -859,18 +858,7 @@ pub fn bw(s: &Side<'_>, plan: &BwPlan<'_>, progress: OnProgress<'_>) -> Result<B
         out.sent = if keep_times {
             Bandwidth::from_times(size as u64, &t_post, &t_done)
         } else {
-            let secs = epoch.elapsed().as_secs_f64();
-            (total > 0).then(|| {
-                let avg = (total * size as u64) as f64 / secs / crate::stats::PERFTEST_MB;
-                let peak = best_window * size as f64 / crate::stats::PERFTEST_MB;
-                Bandwidth {
-                    size: size as u64,
-                    iters: total,
-                    bw_peak: peak.max(avg),
-                    bw_avg: avg,
-                    msg_rate: total as f64 / secs / 1e6,
-                }
-            })
+            sent_over(size as u64, total, epoch.elapsed().as_secs_f64(), best_window)
         };
         if out.sent.is_none() {
             return Err(Error::Empty);
@@ -879,20 +867,43 @@ pub fn bw(s: &Side<'_>, plan: &BwPlan<'_>, progress: OnProgress<'_>) -> Result<B
     if plan.sink {
         let got: u64 = out.receives.iter().sum();
         let span = first_recv.map(|f| last_recv.saturating_sub(f)).unwrap_or(0);
-        out.received = (got > 0).then(|| {
-            // From the first receive to the last, plus one message's share.
-            let secs = (span as f64 / 1e9) * got as f64 / (got as f64 - 1.0).max(1.0);
-            let secs = if secs > 0.0 { secs } else { epoch.elapsed().as_secs_f64() };
-            Bandwidth {
-                size: plan.size as u64,
-                iters: got,
-                bw_peak: 0.0,
-                bw_avg: recv_bytes as f64 / secs / crate::stats::PERFTEST_MB,
-                msg_rate: got as f64 / secs / 1e6,
-            }
-        });
+        let elapsed = epoch.elapsed().as_secs_f64();
+        out.received = received_over(plan.size as u64, got, span, recv_bytes, elapsed);
     }
     Ok(out)
+}
+
+/// A duration run's sending side: `total` messages of `size` in `secs`, the best 100 ms
+/// stretch at `best_window` messages per second.
+fn sent_over(size: u64, total: u64, secs: f64, best_window: f64) -> Option<Bandwidth> {
+    (total > 0).then(|| {
+        let avg = (total * size) as f64 / secs / crate::stats::PERFTEST_MB;
+        let peak = best_window * size as f64 / crate::stats::PERFTEST_MB;
+        Bandwidth {
+            size,
+            iters: total,
+            bw_peak: peak.max(avg),
+            bw_avg: avg,
+            msg_rate: total as f64 / secs / 1e6,
+        }
+    })
+}
+
+/// The receiving side: `got` messages, `bytes` in all, `span_ns` from the first to the last
+/// (the whole run, `elapsed` seconds, when that is no time).
+fn received_over(size: u64, got: u64, span_ns: u64, bytes: u64, elapsed: f64) -> Option<Bandwidth> {
+    (got > 0).then(|| {
+        // From the first receive to the last, plus one message's share.
+        let secs = (span_ns as f64 / 1e9) * got as f64 / (got as f64 - 1.0).max(1.0);
+        let secs = if secs > 0.0 { secs } else { elapsed };
+        Bandwidth {
+            size,
+            iters: got,
+            bw_peak: 0.0,
+            bw_avg: bytes as f64 / secs / crate::stats::PERFTEST_MB,
+            msg_rate: got as f64 / secs / 1e6,
+        }
+    })
 }
 
 /// A latency run on one QP (perftest's latency tests use one).

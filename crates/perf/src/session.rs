@@ -574,6 +574,25 @@ struct Resources {
 }
 
 impl Resources {
+    /// What each QP tells the peer: its number, a random first PSN, where its area is and
+    /// its R_Key (none for SENDs), the GID, podnet's tag.
+    fn keys(&self, o: &Options, gid: Gid, tag: u32) -> Vec<Key> {
+        self.qps
+            .iter()
+            .enumerate()
+            .map(|(q, qp)| Key {
+                lid: 0,
+                out_reads: u16::from(OUT_READS),
+                qpn: qp.qpn().get(),
+                psn: random_psn(),
+                rkey: if o.op() == BwOp::Send { 0 } else { self.mr.rkey().0 },
+                vaddr: self.mr.addr() + self.layout.remote(q, 0) as u64,
+                gid: Some(gid.0),
+                srqn: tag,
+            })
+            .collect()
+    }
+
     fn side(&self, stall: Duration) -> Side<'_> {
         Side {
             qps: &self.qps,
@@ -706,7 +725,6 @@ fn on_the_wire(ctx: &Context, error: engine::Error) -> Error {
 /// Runs `o` as `role` with the peer at the other end of `sock`; `events` sleeps on a
 /// completion channel instead of busy-polling. `peer_ip` is where the peer's QPs are when
 /// its GID does not say.
-#[expect(clippy::too_many_lines, reason = "to be split (issue 42)")]
 pub fn run(
     ctx: &Context,
     o: &Options,
@@ -721,21 +739,7 @@ pub fn run(
     let side = res.side(o.stall);
     let gid = ctx.query_gid(o.gid_index)?.gid;
     let tag = o.tag();
-    let local: Vec<Key> = res
-        .qps
-        .iter()
-        .enumerate()
-        .map(|(q, qp)| Key {
-            lid: 0,
-            out_reads: u16::from(OUT_READS),
-            qpn: qp.qpn().get(),
-            psn: random_psn(),
-            rkey: if o.op() == BwOp::Send { 0 } else { res.mr.rkey().0 },
-            vaddr: res.mr.addr() + res.layout.remote(q, 0) as u64,
-            gid: Some(gid.0),
-            srqn: tag,
-        })
-        .collect();
+    let local = res.keys(o, gid, tag);
     let post_list = o.post_list_on(ctx);
     let cq_mod = o.cq_mod(events);
     let port_mtu = ctx.query_port().active_mtu;
@@ -770,50 +774,7 @@ pub fn run(
         Some(m) => m,
         None => Mtu::from_bytes(peer.mtu.min(my_mtu.bytes())).unwrap_or(Mtu::Mtu1024),
     };
-    let mut peers = Vec::with_capacity(o.qps);
-    for (qp, (mine, theirs)) in res.qps.iter().zip(local.iter().zip(&peer.keys)) {
-        let ip = Gid(theirs.gid.unwrap_or([0; 16])).to_ip().unwrap_or(peer_ip);
-        let path = Path::new(ip, Qpn::new(theirs.qpn));
-        let path = match o.udp_source_port {
-            Some(port) => path.with_udp_source_port(port).ok_or_else(|| {
-                Error::Invalid(format!(
-                    "UDP source port {port}: RoCEv2 source ports are 49152-65535"
-                ))
-            })?,
-            None => path,
-        };
-        let c = Connect {
-            path_mtu: mtu,
-            max_rd_atomic: OUT_READS.min(theirs.out_reads.clamp(1, 255) as u8),
-            max_dest_rd_atomic: OUT_READS,
-            traffic_class: o.traffic_class,
-            timeout: o.qp_timeout,
-            ..Connect::new(path, Psn::new(mine.psn), Psn::new(theirs.psn))
-        };
-        qp.connect(&c)?;
-        // Tests only (feature `fault-injection`): the peer's R_Key with its top bit flipped,
-        // so every RDMA operation draws a remote access error NAK.
-        #[cfg(feature = "fault-injection")]
-        let theirs_rkey = if std::env::var_os("PODNET_FAULT_BAD_RKEY").is_some() {
-            eprintln!(
-                "podnet: FAULT INJECTION: the peer's R_Key {:#x} used as {:#x}",
-                theirs.rkey,
-                theirs.rkey ^ 0x8000_0000
-            );
-            theirs.rkey ^ 0x8000_0000
-        } else {
-            theirs.rkey
-        };
-        #[cfg(not(feature = "fault-injection"))]
-        let theirs_rkey = theirs.rkey;
-        peers.push(Peer {
-            buffer: RemoteBuffer { addr: theirs.vaddr, rkey: verbs::RKey(theirs_rkey) },
-            ud: (o.connection == QpType::Ud).then_some(UdDest {
-                flow_label: path.flow_label,
-                ..UdDest::new(ip, Qpn::new(theirs.qpn), QKey(QKEY))
-            }),
-        });
-    }
+    let peers = connect(&res.qps, o, &local, &peer.keys, mtu, peer_ip)?;
     obs.connected(&Connected {
         device: ctx.device_name(),
         local: local.clone(),
@@ -962,34 +923,9 @@ pub fn run(
         talk.ch.barrier(&local, KeySwap::First)?;
         talk.active().map_err(exchange::Error::Io)?;
     }
-    let peer_report_needed = script.reports || (o.bidirectional && o.test == PerfTest::SendBw);
-    if peer_report_needed {
-        let theirs = talk.ch.swap_reports(&last_report)?;
-        if script.reports {
-            talk.ch.barrier(&local, KeySwap::First)?;
-        }
-        let peer_row = Bandwidth {
-            size: theirs.size,
-            iters: theirs.iters,
-            bw_peak: theirs.bw_peak,
-            bw_avg: theirs.bw_avg,
-            msg_rate: theirs.msg_rate,
-        };
-        if o.bidirectional {
-            let sum = Bandwidth {
-                size: last_report.size,
-                iters: last_report.iters,
-                bw_peak: last_report.bw_peak + theirs.bw_peak,
-                bw_avg: last_report.bw_avg + theirs.bw_avg,
-                msg_rate: last_report.msg_rate + theirs.msg_rate,
-            };
-            out.rows.push(Row::Bw(sum));
-            obs.row(&Row::Bw(sum));
-        } else if !client {
-            // perftest's server prints the client's figures.
-            out.rows.push(Row::Bw(peer_row));
-            obs.row(&Row::Bw(peer_row));
-        }
+    if let Some(row) = peer_row(&mut talk, o, &local, &last_report, client)? {
+        out.rows.push(Row::Bw(row));
+        obs.row(&Row::Bw(row));
     }
     if script.done {
         talk.ch.done()?;
@@ -998,6 +934,103 @@ pub fn run(
         out.validation = Some(validation);
     }
     Ok(out)
+}
+
+/// Connects each QP to the peer's (its GID's address, else `peer_ip`) at `mtu`; where each
+/// one's operations go.
+fn connect(
+    qps: &[QueuePair],
+    o: &Options,
+    local: &[Key],
+    remote: &[Key],
+    mtu: Mtu,
+    peer_ip: IpAddr,
+) -> Result<Vec<Peer>, Error> {
+    let mut peers = Vec::with_capacity(o.qps);
+    for (qp, (mine, theirs)) in qps.iter().zip(local.iter().zip(remote)) {
+        let ip = Gid(theirs.gid.unwrap_or([0; 16])).to_ip().unwrap_or(peer_ip);
+        let path = Path::new(ip, Qpn::new(theirs.qpn));
+        let path = match o.udp_source_port {
+            Some(port) => path.with_udp_source_port(port).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "UDP source port {port}: RoCEv2 source ports are 49152-65535"
+                ))
+            })?,
+            None => path,
+        };
+        let c = Connect {
+            path_mtu: mtu,
+            max_rd_atomic: OUT_READS.min(theirs.out_reads.clamp(1, 255) as u8),
+            max_dest_rd_atomic: OUT_READS,
+            traffic_class: o.traffic_class,
+            timeout: o.qp_timeout,
+            ..Connect::new(path, Psn::new(mine.psn), Psn::new(theirs.psn))
+        };
+        qp.connect(&c)?;
+        // Tests only (feature `fault-injection`): the peer's R_Key with its top bit flipped,
+        // so every RDMA operation draws a remote access error NAK.
+        #[cfg(feature = "fault-injection")]
+        let theirs_rkey = if std::env::var_os("PODNET_FAULT_BAD_RKEY").is_some() {
+            eprintln!(
+                "podnet: FAULT INJECTION: the peer's R_Key {:#x} used as {:#x}",
+                theirs.rkey,
+                theirs.rkey ^ 0x8000_0000
+            );
+            theirs.rkey ^ 0x8000_0000
+        } else {
+            theirs.rkey
+        };
+        #[cfg(not(feature = "fault-injection"))]
+        let theirs_rkey = theirs.rkey;
+        peers.push(Peer {
+            buffer: RemoteBuffer { addr: theirs.vaddr, rkey: verbs::RKey(theirs_rkey) },
+            ud: (o.connection == QpType::Ud).then_some(UdDest {
+                flow_label: path.flow_label,
+                ..UdDest::new(ip, Qpn::new(theirs.qpn), QKey(QKEY))
+            }),
+        });
+    }
+    Ok(peers)
+}
+
+/// After the measurement, where the test swaps reports: the row this side prints from the
+/// peer's (both directions summed with `--bidirectional`; the client's figures on a perftest
+/// server).
+fn peer_row(
+    talk: &mut Talk<'_>,
+    o: &Options,
+    local: &[Key],
+    mine: &BwReport,
+    client: bool,
+) -> Result<Option<Bandwidth>, Error> {
+    let script = o.test.exchange().script();
+    if !(script.reports || (o.bidirectional && o.test == PerfTest::SendBw)) {
+        return Ok(None);
+    }
+    let theirs = talk.ch.swap_reports(mine)?;
+    if script.reports {
+        talk.ch.barrier(local, KeySwap::First)?;
+    }
+    Ok(if o.bidirectional {
+        Some(Bandwidth {
+            size: mine.size,
+            iters: mine.iters,
+            bw_peak: mine.bw_peak + theirs.bw_peak,
+            bw_avg: mine.bw_avg + theirs.bw_avg,
+            msg_rate: mine.msg_rate + theirs.msg_rate,
+        })
+    } else if !client {
+        // perftest's server prints the client's figures.
+        Some(Bandwidth {
+            size: theirs.size,
+            iters: theirs.iters,
+            bw_peak: theirs.bw_peak,
+            bw_avg: theirs.bw_avg,
+            msg_rate: theirs.msg_rate,
+        })
+    } else {
+        None
+    })
 }
 
 /// What one size's measurement leaves for its data-validation step.

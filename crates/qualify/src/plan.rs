@@ -321,7 +321,6 @@ impl Plan {
     }
 
     /// Parses a plan (`path` names it in errors).
-    #[expect(clippy::too_many_lines, reason = "to be split (issue 42)")]
     pub fn parse(text: &str, path: &str) -> Result<Plan, PlanError> {
         let file = config::TomlFile::new(path, text);
         let plan: Plan = file.parse()?;
@@ -422,94 +421,7 @@ impl Plan {
             _ => {}
         }
         for p in &plan.perf {
-            let Some(t) = perf::session::PerfTest::from_name(&p.test) else {
-                return Err(file.invalid(
-                    file.line_of_value("test", &p.test),
-                    format!("`perf.test` = {:?}: not a perf test (write-bw, send-lat, …)", p.test),
-                ));
-            };
-            let bw_keys = [
-                ("min_bw_mb_per_s", p.min_bw_mb_per_s),
-                ("min_bw_vs_calibration", p.min_bw_vs_calibration),
-                ("min_bw_vs_line_rate", p.min_bw_vs_line_rate),
-                ("min_bw_vs_pod_median", p.min_bw_vs_pod_median),
-            ];
-            let lat_keys = [
-                ("max_median_us", p.max_median_us),
-                ("max_median_us_vs_calibration", p.max_median_us_vs_calibration),
-                ("max_p99_9_us", p.max_p99_9_us),
-                ("max_p99_9_us_vs_calibration", p.max_p99_9_us_vs_calibration),
-                ("max_median_us_vs_pod_median", p.max_median_us_vs_pod_median),
-                ("max_p99_9_us_vs_median", p.max_p99_9_us_vs_median),
-            ];
-            let pod_keys = [
-                ("min_bw_vs_line_rate", p.min_bw_vs_line_rate),
-                ("min_bw_vs_pod_median", p.min_bw_vs_pod_median),
-                ("max_median_us_vs_pod_median", p.max_median_us_vs_pod_median),
-            ];
-            if plan.pod.is_none()
-                && let Some((k, _)) = pod_keys.iter().find(|(_, v)| v.is_some())
-            {
-                return Err(invalid(k, format!("`perf.{k}` needs a pod (a [pod] section)")));
-            }
-            if plan.pod.is_some()
-                && let Some((k, _)) = [
-                    ("min_bw_vs_calibration", p.min_bw_vs_calibration),
-                    ("max_median_us_vs_calibration", p.max_median_us_vs_calibration),
-                    ("max_p99_9_us_vs_calibration", p.max_p99_9_us_vs_calibration),
-                ]
-                .iter()
-                .find(|(_, v)| v.is_some())
-            {
-                return Err(invalid(
-                    k,
-                    format!(
-                        "`perf.{k}`: a pod has no calibration pair; it is its own reference \
-                         (`*_vs_pod_median`, `min_bw_vs_line_rate`)"
-                    ),
-                ));
-            }
-            let (mine, other) = if t.is_bw() {
-                (&bw_keys[..], &lat_keys[..])
-            } else {
-                (&lat_keys[..], &bw_keys[..])
-            };
-            for (k, v) in other {
-                if v.is_some() {
-                    return Err(invalid(
-                        k,
-                        format!(
-                            "`perf.{k}` does not apply to {} (a {} test)",
-                            p.test,
-                            if t.is_bw() { "bandwidth" } else { "latency" }
-                        ),
-                    ));
-                }
-            }
-            for (k, v) in mine {
-                if let Some(v) = v
-                    && !(v.is_finite() && *v > 0.0)
-                {
-                    return Err(invalid(k, format!("`perf.{k}` = {v}: must be a positive number")));
-                }
-            }
-            if p.sizes.iter().any(|s| *s == 0 || *s > 1 << 30) {
-                return Err(invalid("sizes", "`perf.sizes`: each between 1 and 2^30 bytes".into()));
-            }
-            if p.iters == Some(0) {
-                return Err(invalid("iters", "`perf.iters` must be at least 1".into()));
-            }
-            if let Some(d) = p.seconds {
-                if !(d.is_finite() && d > 0.0 && d <= 3600.0) {
-                    return Err(invalid("seconds", format!("`perf.seconds` = {d}: 0 to 3600")));
-                }
-                if p.iters.is_some() {
-                    return Err(invalid(
-                        "seconds",
-                        "`perf.seconds` or `perf.iters`, not both".into(),
-                    ));
-                }
-            }
+            check_perf(&file, plan.pod.is_some(), p)?;
         }
         if plan.retries > 1 {
             return Err(invalid("retries", format!("`retries` = {}: 0 or 1", plan.retries)));
@@ -547,6 +459,93 @@ impl Plan {
             Pairs::List(l) => l.iter().map(|[a, b]| (a.clone(), b.clone())).collect(),
         }
     }
+}
+
+/// Checks one `[[perf]]` entry: a known test, thresholds that apply to it (and to a pod or
+/// not), positive figures, sizes, iterations and durations in range.
+fn check_perf(file: &config::TomlFile<'_>, pod: bool, p: &PerfCheck) -> Result<(), PlanError> {
+    let invalid = |key: &str, message| file.invalid_at(key, message);
+    let Some(t) = perf::session::PerfTest::from_name(&p.test) else {
+        return Err(file.invalid(
+            file.line_of_value("test", &p.test),
+            format!("`perf.test` = {:?}: not a perf test (write-bw, send-lat, …)", p.test),
+        ));
+    };
+    let bw_keys = [
+        ("min_bw_mb_per_s", p.min_bw_mb_per_s),
+        ("min_bw_vs_calibration", p.min_bw_vs_calibration),
+        ("min_bw_vs_line_rate", p.min_bw_vs_line_rate),
+        ("min_bw_vs_pod_median", p.min_bw_vs_pod_median),
+    ];
+    let lat_keys = [
+        ("max_median_us", p.max_median_us),
+        ("max_median_us_vs_calibration", p.max_median_us_vs_calibration),
+        ("max_p99_9_us", p.max_p99_9_us),
+        ("max_p99_9_us_vs_calibration", p.max_p99_9_us_vs_calibration),
+        ("max_median_us_vs_pod_median", p.max_median_us_vs_pod_median),
+        ("max_p99_9_us_vs_median", p.max_p99_9_us_vs_median),
+    ];
+    let pod_keys = [
+        ("min_bw_vs_line_rate", p.min_bw_vs_line_rate),
+        ("min_bw_vs_pod_median", p.min_bw_vs_pod_median),
+        ("max_median_us_vs_pod_median", p.max_median_us_vs_pod_median),
+    ];
+    if !pod && let Some((k, _)) = pod_keys.iter().find(|(_, v)| v.is_some()) {
+        return Err(invalid(k, format!("`perf.{k}` needs a pod (a [pod] section)")));
+    }
+    if pod
+        && let Some((k, _)) = [
+            ("min_bw_vs_calibration", p.min_bw_vs_calibration),
+            ("max_median_us_vs_calibration", p.max_median_us_vs_calibration),
+            ("max_p99_9_us_vs_calibration", p.max_p99_9_us_vs_calibration),
+        ]
+        .iter()
+        .find(|(_, v)| v.is_some())
+    {
+        return Err(invalid(
+            k,
+            format!(
+                "`perf.{k}`: a pod has no calibration pair; it is its own reference \
+                     (`*_vs_pod_median`, `min_bw_vs_line_rate`)"
+            ),
+        ));
+    }
+    let (mine, other) =
+        if t.is_bw() { (&bw_keys[..], &lat_keys[..]) } else { (&lat_keys[..], &bw_keys[..]) };
+    for (k, v) in other {
+        if v.is_some() {
+            return Err(invalid(
+                k,
+                format!(
+                    "`perf.{k}` does not apply to {} (a {} test)",
+                    p.test,
+                    if t.is_bw() { "bandwidth" } else { "latency" }
+                ),
+            ));
+        }
+    }
+    for (k, v) in mine {
+        if let Some(v) = v
+            && !(v.is_finite() && *v > 0.0)
+        {
+            return Err(invalid(k, format!("`perf.{k}` = {v}: must be a positive number")));
+        }
+    }
+    if p.sizes.iter().any(|s| *s == 0 || *s > 1 << 30) {
+        return Err(invalid("sizes", "`perf.sizes`: each between 1 and 2^30 bytes".into()));
+    }
+    if p.iters == Some(0) {
+        return Err(invalid("iters", "`perf.iters` must be at least 1".into()));
+    }
+    if let Some(d) = p.seconds {
+        if !(d.is_finite() && d > 0.0 && d <= 3600.0) {
+            return Err(invalid("seconds", format!("`perf.seconds` = {d}: 0 to 3600")));
+        }
+        if p.iters.is_some() {
+            return Err(invalid("seconds", "`perf.seconds` or `perf.iters`, not both".into()));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
