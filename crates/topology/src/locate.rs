@@ -45,26 +45,40 @@ pub struct Suspect {
 /// A device is suspected when at least this share of its pairs failed (and two or more).
 pub const DEVICE_SHARE: f64 = 0.75;
 
-/// From the pairs measured, the suspects: hosts (every rail of a host suspected), ToRs
-/// (every device under a ToR, on two or more hosts), rails (a device, its port or its cable),
-/// spine paths (cross-ToR pairs where some source ports carried and others did not) and,
-/// for a failed pair nothing else explains, the path between its two devices.
-#[expect(clippy::too_many_lines, reason = "to be split (issue 42)")]
-pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
-    let pname = |(a, b): (Dev, Dev)| format!("{} <-> {}", pod.name(a), pod.name(b));
-    // A pair whose probes both carried and did not is a path (hash) failure, not a device's.
-    // Under one ToR no spine is crossed: such a pair fails as its devices do.
-    let split = |o: &PairOutcome| {
-        !pod.same_tor(o.pair.0, o.pair.1)
-            && o.ports.iter().any(|(_, ok)| *ok)
-            && o.ports.iter().any(|(_, ok)| !*ok)
-    };
-    let failed = |o: &PairOutcome| o.failed || o.ports.iter().any(|(_, ok)| !*ok);
-    // A pair's two ToRs, in order.
-    let tors_of = |o: &PairOutcome| {
-        let (ta, tb) = (&pod.rail(o.pair.0).tor, &pod.rail(o.pair.1).tor);
-        if ta <= tb { (ta.clone(), tb.clone()) } else { (tb.clone(), ta.clone()) }
-    };
+/// A pair whose probes both carried and did not is a path (hash) failure, not a device's.
+/// Under one ToR no spine is crossed: such a pair fails as its devices do.
+fn split(pod: &Pod, o: &PairOutcome) -> bool {
+    !pod.same_tor(o.pair.0, o.pair.1)
+        && o.ports.iter().any(|(_, ok)| *ok)
+        && o.ports.iter().any(|(_, ok)| !*ok)
+}
+
+/// A pair failed a check, or some of its source ports carried nothing.
+fn failed(o: &PairOutcome) -> bool {
+    o.failed || o.ports.iter().any(|(_, ok)| !*ok)
+}
+
+/// A pair's two ToRs, in order.
+fn tors_of(pod: &Pod, o: &PairOutcome) -> (String, String) {
+    let (ta, tb) = (&pod.rail(o.pair.0).tor, &pod.rail(o.pair.1).tor);
+    if ta <= tb { (ta.clone(), tb.clone()) } else { (tb.clone(), ta.clone()) }
+}
+
+/// Where the evidence points at spine paths rather than devices.
+struct SpinePaths<'a> {
+    /// Per ToR pair, the pairs whose source ports split (those of the common ToR only, when
+    /// there is one).
+    spine: BTreeMap<(String, String), Vec<&'a PairOutcome>>,
+    /// The one ToR in every ToR pair with path evidence: its spine links.
+    common: Option<String>,
+    /// Pairs that split, but between ToRs the common ToR's links do not explain.
+    not_path: BTreeSet<(Dev, Dev)>,
+}
+
+/// The spine paths the pairs point at.
+fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
+    let split = |o: &PairOutcome| split(pod, o);
+    let tors_of = |o: &PairOutcome| tors_of(pod, o);
     // Spine paths: per ToR pair, the pairs whose source ports split.
     let mut spine: BTreeMap<(String, String), Vec<&PairOutcome>> = BTreeMap::new();
     for o in outcomes.iter().filter(|o| split(o)) {
@@ -124,6 +138,18 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
             keep
         });
     }
+    SpinePaths { spine, common, not_path }
+}
+
+/// From the pairs measured, the suspects: hosts (every rail of a host suspected), ToRs
+/// (every device under a ToR, on two or more hosts), rails (a device, its port or its cable),
+/// spine paths (cross-ToR pairs where some source ports carried and others did not) and,
+/// for a failed pair nothing else explains, the path between its two devices.
+pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
+    let pname = |(a, b): (Dev, Dev)| format!("{} <-> {}", pod.name(a), pod.name(b));
+    let split = |o: &PairOutcome| split(pod, o);
+    let tors_of = |o: &PairOutcome| tors_of(pod, o);
+    let SpinePaths { spine, common, not_path } = spine_paths(pod, outcomes);
     let by_path = |o: &PairOutcome| split(o) && !not_path.contains(&o.pair);
     // A failed cross-ToR pair between ToRs whose paths split (or touching the one ToR in all
     // of them): its default source port hashed onto the dead path, though its probes did not.
