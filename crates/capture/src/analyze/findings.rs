@@ -126,7 +126,6 @@ impl Analyzer {
         }
     }
 
-    #[expect(clippy::too_many_lines, reason = "to be split (issue 42)")]
     pub(super) fn findings_for(
         &self,
         id: usize,
@@ -136,233 +135,260 @@ impl Analyzer {
         out: &mut Vec<Finding>,
     ) {
         let f = &self.flows[fi];
-        let flow = d.title();
         let qp = format!("QP {:#x} on {}", d.dest_qp, d.dst);
-        let mut add =
-            |severity, kind, count: u64, summary: String, cause: String, frames: Vec<u64>| {
-                out.push(Finding {
-                    severity,
-                    kind,
-                    connection: id,
-                    flow: flow.clone(),
-                    summary,
-                    cause,
-                    count,
-                    frames,
-                });
-            };
-        // The NAKs that fail a work request, and what each says about the responder.
-        const FAILED: [(usize, &str, &str); 3] = [
-            (
-                2,
-                "access-error",
-                "access error (bad R_Key or bounds) — check the MR registration of {qp}: the R_Key, the address range and REMOTE_READ/WRITE/ATOMIC access the requester uses",
-            ),
-            (
-                1,
-                "invalid-request",
-                "the responder {qp} refused the request as invalid: an opcode its QP does not allow (e.g. RDMA without the access flag), or a message longer than its receive buffer",
-            ),
-            (
-                3,
-                "remote-operational-error",
-                "the responder {qp} failed to carry out the request (a local error on its side: its QP went to the error state)",
-            ),
-        ];
-        for (i, kind, cause) in FAILED {
-            if f.naks[i] > 0 {
-                add(
-                    Severity::Error,
-                    kind,
+        let mut e = Emit { out, connection: id, flow: d.title() };
+        failures(f, d, &qp, &mut e);
+        troubles(f, d, &qp, cnps, &mut e);
+    }
+}
+
+/// Where a flow's findings go, each under its connection and flow.
+struct Emit<'a> {
+    out: &'a mut Vec<Finding>,
+    connection: usize,
+    flow: String,
+}
+
+impl Emit<'_> {
+    fn add(
+        &mut self,
+        severity: Severity,
+        kind: &'static str,
+        count: u64,
+        summary: String,
+        cause: String,
+        frames: Vec<u64>,
+    ) {
+        self.out.push(Finding {
+            severity,
+            kind,
+            connection: self.connection,
+            flow: self.flow.clone(),
+            summary,
+            cause,
+            count,
+            frames,
+        });
+    }
+}
+
+/// The errors: requests the responder refused or never answered, packets corrupted.
+fn failures(f: &Flow, d: &Direction, qp: &str, e: &mut Emit<'_>) {
+    // The NAKs that fail a work request, and what each says about the responder.
+    const FAILED: [(usize, &str, &str); 3] = [
+        (
+            2,
+            "access-error",
+            "access error (bad R_Key or bounds) — check the MR registration of {qp}: the R_Key, the address range and REMOTE_READ/WRITE/ATOMIC access the requester uses",
+        ),
+        (
+            1,
+            "invalid-request",
+            "the responder {qp} refused the request as invalid: an opcode its QP does not allow (e.g. RDMA without the access flag), or a message longer than its receive buffer",
+        ),
+        (
+            3,
+            "remote-operational-error",
+            "the responder {qp} failed to carry out the request (a local error on its side: its QP went to the error state)",
+        ),
+    ];
+    for (i, kind, cause) in FAILED {
+        if f.naks[i] > 0 {
+            e.add(
+                Severity::Error,
+                kind,
+                f.naks[i],
+                format!(
+                    "{} NAK {}: {}",
                     f.naks[i],
-                    format!(
-                        "{} NAK {}: {}",
-                        f.naks[i],
-                        nak_name(i),
-                        f.access_evidence.first().cloned().unwrap_or_default()
-                    ),
-                    cause.replace("{qp}", &qp),
-                    f.nak_frames[i].clone(),
-                );
-            }
-        }
-        if let Some(u) = &d.unanswered {
-            add(
-                Severity::Error,
-                "unanswered",
-                u64::from(Psn::new(u.to_psn).diff(Psn::new(u.from_psn)).max(0) as u32 + 1),
-                format!(
-                    "requests PSN {}..={} never acknowledged; the last one (frame {}) {:.3} s before the capture ends{}",
-                    u.from_psn,
-                    u.to_psn,
-                    u.last_frame,
-                    u.silent_s,
-                    if d.psn.resent > 0 {
-                        format!(", after {} resends", d.psn.resent)
-                    } else {
-                        String::new()
-                    }
+                    nak_name(i),
+                    f.access_evidence.first().cloned().unwrap_or_default()
                 ),
-                format!(
-                    "the responder {qp} stopped answering (its host, its QP or the path is gone): the requester's retries run out (retry exhausted)"
-                ),
-                vec![u.last_frame],
+                cause.replace("{qp}", qp),
+                f.nak_frames[i].clone(),
             );
         }
-        if d.icrc_failures > 0 {
-            add(
-                Severity::Error,
-                "icrc",
-                d.icrc_failures,
-                format!("{} packets with a bad ICRC", d.icrc_failures),
-                "corrupted on the path (a bad cable, optic or port; or a NIC that rewrote the packet after computing its ICRC)".into(),
-                f.icrc_frames.clone(),
-            );
-        }
-        let losses = d.psn.lost_before_capture + d.psn.lost_after_capture;
-        // Go-back-N resends about a window per loss; a storm is when the resends eat a
-        // tenth of the requests or more.
-        if d.psn.resent >= 100 && d.psn.resent * 10 >= d.requests {
-            add(
-                Severity::Warning,
-                "retransmission-storm",
+    }
+    if let Some(u) = &d.unanswered {
+        e.add(
+            Severity::Error,
+            "unanswered",
+            u64::from(Psn::new(u.to_psn).diff(Psn::new(u.from_psn)).max(0) as u32 + 1),
+            format!(
+                "requests PSN {}..={} never acknowledged; the last one (frame {}) {:.3} s before the capture ends{}",
+                u.from_psn,
+                u.to_psn,
+                u.last_frame,
+                u.silent_s,
+                if d.psn.resent > 0 {
+                    format!(", after {} resends", d.psn.resent)
+                } else {
+                    String::new()
+                }
+            ),
+            format!(
+                "the responder {qp} stopped answering (its host, its QP or the path is gone): the requester's retries run out (retry exhausted)"
+            ),
+            vec![u.last_frame],
+        );
+    }
+    if d.icrc_failures > 0 {
+        e.add(
+            Severity::Error,
+            "icrc",
+            d.icrc_failures,
+            format!("{} packets with a bad ICRC", d.icrc_failures),
+            "corrupted on the path (a bad cable, optic or port; or a NIC that rewrote the packet after computing its ICRC)".into(),
+            f.icrc_frames.clone(),
+        );
+    }
+}
+
+/// The warnings and notes: resends, losses on either side of the capture point, RNR,
+/// congestion, what the capture itself missed, reordering, duplicates.
+fn troubles(f: &Flow, d: &Direction, qp: &str, cnps: u64, e: &mut Emit<'_>) {
+    let losses = d.psn.lost_before_capture + d.psn.lost_after_capture;
+    // Go-back-N resends about a window per loss; a storm is when the resends eat a
+    // tenth of the requests or more.
+    if d.psn.resent >= 100 && d.psn.resent * 10 >= d.requests {
+        e.add(
+            Severity::Warning,
+            "retransmission-storm",
+            d.psn.resent,
+            format!(
+                "retransmission storm: go-back-N resent {} packets ({:.0} % of the requests) for {} losses and {} RNR NAKs ({} bursts, the largest {})",
                 d.psn.resent,
-                format!(
-                    "retransmission storm: go-back-N resent {} packets ({:.0} % of the requests) for {} losses and {} RNR NAKs ({} bursts, the largest {})",
-                    d.psn.resent,
-                    d.psn.resent as f64 * 100.0 / d.requests as f64,
-                    losses,
-                    d.answers.rnr_naks,
-                    d.psn.bursts,
-                    d.psn.max_burst
-                ),
-                "every loss or RNR NAK costs a whole window resent: fix the cause (below) or lower the QP's outstanding window".into(),
-                f.marks_resend.iter().take(MAX_EVIDENCE).map(|m| m.frame).collect(),
-            );
-        }
-        if d.psn.lost_before_capture > 0 {
-            add(
-                Severity::Warning,
-                "loss",
-                d.psn.lost_before_capture,
-                format!(
-                    "lost packets on the path before this capture point: {} PSN gaps ({} packets, the largest {}) in the requests; {}",
-                    d.psn.gaps,
-                    d.psn.lost_before_capture,
-                    d.psn.max_gap,
-                    if f.transport == Some(Transport::Rc) {
-                        format!(
-                            "resent in {} bursts after a NAK, {} after a timeout",
-                            d.psn.burst_after_nak, d.psn.burst_after_timeout
-                        )
-                    } else {
-                        "nothing resends them on this transport: those messages are gone".into()
-                    }
-                ),
-                "packets dropped between the sender and this capture point (congestion without PFC, a bad link, a switch buffer): look at the switch ports' discard counters and the NIC's out_of_sequence counter".into(),
-                f.marks_loss.iter().take(MAX_EVIDENCE).map(|m| m.frame).collect(),
-            );
-        }
-        if d.psn.lost_after_capture > 0 {
-            add(
-                Severity::Warning,
-                "loss-after-capture",
-                d.psn.lost_after_capture,
-                format!(
-                    "lost packets on the path after this capture point: the responder NAKed {} PSNs (sequence error) that this capture saw",
-                    d.psn.lost_after_capture
-                ),
-                "packets dropped between this capture point and the responder".into(),
-                f.nak_frames[0].clone(),
-            );
-        }
-        if d.answers.rnr_naks > 0 {
-            add(
-                Severity::Warning,
-                "rnr",
+                d.psn.resent as f64 * 100.0 / d.requests as f64,
+                losses,
                 d.answers.rnr_naks,
-                format!(
-                    "{} RNR NAKs over {:.1} ms (timer {:?} ms)",
-                    d.answers.rnr_naks, d.answers.rnr_span_ms, d.answers.rnr_timer_ms
-                ),
-                format!(
-                    "receiver not ready (RNR NAK, empty receive queue): {qp} had no receive posted when SENDs arrived — post receives earlier or deeper"
-                ),
-                f.rnr_frames.clone(),
-            );
-        }
-        if d.congestion.ce > 0 && cnps > 0 {
-            add(
-                Severity::Warning,
-                "congestion",
-                d.congestion.ce,
-                format!(
-                    "{} packets CE-marked, {} CNPs back to the sender ({:.0}/s)",
-                    d.congestion.ce, cnps, d.congestion.cnp_rate_per_s
-                ),
-                format!(
-                    "congestion on the path to {}: switches marked CE and the receiver throttled the sender with CNPs (DCQCN)",
-                    d.dst
-                ),
-                f.ce_frames.clone(),
-            );
-        } else if d.congestion.ce > 0 {
-            add(
-                Severity::Warning,
-                "ce-without-cnp",
-                d.congestion.ce,
-                format!("{} packets CE-marked and no CNP answered them", d.congestion.ce),
-                format!(
-                    "CE seen, no CNP: the receiver {} does not send CNPs (no DCQCN notification point: Linux rxe sends none), so the sender is not throttled",
-                    d.dst
-                ),
-                f.ce_frames.clone(),
-            );
-        }
-        if d.psn.capture_missed > 0 {
-            add(
-                Severity::Warning,
-                "capture-missed",
-                d.psn.capture_missed,
-                format!(
-                    "{} packets absent from the capture were acknowledged by the responder",
-                    d.psn.capture_missed
-                ),
-                "a capture point that missed packets (gaps the endpoints did not see): the capture's own drops (snap buffer, mirror rate limit), not the network".into(),
-                f.marks_loss.iter().take(MAX_EVIDENCE).map(|m| m.frame).collect(),
-            );
-        }
-        if d.psn.burst_after_timeout > 0 && d.psn.lost_before_capture == 0 && d.unanswered.is_none()
-        {
-            add(
-                Severity::Warning,
-                "timeout-resends",
-                d.psn.burst_after_timeout,
-                format!("{} resend bursts after the requester's timeout, with no loss seen here", d.psn.burst_after_timeout),
-                "the ACKs came late or were lost on the way back (or the ACK timeout is shorter than the path's round trip)".into(),
-                f.marks_resend.iter().take(MAX_EVIDENCE).map(|m| m.frame).collect(),
-            );
-        }
-        if d.psn.out_of_order > 0 {
-            add(
-                Severity::Info,
-                "out-of-order",
-                d.psn.out_of_order,
-                format!("{} packets arrived out of order", d.psn.out_of_order),
-                "reordering on the path (flows split across ECMP paths, or a mirror that merges ports)".into(),
-                Vec::new(),
-            );
-        }
-        if d.psn.duplicates > 0 {
-            add(
-                Severity::Info,
-                "duplicates",
-                d.psn.duplicates,
-                format!("{} packets seen twice (same PSN and IP Identification)", d.psn.duplicates),
-                "duplicated on the path or by the capture (a mirror of both ports of a link)"
-                    .into(),
-                Vec::new(),
-            );
-        }
+                d.psn.bursts,
+                d.psn.max_burst
+            ),
+            "every loss or RNR NAK costs a whole window resent: fix the cause (below) or lower the QP's outstanding window".into(),
+            f.marks_resend.iter().take(MAX_EVIDENCE).map(|m| m.frame).collect(),
+        );
+    }
+    if d.psn.lost_before_capture > 0 {
+        e.add(
+            Severity::Warning,
+            "loss",
+            d.psn.lost_before_capture,
+            format!(
+                "lost packets on the path before this capture point: {} PSN gaps ({} packets, the largest {}) in the requests; {}",
+                d.psn.gaps,
+                d.psn.lost_before_capture,
+                d.psn.max_gap,
+                if f.transport == Some(Transport::Rc) {
+                    format!(
+                        "resent in {} bursts after a NAK, {} after a timeout",
+                        d.psn.burst_after_nak, d.psn.burst_after_timeout
+                    )
+                } else {
+                    "nothing resends them on this transport: those messages are gone".into()
+                }
+            ),
+            "packets dropped between the sender and this capture point (congestion without PFC, a bad link, a switch buffer): look at the switch ports' discard counters and the NIC's out_of_sequence counter".into(),
+            f.marks_loss.iter().take(MAX_EVIDENCE).map(|m| m.frame).collect(),
+        );
+    }
+    if d.psn.lost_after_capture > 0 {
+        e.add(
+            Severity::Warning,
+            "loss-after-capture",
+            d.psn.lost_after_capture,
+            format!(
+                "lost packets on the path after this capture point: the responder NAKed {} PSNs (sequence error) that this capture saw",
+                d.psn.lost_after_capture
+            ),
+            "packets dropped between this capture point and the responder".into(),
+            f.nak_frames[0].clone(),
+        );
+    }
+    if d.answers.rnr_naks > 0 {
+        e.add(
+            Severity::Warning,
+            "rnr",
+            d.answers.rnr_naks,
+            format!(
+                "{} RNR NAKs over {:.1} ms (timer {:?} ms)",
+                d.answers.rnr_naks, d.answers.rnr_span_ms, d.answers.rnr_timer_ms
+            ),
+            format!(
+                "receiver not ready (RNR NAK, empty receive queue): {qp} had no receive posted when SENDs arrived — post receives earlier or deeper"
+            ),
+            f.rnr_frames.clone(),
+        );
+    }
+    if d.congestion.ce > 0 && cnps > 0 {
+        e.add(
+            Severity::Warning,
+            "congestion",
+            d.congestion.ce,
+            format!(
+                "{} packets CE-marked, {} CNPs back to the sender ({:.0}/s)",
+                d.congestion.ce, cnps, d.congestion.cnp_rate_per_s
+            ),
+            format!(
+                "congestion on the path to {}: switches marked CE and the receiver throttled the sender with CNPs (DCQCN)",
+                d.dst
+            ),
+            f.ce_frames.clone(),
+        );
+    } else if d.congestion.ce > 0 {
+        e.add(
+            Severity::Warning,
+            "ce-without-cnp",
+            d.congestion.ce,
+            format!("{} packets CE-marked and no CNP answered them", d.congestion.ce),
+            format!(
+                "CE seen, no CNP: the receiver {} does not send CNPs (no DCQCN notification point: Linux rxe sends none), so the sender is not throttled",
+                d.dst
+            ),
+            f.ce_frames.clone(),
+        );
+    }
+    if d.psn.capture_missed > 0 {
+        e.add(
+            Severity::Warning,
+            "capture-missed",
+            d.psn.capture_missed,
+            format!(
+                "{} packets absent from the capture were acknowledged by the responder",
+                d.psn.capture_missed
+            ),
+            "a capture point that missed packets (gaps the endpoints did not see): the capture's own drops (snap buffer, mirror rate limit), not the network".into(),
+            f.marks_loss.iter().take(MAX_EVIDENCE).map(|m| m.frame).collect(),
+        );
+    }
+    if d.psn.burst_after_timeout > 0 && d.psn.lost_before_capture == 0 && d.unanswered.is_none() {
+        e.add(
+            Severity::Warning,
+            "timeout-resends",
+            d.psn.burst_after_timeout,
+            format!("{} resend bursts after the requester's timeout, with no loss seen here", d.psn.burst_after_timeout),
+            "the ACKs came late or were lost on the way back (or the ACK timeout is shorter than the path's round trip)".into(),
+            f.marks_resend.iter().take(MAX_EVIDENCE).map(|m| m.frame).collect(),
+        );
+    }
+    if d.psn.out_of_order > 0 {
+        e.add(
+            Severity::Info,
+            "out-of-order",
+            d.psn.out_of_order,
+            format!("{} packets arrived out of order", d.psn.out_of_order),
+            "reordering on the path (flows split across ECMP paths, or a mirror that merges ports)"
+                .into(),
+            Vec::new(),
+        );
+    }
+    if d.psn.duplicates > 0 {
+        e.add(
+            Severity::Info,
+            "duplicates",
+            d.psn.duplicates,
+            format!("{} packets seen twice (same PSN and IP Identification)", d.psn.duplicates),
+            "duplicated on the path or by the capture (a mirror of both ports of a link)".into(),
+            Vec::new(),
+        );
     }
 }
