@@ -23,38 +23,12 @@ fn hostname() -> String {
 }
 
 /// Runs `podnet burnin`.
-#[expect(clippy::too_many_lines, reason = "to be split (issue 42)")]
 pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
     if args.resilient {
         return super::resilient::run(args);
     }
-    let patterns: Vec<Pattern> = if args.patterns == "all" {
-        Pattern::ALL.to_vec()
-    } else {
-        args.patterns
-            .split(',')
-            .map(|p| {
-                Pattern::from_name(p.trim()).ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "unknown pattern {p:?} (all-to-all, ring, pipeline, incast, bisection, all)"
-                    )
-                })
-            })
-            .collect::<anyhow::Result<_>>()?
-    };
-    let sizes: Vec<usize> = args
-        .sizes
-        .split(',')
-        .map(|s| s.trim().parse::<usize>().ok().filter(|n| (1..=1 << 26).contains(n)))
-        .collect::<Option<_>>()
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "--sizes {:?}: comma-separated sizes between 1 and 2^26 bytes",
-                args.sizes
-            )
-        })?;
-    let seconds = super::world::secs("--duration", args.duration)?.as_secs_f64();
-    ensure!((1..=64).contains(&args.qps), "--qps must be between 1 and 64");
+    let plan = plan_of(args)?;
+    let seconds = plan.seconds;
     let t = super::world::timeouts(&args.world)?;
     let world = super::world::resolve(&args.world)?;
     let secret = super::world::secret(&args.world)?;
@@ -62,17 +36,6 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
     let ctx = providers::open(&args.ib_dev, &opts)?;
     let host = hostname();
     let info = serde_json::json!({ "ip": ctx.ip().to_string(), "port": args.port, "device": ctx.device_name() });
-    ensure!(args.count != Some(0), "--count must be at least 1");
-    let memory = memory_placement(&args.memory)?;
-    let plan = Plan {
-        patterns,
-        extreme: args.extreme,
-        sizes,
-        seconds,
-        count: args.count,
-        qps: args.qps,
-        memory,
-    };
     let started = Instant::now();
     let title = format!("burn-in, rank {} of {}", world.rank, world.size);
     let session = match rendezvous::bootstrap::join(&world, &host, info, &t, secret.as_ref()) {
@@ -168,39 +131,7 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
             })
         )?;
     } else {
-        for e in &edges {
-            let mut parts = Vec::new();
-            if e.end == End::Sender {
-                match (e.latency.is_empty(), e.mb_per_s) {
-                    (false, _) => parts.push(latency_text(e)),
-                    (true, Some(m)) => parts.push(format!("{m:.1} MB/s")),
-                    (true, None) => {}
-                }
-            }
-            if e.checks {
-                parts.push(format!(
-                    "{} messages, {} bytes checked, {} damaged",
-                    e.messages, e.bytes, e.damaged
-                ));
-            }
-            let figure = match (parts.is_empty(), e.end) {
-                (false, _) => parts.join("; "),
-                (true, End::Receiver) => "the target: the initiator checks the bytes".into(),
-                (true, End::Sender) => "-".into(),
-            };
-            writeln!(
-                out,
-                "{:<10} {:>3} -> {:<3} {:<8} {:<4} {figure}",
-                e.pattern,
-                e.src,
-                e.dst,
-                match e.end {
-                    End::Sender => "sender",
-                    End::Receiver => "receiver",
-                },
-                if e.ok() { "ok" } else { "FAIL" }
-            )?;
-        }
+        print_edges(&mut out, &edges)?;
     }
     // Every rank's verdict, through rank 0: one rank's damage fails them all.
     let silence_ms = session.longest_silence().as_secs_f64() * 1e3;
@@ -209,50 +140,7 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &args.report_dir {
         let mut r = Report::new(&title);
         for e in &edges {
-            let name = format!(
-                "burnin/{}/{}->{}/{}",
-                e.pattern,
-                e.src,
-                e.dst,
-                match (e.checks, e.latency.is_empty()) {
-                    (true, _) => "integrity",
-                    (false, false) => "latency",
-                    (false, true) => "bandwidth",
-                }
-            );
-            let took = Duration::from_secs_f64(seconds);
-            // The burn-in judged each edge (every byte checked at the receiver): the report
-            // carries that verdict, with the figure it rests on.
-            let m = Measurement::new(&name).took(took);
-            let damaged = |m: Measurement| {
-                m.figure(e.damaged as f64, "damaged messages").threshold_text("= 0")
-            };
-            r.checks.push(match (e.checks, e.ok()) {
-                (false, true) => match (e.latency.last(), e.mb_per_s) {
-                    (Some(l), _) => m.figure(l.p99_9_us, "µs p99.9"),
-                    (None, Some(v)) => m.figure(v, "MB/s"),
-                    (None, None) => m,
-                }
-                .detail(if e.latency.is_empty() {
-                    format!("peer {}", e.peer_host)
-                } else {
-                    format!("peer {}: {}", e.peer_host, latency_text(e))
-                })
-                .judge(None),
-                (true, true) => damaged(m)
-                    .want(Threshold::AtMost(0.0))
-                    .detail(format!("{} messages checked", e.messages))
-                    .judge(None),
-                (_, false) => damaged(m)
-                    .want(Threshold::Unset(
-                        e.error
-                            .as_deref()
-                            .or(e.first_damage.as_deref())
-                            .unwrap_or("no message arrived")
-                            .to_string(),
-                    ))
-                    .judge(None),
-            });
+            r.checks.push(edge_check(e, seconds));
         }
         r.checks.push(silence);
         // A rank lost at the end, or another rank's failure, fails this report too.
@@ -282,6 +170,133 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
             eprintln!("podnet burnin: rank {}: {e}", world.rank);
             Ok(ExitCode::from(1))
         }
+    }
+}
+
+/// The burn-in's plan from the flags: patterns, sizes, duration, count, QPs, memory.
+fn plan_of(args: &BurninArgs) -> anyhow::Result<Plan> {
+    let patterns: Vec<Pattern> = if args.patterns == "all" {
+        Pattern::ALL.to_vec()
+    } else {
+        args.patterns
+            .split(',')
+            .map(|p| {
+                Pattern::from_name(p.trim()).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "unknown pattern {p:?} (all-to-all, ring, pipeline, incast, bisection, all)"
+                    )
+                })
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    let sizes: Vec<usize> = args
+        .sizes
+        .split(',')
+        .map(|s| s.trim().parse::<usize>().ok().filter(|n| (1..=1 << 26).contains(n)))
+        .collect::<Option<_>>()
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--sizes {:?}: comma-separated sizes between 1 and 2^26 bytes",
+                args.sizes
+            )
+        })?;
+    let seconds = super::world::secs("--duration", args.duration)?.as_secs_f64();
+    ensure!((1..=64).contains(&args.qps), "--qps must be between 1 and 64");
+    ensure!(args.count != Some(0), "--count must be at least 1");
+    let memory = memory_placement(&args.memory)?;
+    Ok(Plan {
+        patterns,
+        extreme: args.extreme,
+        sizes,
+        seconds,
+        count: args.count,
+        qps: args.qps,
+        memory,
+    })
+}
+
+/// One line per edge: its pattern, ranks, end, verdict and figures.
+fn print_edges(out: &mut impl Write, edges: &[burnin::run::EdgeResult]) -> anyhow::Result<()> {
+    for e in edges {
+        let mut parts = Vec::new();
+        if e.end == End::Sender {
+            match (e.latency.is_empty(), e.mb_per_s) {
+                (false, _) => parts.push(latency_text(e)),
+                (true, Some(m)) => parts.push(format!("{m:.1} MB/s")),
+                (true, None) => {}
+            }
+        }
+        if e.checks {
+            parts.push(format!(
+                "{} messages, {} bytes checked, {} damaged",
+                e.messages, e.bytes, e.damaged
+            ));
+        }
+        let figure = match (parts.is_empty(), e.end) {
+            (false, _) => parts.join("; "),
+            (true, End::Receiver) => "the target: the initiator checks the bytes".into(),
+            (true, End::Sender) => "-".into(),
+        };
+        writeln!(
+            out,
+            "{:<10} {:>3} -> {:<3} {:<8} {:<4} {figure}",
+            e.pattern,
+            e.src,
+            e.dst,
+            match e.end {
+                End::Sender => "sender",
+                End::Receiver => "receiver",
+            },
+            if e.ok() { "ok" } else { "FAIL" }
+        )?;
+    }
+    Ok(())
+}
+
+/// The report's check of one edge: the burn-in's verdict, with the figure it rests on.
+fn edge_check(e: &burnin::run::EdgeResult, seconds: f64) -> qualify::report::Check {
+    let name = format!(
+        "burnin/{}/{}->{}/{}",
+        e.pattern,
+        e.src,
+        e.dst,
+        match (e.checks, e.latency.is_empty()) {
+            (true, _) => "integrity",
+            (false, false) => "latency",
+            (false, true) => "bandwidth",
+        }
+    );
+    let took = Duration::from_secs_f64(seconds);
+    // The burn-in judged each edge (every byte checked at the receiver): the report
+    // carries that verdict, with the figure it rests on.
+    let m = Measurement::new(&name).took(took);
+    let damaged =
+        |m: Measurement| m.figure(e.damaged as f64, "damaged messages").threshold_text("= 0");
+    match (e.checks, e.ok()) {
+        (false, true) => match (e.latency.last(), e.mb_per_s) {
+            (Some(l), _) => m.figure(l.p99_9_us, "µs p99.9"),
+            (None, Some(v)) => m.figure(v, "MB/s"),
+            (None, None) => m,
+        }
+        .detail(if e.latency.is_empty() {
+            format!("peer {}", e.peer_host)
+        } else {
+            format!("peer {}: {}", e.peer_host, latency_text(e))
+        })
+        .judge(None),
+        (true, true) => damaged(m)
+            .want(Threshold::AtMost(0.0))
+            .detail(format!("{} messages checked", e.messages))
+            .judge(None),
+        (_, false) => damaged(m)
+            .want(Threshold::Unset(
+                e.error
+                    .as_deref()
+                    .or(e.first_damage.as_deref())
+                    .unwrap_or("no message arrived")
+                    .to_string(),
+            ))
+            .judge(None),
     }
 }
 
