@@ -27,7 +27,7 @@ use crate::report::{
     Status,
 };
 use crate::run::RunProgress;
-use topology::{Dev, PairOutcome, Pod, PodProgress};
+use topology::{Bisection, Dev, Incast, PairOutcome, Pod, PodProgress};
 
 /// One perf test a worker runs, as rank 0 sends it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -746,7 +746,157 @@ impl Coordinator<'_> {
         Ok((measured, ports))
     }
 
-    #[expect(clippy::too_many_lines, reason = "to be split (issue 42)")]
+    /// The bisection round: half the hosts to the other half at once, the aggregate against
+    /// the flows' line rate.
+    fn bisection(
+        &mut self,
+        b: &Bisection,
+        usable: &[bool],
+        line_rate: &dyn Fn(Dev) -> Option<f64>,
+        report: &mut Report,
+        rounds: &mut Vec<RoundReport>,
+    ) -> Result<(), BootstrapError> {
+        let pod = self.pod;
+        let flows: Vec<(Dev, Dev)> = topology::bisection(pod)
+            .into_iter()
+            .filter(|(a, c)| usable[a.host] && usable[c.host])
+            .collect();
+        let spec = self.spec("write-bw", vec![b.size], None, Some(b.seconds));
+        let jobs: Vec<Job> = flows
+            .iter()
+            .map(|&(a, c)| Job { client: a, server: c, tests: vec![spec.clone()] })
+            .collect();
+        self.progress.starting(&format!("bisection: {} flows at once", jobs.len()));
+        let started = Instant::now();
+        let res = self.phase(&jobs)?;
+        let total: f64 =
+            res.iter().flat_map(|r| r.iter().flat_map(|t| t.figures.iter())).map(bw_of).sum();
+        let rate: f64 = flows.iter().filter_map(|(a, _)| line_rate(*a)).sum();
+        let errors: Vec<String> = res.iter().flatten().filter_map(|t| t.error.clone()).collect();
+        let m = Measurement::new("pod/bisection/aggregate")
+            .figure(total, "MB/s")
+            .want(if rate > 0.0 {
+                Threshold::AtLeast(b.min_vs_line_rate * rate)
+            } else {
+                Threshold::Unset("no link rate (set pod.link_gbps for soft devices)".into())
+            })
+            .threshold_text(format!(
+                ">= {:.1} ({} x {} flows' line rate {rate:.1})",
+                b.min_vs_line_rate * rate,
+                b.min_vs_line_rate,
+                flows.len()
+            ))
+            .detail(format!(
+                "{} flows from the first half of the hosts to the second at once{}",
+                flows.len(),
+                if errors.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {} failed: {}", errors.len(), errors[0])
+                }
+            ))
+            .took(started.elapsed());
+        let ch = m.judge(None);
+        self.progress.done(&ch);
+        report.checks.push(ch);
+        rounds.push(RoundReport {
+            name: "bisection".into(),
+            pairs: flows
+                .iter()
+                .map(|(a, c)| format!("{} -> {}", pod.name(*a), pod.name(*c)))
+                .collect(),
+            packets: res.iter().flatten().map(|t| t.sent_pkts).sum(),
+            seconds: started.elapsed().as_secs_f64(),
+        });
+        Ok(())
+    }
+
+    /// The incast rounds, one per ToR: each sender's share of the receiver's bandwidth and
+    /// what it sent again.
+    fn incast(
+        &mut self,
+        inc: &Incast,
+        usable: &[bool],
+        report: &mut Report,
+        rounds: &mut Vec<RoundReport>,
+    ) -> Result<(), BootstrapError> {
+        let pod = self.pod;
+        for (tor, rx, from) in topology::incasts(pod, inc.senders) {
+            if !usable[rx.host] {
+                continue;
+            }
+            let from: Vec<Dev> = from.into_iter().filter(|d| usable[d.host]).collect();
+            let spec = self.spec("write-bw", vec![inc.size], None, Some(inc.seconds));
+            let jobs: Vec<Job> = from
+                .iter()
+                .map(|&d| Job { client: d, server: rx, tests: vec![spec.clone()] })
+                .collect();
+            self.progress.starting(&format!(
+                "incast into {} under {tor}: {} senders",
+                pod.name(rx),
+                jobs.len()
+            ));
+            let started = Instant::now();
+            let res = self.phase(&jobs)?;
+            let bws: Vec<f64> = res
+                .iter()
+                .map(|r| r.iter().flat_map(|t| t.figures.iter()).map(bw_of).sum())
+                .collect();
+            let total: f64 = bws.iter().sum();
+            let fair = total / bws.len().max(1) as f64;
+            for ((d, bw), r) in from.iter().zip(&bws).zip(&res) {
+                let base = format!("pod/incast/{tor}/{}->{}", pod.name(*d), pod.name(rx));
+                let share = if fair > 0.0 { bw / fair } else { 0.0 };
+                let err = r.iter().find_map(|t| t.error.clone());
+                let m = Measurement::new(format!("{base}/share"))
+                    .figure(share, "x fair")
+                    .want(match &err {
+                        Some(e) => Threshold::Unset(e.clone()),
+                        None => Threshold::AtLeast(1.0 - inc.max_unfairness),
+                    })
+                    .threshold_text(format!(
+                        "{:.2}-{:.2} x fair ({fair:.1} MB/s)",
+                        1.0 - inc.max_unfairness,
+                        1.0 + inc.max_unfairness
+                    ))
+                    .detail(format!(
+                        "{bw:.1} MB/s of {total:.1} MB/s into {} from {} senders",
+                        pod.name(rx),
+                        bws.len()
+                    ))
+                    .took(started.elapsed());
+                let mut ch = m.judge(None);
+                if share > 1.0 + inc.max_unfairness {
+                    ch.status = Status::Fail;
+                }
+                self.progress.done(&ch);
+                report.checks.push(ch);
+                let (sent, re) =
+                    r.iter().fold((0, 0), |a, t| (a.0 + t.sent_pkts, a.1 + t.retransmitted_pkts));
+                let ratio = if sent > 0 { re as f64 / sent as f64 } else { 0.0 };
+                let ch = Measurement::new(format!("{base}/retransmitted"))
+                    .figure(ratio, "per packet sent")
+                    .want(Threshold::AtMost(inc.max_retransmitted))
+                    .detail(format!(
+                        "{re} of {sent} packets sent again (no congestion control reacts to CNPs yet: incast measures loss recovery)"
+                    ))
+                    .judge(None);
+                self.progress.done(&ch);
+                report.checks.push(ch);
+            }
+            rounds.push(RoundReport {
+                name: format!("incast {tor}"),
+                pairs: from
+                    .iter()
+                    .map(|d| format!("{} -> {}", pod.name(*d), pod.name(rx)))
+                    .collect(),
+                packets: res.iter().flatten().map(|t| t.sent_pkts).sum(),
+                seconds: started.elapsed().as_secs_f64(),
+            });
+        }
+        Ok(())
+    }
+
     fn run(&mut self, facts: &[HostFacts], _sys: &Path) -> Result<Report, BootstrapError> {
         let t0 = Instant::now();
         let plan = self.plan;
@@ -897,134 +1047,10 @@ impl Coordinator<'_> {
         report.matrices = matrices(pod, &measured, &specs);
         // Bisection and incast.
         if let Some(b) = &pod.bisection {
-            let flows: Vec<(Dev, Dev)> = topology::bisection(pod)
-                .into_iter()
-                .filter(|(a, c)| usable[a.host] && usable[c.host])
-                .collect();
-            let spec = self.spec("write-bw", vec![b.size], None, Some(b.seconds));
-            let jobs: Vec<Job> = flows
-                .iter()
-                .map(|&(a, c)| Job { client: a, server: c, tests: vec![spec.clone()] })
-                .collect();
-            self.progress.starting(&format!("bisection: {} flows at once", jobs.len()));
-            let started = Instant::now();
-            let res = self.phase(&jobs)?;
-            let total: f64 =
-                res.iter().flat_map(|r| r.iter().flat_map(|t| t.figures.iter())).map(bw_of).sum();
-            let rate: f64 = flows.iter().filter_map(|(a, _)| line_rate(*a)).sum();
-            let errors: Vec<String> =
-                res.iter().flatten().filter_map(|t| t.error.clone()).collect();
-            let m = Measurement::new("pod/bisection/aggregate")
-                .figure(total, "MB/s")
-                .want(if rate > 0.0 {
-                    Threshold::AtLeast(b.min_vs_line_rate * rate)
-                } else {
-                    Threshold::Unset("no link rate (set pod.link_gbps for soft devices)".into())
-                })
-                .threshold_text(format!(
-                    ">= {:.1} ({} x {} flows' line rate {rate:.1})",
-                    b.min_vs_line_rate * rate,
-                    b.min_vs_line_rate,
-                    flows.len()
-                ))
-                .detail(format!(
-                    "{} flows from the first half of the hosts to the second at once{}",
-                    flows.len(),
-                    if errors.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; {} failed: {}", errors.len(), errors[0])
-                    }
-                ))
-                .took(started.elapsed());
-            let ch = m.judge(None);
-            self.progress.done(&ch);
-            report.checks.push(ch);
-            rounds.push(RoundReport {
-                name: "bisection".into(),
-                pairs: flows
-                    .iter()
-                    .map(|(a, c)| format!("{} -> {}", pod.name(*a), pod.name(*c)))
-                    .collect(),
-                packets: res.iter().flatten().map(|t| t.sent_pkts).sum(),
-                seconds: started.elapsed().as_secs_f64(),
-            });
+            self.bisection(b, &usable, &line_rate, &mut report, &mut rounds)?;
         }
         if let Some(inc) = &pod.incast {
-            for (tor, rx, from) in topology::incasts(pod, inc.senders) {
-                if !usable[rx.host] {
-                    continue;
-                }
-                let from: Vec<Dev> = from.into_iter().filter(|d| usable[d.host]).collect();
-                let spec = self.spec("write-bw", vec![inc.size], None, Some(inc.seconds));
-                let jobs: Vec<Job> = from
-                    .iter()
-                    .map(|&d| Job { client: d, server: rx, tests: vec![spec.clone()] })
-                    .collect();
-                self.progress.starting(&format!(
-                    "incast into {} under {tor}: {} senders",
-                    pod.name(rx),
-                    jobs.len()
-                ));
-                let started = Instant::now();
-                let res = self.phase(&jobs)?;
-                let bws: Vec<f64> = res
-                    .iter()
-                    .map(|r| r.iter().flat_map(|t| t.figures.iter()).map(bw_of).sum())
-                    .collect();
-                let total: f64 = bws.iter().sum();
-                let fair = total / bws.len().max(1) as f64;
-                for ((d, bw), r) in from.iter().zip(&bws).zip(&res) {
-                    let base = format!("pod/incast/{tor}/{}->{}", pod.name(*d), pod.name(rx));
-                    let share = if fair > 0.0 { bw / fair } else { 0.0 };
-                    let err = r.iter().find_map(|t| t.error.clone());
-                    let m = Measurement::new(format!("{base}/share"))
-                        .figure(share, "x fair")
-                        .want(match &err {
-                            Some(e) => Threshold::Unset(e.clone()),
-                            None => Threshold::AtLeast(1.0 - inc.max_unfairness),
-                        })
-                        .threshold_text(format!(
-                            "{:.2}-{:.2} x fair ({fair:.1} MB/s)",
-                            1.0 - inc.max_unfairness,
-                            1.0 + inc.max_unfairness
-                        ))
-                        .detail(format!(
-                            "{bw:.1} MB/s of {total:.1} MB/s into {} from {} senders",
-                            pod.name(rx),
-                            bws.len()
-                        ))
-                        .took(started.elapsed());
-                    let mut ch = m.judge(None);
-                    if share > 1.0 + inc.max_unfairness {
-                        ch.status = Status::Fail;
-                    }
-                    self.progress.done(&ch);
-                    report.checks.push(ch);
-                    let (sent, re) = r
-                        .iter()
-                        .fold((0, 0), |a, t| (a.0 + t.sent_pkts, a.1 + t.retransmitted_pkts));
-                    let ratio = if sent > 0 { re as f64 / sent as f64 } else { 0.0 };
-                    let ch = Measurement::new(format!("{base}/retransmitted"))
-                        .figure(ratio, "per packet sent")
-                        .want(Threshold::AtMost(inc.max_retransmitted))
-                        .detail(format!(
-                            "{re} of {sent} packets sent again (no congestion control reacts to CNPs yet: incast measures loss recovery)"
-                        ))
-                        .judge(None);
-                    self.progress.done(&ch);
-                    report.checks.push(ch);
-                }
-                rounds.push(RoundReport {
-                    name: format!("incast {tor}"),
-                    pairs: from
-                        .iter()
-                        .map(|d| format!("{} -> {}", pod.name(*d), pod.name(rx)))
-                        .collect(),
-                    packets: res.iter().flatten().map(|t| t.sent_pkts).sum(),
-                    seconds: started.elapsed().as_secs_f64(),
-                });
-            }
+            self.incast(inc, &usable, &mut report, &mut rounds)?;
         }
         report.suspects = topology::attribute(pod, &outcomes);
         report.rounds = rounds;
