@@ -141,6 +141,26 @@ pub(super) struct Requester {
 pub(super) const SEND_WINDOW_MIN: u32 = 64;
 
 impl Requester {
+    /// The WQE the next PSN belongs to, and the packet's place in it: nearly always the one
+    /// the last packet came from or the next (a deep send queue would make a search cost a
+    /// packet dearly); else searched from the newest. The cursor moves to it.
+    #[inline]
+    pub(super) fn wqe_of_next_psn(&mut self) -> Option<(usize, u32)> {
+        let holds = |i: usize| {
+            let w = self.sq.get(i)?;
+            let d = self.next_psn.diff(w.first_psn);
+            (d >= 0 && (d as u32) < w.npkts).then_some((i, d as u32))
+        };
+        let guess = self.sq.front().map_or(0, |f| self.cursor.wrapping_sub(f.seq) as usize);
+        let found = holds(guess).or_else(|| holds(guess.wrapping_add(1))).or_else(|| {
+            let newest = self.sq.iter().rposition(|w| self.next_psn.diff(w.first_psn) >= 0)?;
+            holds(newest)
+        });
+        let (i, d) = found?;
+        self.cursor = self.sq[i].seq;
+        Some((i, d))
+    }
+
     /// A loss (a NAK, a timeout): half the send window, not below [`SEND_WINDOW_MIN`] (or
     /// `max`, the configured window, if smaller).
     pub(super) fn shrink_send_window(&mut self, max: u32) {

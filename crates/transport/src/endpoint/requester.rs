@@ -70,7 +70,6 @@ impl<M: Memory> Endpoint<M> {
         None
     }
 
-    #[expect(clippy::too_many_lines, reason = "to be split (issue 42)")]
     pub(super) fn next_request(&mut self, qpn: Qpn, now: Instant) -> Option<Transmit> {
         let qp = self.qps.get_mut(&qpn)?;
         if qp.state != QpState::Rts
@@ -80,25 +79,7 @@ impl<M: Memory> Endpoint<M> {
             return None;
         }
         let mtu = qp.mtu();
-        // The WQE the next PSN belongs to: nearly always the one the last packet came from
-        // or the next (a deep send queue would make a search cost a packet dearly); else
-        // searched from the newest.
-        let holds = |i: usize| {
-            let w = qp.req.sq.get(i)?;
-            let d = qp.req.next_psn.diff(w.first_psn);
-            (d >= 0 && (d as u32) < w.npkts).then_some((i, d as u32))
-        };
-        let guess = qp.req.sq.front().map_or(0, |f| qp.req.cursor.wrapping_sub(f.seq) as usize);
-        let idx = holds(guess).or_else(|| holds(guess.wrapping_add(1))).or_else(|| {
-            for (i, w) in qp.req.sq.iter().enumerate().rev() {
-                if qp.req.next_psn.diff(w.first_psn) >= 0 {
-                    return holds(i);
-                }
-            }
-            None
-        });
-        let (i, d) = idx?;
-        qp.req.cursor = qp.req.sq[i].seq;
+        let (i, d) = qp.req.wqe_of_next_psn()?;
         let w = &qp.req.sq[i];
         let retransmit = qp.req.next_psn.diff(qp.req.resend_until) < 0;
         // An RC SEND or WRITE packet goes out only inside the QP's send window (an ACK
@@ -152,50 +133,8 @@ impl<M: Memory> Endpoint<M> {
             | SendOp::SendWithImm(_)
             | SendOp::Write { .. }
             | SendOp::WriteWithImm { .. } => {
-                let off = u64::from(d) * mtu;
-                let chunk = (w.len - off.min(w.len)).min(mtu) as usize;
-                let first = d == 0;
-                let last = d == w.npkts - 1;
-                last_of_wqe = last;
-                let imm = match w.wr.op {
-                    SendOp::SendWithImm(i) | SendOp::WriteWithImm { imm: i, .. } => Some(i),
-                    _ => None,
-                };
-                let write = matches!(w.wr.op, SendOp::Write { .. } | SendOp::WriteWithImm { .. });
-                use Operation::*;
-                let op = match (write, first, last, imm.is_some()) {
-                    (false, true, true, false) => SendOnly,
-                    (false, true, true, true) => SendOnlyWithImmediate,
-                    (false, true, false, _) => SendFirst,
-                    (false, false, false, _) => SendMiddle,
-                    (false, false, true, false) => SendLast,
-                    (false, false, true, true) => SendLastWithImmediate,
-                    (true, true, true, false) => RdmaWriteOnly,
-                    (true, true, true, true) => RdmaWriteOnlyWithImmediate,
-                    (true, true, false, _) => RdmaWriteFirst,
-                    (true, false, false, _) => RdmaWriteMiddle,
-                    (true, false, true, false) => RdmaWriteLast,
-                    (true, false, true, true) => RdmaWriteLastWithImmediate,
-                };
-                b.opcode = Opcode::new(transport, op);
-                b.solicited = last && w.wr.solicited;
-                r = roce::Repr::new(b);
-                if let (
-                    true,
-                    SendOp::Write { remote_addr, rkey }
-                    | SendOp::WriteWithImm { remote_addr, rkey, .. },
-                ) = (first, w.wr.op)
-                {
-                    r.reth = Some(Reth { va: remote_addr, rkey, dma_len: w.len as u32 });
-                }
-                if last {
-                    r.immdt = imm.map(|value| ImmDt { value });
-                }
-                if let (QpType::Ud, Some(ud)) = (qp.qp_type, w.wr.ud) {
-                    let qkey = if ud.qkey.0 & 0x8000_0000 != 0 { qp.attr.qkey } else { ud.qkey };
-                    r.deth = Some(Deth { qkey, src_qp: qp.qpn });
-                }
-                gather_at = Some((off, chunk));
+                let (repr, last, at) = data_packet(qp, w, d, mtu, b);
+                (r, last_of_wqe, gather_at) = (repr, last, Some(at));
             }
             SendOp::Read { remote_addr, rkey } => {
                 // As much of the rest as the QP's and the device's READ windows allow; asked
@@ -444,3 +383,59 @@ fn read_credit(qp: &QueuePair, cqs: &CqTable, cfg: &EndpointConfig, want: u32) -
 /// Unsignaled messages sent in a row without asking for an ACK, at most: their slots in the
 /// send queue come back with the next ACK.
 const UNSIGNALED_ACK_EVERY: u32 = 16;
+
+/// Packet `d` of a SEND or WRITE WQE `w` on `qp`, from header `b`: its opcode (only, first,
+/// middle or last; with immediate), the RETH on the first of a WRITE, the immediate on the
+/// last, the DETH on UD; whether it is the WQE's last; and where in the message its payload
+/// starts and how long it is.
+#[inline]
+fn data_packet(
+    qp: &QueuePair,
+    w: &SendWqe,
+    d: u32,
+    mtu: u64,
+    mut b: bth::Repr,
+) -> (roce::Repr, bool, (u64, usize)) {
+    let off = u64::from(d) * mtu;
+    let chunk = (w.len - off.min(w.len)).min(mtu) as usize;
+    let first = d == 0;
+    let last = d == w.npkts - 1;
+    let imm = match w.wr.op {
+        SendOp::SendWithImm(i) | SendOp::WriteWithImm { imm: i, .. } => Some(i),
+        _ => None,
+    };
+    let write = matches!(w.wr.op, SendOp::Write { .. } | SendOp::WriteWithImm { .. });
+    use Operation::*;
+    let op = match (write, first, last, imm.is_some()) {
+        (false, true, true, false) => SendOnly,
+        (false, true, true, true) => SendOnlyWithImmediate,
+        (false, true, false, _) => SendFirst,
+        (false, false, false, _) => SendMiddle,
+        (false, false, true, false) => SendLast,
+        (false, false, true, true) => SendLastWithImmediate,
+        (true, true, true, false) => RdmaWriteOnly,
+        (true, true, true, true) => RdmaWriteOnlyWithImmediate,
+        (true, true, false, _) => RdmaWriteFirst,
+        (true, false, false, _) => RdmaWriteMiddle,
+        (true, false, true, false) => RdmaWriteLast,
+        (true, false, true, true) => RdmaWriteLastWithImmediate,
+    };
+    b.opcode = Opcode::new(transport_of(qp.qp_type), op);
+    b.solicited = last && w.wr.solicited;
+    let mut r = roce::Repr::new(b);
+    if let (
+        true,
+        SendOp::Write { remote_addr, rkey } | SendOp::WriteWithImm { remote_addr, rkey, .. },
+    ) = (first, w.wr.op)
+    {
+        r.reth = Some(Reth { va: remote_addr, rkey, dma_len: w.len as u32 });
+    }
+    if last {
+        r.immdt = imm.map(|value| ImmDt { value });
+    }
+    if let (QpType::Ud, Some(ud)) = (qp.qp_type, w.wr.ud) {
+        let qkey = if ud.qkey.0 & 0x8000_0000 != 0 { qp.attr.qkey } else { ud.qkey };
+        r.deth = Some(Deth { qkey, src_qp: qp.qpn });
+    }
+    (r, last, (off, chunk))
+}
