@@ -80,20 +80,20 @@ impl Analyzer {
         }
         match op.operation() {
             Some(o) if o.is_response() => self.response(fi, r, h, o, ts, rel),
-            Some(o) => self.request(fi, r, h, o, ts, rel, payload),
+            Some(o) => self.request(fi, r, h, o, (ts, rel), payload),
             None => {}
         }
     }
 
-    #[allow(clippy::too_many_arguments, reason = "one call site, the record's parts")]
+    /// A request on flow `fi`, captured at `ts` (`rel` after the capture's first frame),
+    /// carrying `payload` bytes.
     pub(super) fn request(
         &mut self,
         fi: usize,
         r: &Record<'_>,
         h: &wire::roce::Repr,
         o: Operation,
-        ts: u64,
-        rel: u64,
+        (ts, rel): (u64, u64),
         payload: u64,
     ) {
         let cfg = self.cfg;
