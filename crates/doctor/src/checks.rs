@@ -2,6 +2,8 @@
 //! RDMA devices. Each reads through [`Source`] and adds [`Finding`]s; a file a host does not
 //! have is not a finding (a VM has no cpufreq, a virtual device no PCIe link).
 
+use host::LinkLayer;
+
 use crate::{Finding, Severity, Source};
 
 /// An RDMA device as doctor sees it.
@@ -12,7 +14,7 @@ pub struct RdmaDevice {
     /// Its PCI function (`0000:3b:00.0`), where it has one.
     pub pci: Option<String>,
     /// Its ports: (number, link layer, netdev).
-    pub ports: Vec<(u32, Option<String>, Option<String>)>,
+    pub ports: Vec<(u32, LinkLayer, Option<String>)>,
 }
 
 impl RdmaDevice {
@@ -24,27 +26,19 @@ impl RdmaDevice {
     }
 }
 
-/// The kernel's RDMA devices (`sys/class/infiniband`).
+/// The kernel's RDMA devices (`sys/class/infiniband`), read by `host`'s reader through the
+/// source (so that a recording holds what was read).
 pub fn rdma_devices(src: &Source) -> Vec<RdmaDevice> {
-    src.list("sys/class/infiniband")
+    host::rdma_devices_in(&src.sysfs(), host::Detail::Brief)
         .into_iter()
-        .map(|name| {
-            let d = format!("sys/class/infiniband/{name}");
-            let pci = src.read(&format!("{d}/device/uevent")).and_then(|u| {
-                u.lines().find_map(|l| l.strip_prefix("PCI_SLOT_NAME=").map(str::to_string))
-            });
-            let ports = src
-                .list(&format!("{d}/ports"))
-                .into_iter()
-                .filter_map(|p| {
-                    let n: u32 = p.parse().ok()?;
-                    let pd = format!("{d}/ports/{p}");
-                    let ll = src.read(&format!("{pd}/link_layer"));
-                    let nd = src.read(&format!("{pd}/gid_attrs/ndevs/0"));
-                    Some((n, ll, nd))
-                })
-                .collect();
-            RdmaDevice { name, pci, ports }
+        .map(|d| RdmaDevice {
+            ports: d
+                .ports
+                .iter()
+                .map(|p| (u32::from(p.port), p.link_layer, p.netdev.clone()))
+                .collect(),
+            name: d.name,
+            pci: d.pci,
         })
         .collect()
 }
@@ -148,7 +142,7 @@ pub fn rdma_netdevs(devices: &[RdmaDevice]) -> Vec<(String, String, bool)> {
             if let Some(nd) = nd
                 && !out.iter().any(|(n, _, _)| n == nd)
             {
-                out.push((nd.clone(), d.name.clone(), ll.as_deref() == Some("Ethernet")));
+                out.push((nd.clone(), d.name.clone(), *ll == LinkLayer::Ethernet));
             }
         }
     }
@@ -663,7 +657,7 @@ fn fmt(v: Option<u64>) -> String {
 pub fn netdevs(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
     for d in devices {
         for (port, ll, nd) in &d.ports {
-            let roce = ll.as_deref() == Some("Ethernet");
+            let roce = *ll == LinkLayer::Ethernet;
             if let Some(nd) = nd
                 && roce
                 && let Some(mtu) = src.read_u64(&format!("sys/class/net/{nd}/mtu"))
@@ -1178,6 +1172,31 @@ pub fn nic(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A device's PCI address where its uevent says nothing of it (or is missing): from
+    /// where its `device` link points, as sysfs lays a PCI function out. doctor's own reader
+    /// took it from the uevent alone, and labelled such a device without its PCI function.
+    #[test]
+    fn a_device_without_a_uevent_still_has_its_pci_address() {
+        let tree = tempfile::tempdir().unwrap();
+        let sys = tree.path().join("sys");
+        let function = sys.join("devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0");
+        std::fs::create_dir_all(function.join("net/eth2")).unwrap();
+        let dev = sys.join("class/infiniband/mlx5_0");
+        std::fs::create_dir_all(dev.join("ports/1")).unwrap();
+        std::fs::write(dev.join("ports/1/link_layer"), "Ethernet\n").unwrap();
+        std::os::unix::fs::symlink(&function, dev.join("device")).unwrap();
+        let src = Source::recorded(tree.path()).unwrap();
+        let d = rdma_devices(&src);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].pci.as_deref(), Some("0000:3b:00.0"), "{d:?}");
+        assert_eq!(d[0].ports, vec![(1, LinkLayer::Ethernet, Some("eth2".to_string()))]);
+        assert_eq!(d[0].label(), "mlx5_0 (0000:3b:00.0)");
+        // A uevent, where there is one, names it first.
+        std::fs::write(function.join("uevent"), "DRIVER=mlx5_core\nPCI_SLOT_NAME=0000:3b:00.1\n")
+            .unwrap();
+        assert_eq!(rdma_devices(&src)[0].pci.as_deref(), Some("0000:3b:00.1"));
+    }
 
     #[test]
     fn acs_control_comes_from_the_extended_capability_list() {

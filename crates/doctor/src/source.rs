@@ -131,6 +131,18 @@ impl Source {
         names
     }
 
+    /// The last component of where the link at `rel` points (`sys/class/infiniband/mlx5_0/
+    /// device` → `0000:3b:00.0`). Not recorded: a recording keeps what was read under it.
+    pub fn link_name(&self, rel: &str) -> Option<String> {
+        let to = std::fs::read_link(self.at(rel)).ok()?;
+        Some(to.file_name()?.to_string_lossy().into_owned())
+    }
+
+    /// The host's sysfs as `host`'s readers take it (paths under `sys/`).
+    pub fn sysfs(&self) -> SysView<'_> {
+        SysView(self)
+    }
+
     /// The kernel log as text: `/dev/kmsg`'s records on the live host (what `dmesg` shows,
     /// with the device each line came from), the tree's `kmsg` file otherwise; `None` when it
     /// cannot be read (not root, or not recorded).
@@ -286,4 +298,22 @@ fn read_kmsg() -> Option<String> {
         }
     }
     Some(out)
+}
+
+/// A [`Source`]'s sysfs, read (and recorded) through it: what `host`'s readers take.
+#[derive(Debug, Clone, Copy)]
+pub struct SysView<'a>(&'a Source);
+
+impl host::SysFs for SysView<'_> {
+    fn read(&self, rel: &str) -> Option<String> {
+        self.0.read(&format!("sys/{rel}"))
+    }
+
+    fn list(&self, rel: &str) -> Vec<String> {
+        self.0.list(&format!("sys/{rel}"))
+    }
+
+    fn link_name(&self, rel: &str) -> Option<String> {
+        self.0.link_name(&format!("sys/{rel}"))
+    }
 }

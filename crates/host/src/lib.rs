@@ -12,15 +12,17 @@ pub mod net;
 pub mod pci;
 pub mod port;
 pub mod rdma;
+pub mod sysfs;
 
 use std::path::{Path, PathBuf};
 
 pub use net::{LocalAddr, local_addrs, netdev_mtu};
 pub use port::{Gid, GidEntry, GidType, LinkLayer, PhysState, PortState};
 pub use rdma::{
-    DeviceInfo, PortInfo, active_mtu_for, device_dir, numa_node, rdma_device, rdma_devices,
-    rdma_provider,
+    Detail, DeviceInfo, PortInfo, active_mtu_for, device_dir, numa_node, rdma_device, rdma_devices,
+    rdma_devices_in, rdma_provider,
 };
+pub use sysfs::SysFs;
 
 /// `/sys`: the live host's sysfs.
 pub fn default_root() -> PathBuf {

@@ -6,13 +6,12 @@
 //! headers a packet can carry — IPv6 40, UDP 8, BTH 12, XRC 4, atomic 28, ICRC 4 — rounded
 //! down to an IB MTU), so [`active_mtu_for`] does the same: 1500 gives 1024, 9000 gives 4096.
 
-use std::fs;
 use std::net::Ipv6Addr;
 use std::path::{Path, PathBuf};
 
-use crate::net::netdev_mtu;
 use crate::port::{Gid, GidEntry, GidType, LinkLayer, PhysState, PortState};
 use crate::read;
+use crate::sysfs::SysFs;
 
 /// One port of an RDMA device.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -53,6 +52,8 @@ pub struct DeviceInfo {
     pub name: String,
     /// The provider: the kernel driver (`mlx5_core`, …), `rxe`, `siw`, or `soft`.
     pub provider: String,
+    /// Its PCI function (`0000:3b:00.0`), where it has one.
+    pub pci: Option<String>,
     /// Node GUID, as sysfs prints it.
     pub node_guid: Option<String>,
     /// Firmware version.
@@ -90,35 +91,47 @@ pub fn numa_node(sys: &Path, name: &str) -> Option<i64> {
     read(&device_dir(sys, name).join("device/numa_node"))?.parse().ok()
 }
 
+/// How much of a device to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Everything [`DeviceInfo`] holds, GID tables included.
+    Full,
+    /// Without the GID tables and active MTUs (a port's netdev from its first GID's): what a
+    /// diagnosis of the host needs, at a few files a port.
+    Brief,
+}
+
 /// The kernel's RDMA devices under `sys` (normally `/sys`), sorted by name. A host without
 /// any (or without sysfs) has none.
 pub fn rdma_devices(sys: &Path) -> Vec<DeviceInfo> {
-    let class = sys.join("class/infiniband");
-    let mut names: Vec<String> = fs::read_dir(&class)
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
-        .unwrap_or_default();
-    names.sort();
-    names.into_iter().map(|n| device(sys, &class.join(&n), n)).collect()
+    rdma_devices_in(&sys, Detail::Full)
+}
+
+/// The kernel's RDMA devices in the sysfs tree `fs`, sorted by name, read to `detail`: the
+/// one reader of RDMA devices (doctor reads through its own view of the tree).
+pub fn rdma_devices_in(fs: &dyn SysFs, detail: Detail) -> Vec<DeviceInfo> {
+    fs.list(CLASS).into_iter().map(|n| device(fs, n, detail)).collect()
 }
 
 /// The RDMA device `name` under `sys`, if there is one.
 pub fn rdma_device(sys: &Path, name: &str) -> Option<DeviceInfo> {
-    let dir = device_dir(sys, name);
-    dir.is_dir().then(|| device(sys, &dir, name.to_string()))
+    device_dir(sys, name).is_dir().then(|| device(&sys, name.to_string(), Detail::Full))
 }
 
 /// The provider of the RDMA device `name` under `sys` ([`DeviceInfo::provider`]), from its
 /// driver link alone: without the ports and GID tables [`rdma_device`] reads.
 pub fn rdma_provider(sys: &Path, name: &str) -> Option<String> {
-    let dir = device_dir(sys, name);
-    dir.is_dir().then(|| provider(&dir, name, read(&dir.join("parent")).is_some()))
+    let dir = format!("{CLASS}/{name}");
+    device_dir(sys, name)
+        .is_dir()
+        .then(|| provider(&sys, &dir, name, (&sys).read(&format!("{dir}/parent")).is_some()))
 }
 
-fn provider(dir: &Path, name: &str, has_parent: bool) -> String {
-    let driver = fs::read_link(dir.join("device/driver"))
-        .ok()
-        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()));
-    match driver {
+/// Where RDMA devices are, under the sysfs root.
+const CLASS: &str = "class/infiniband";
+
+fn provider(fs: &dyn SysFs, dir: &str, name: &str, has_parent: bool) -> String {
+    match fs.link_name(&format!("{dir}/device/driver")) {
         Some(d) => d,
         None if has_parent && name.starts_with("siw") => "siw".into(),
         None if has_parent => "rxe".into(),
@@ -126,62 +139,84 @@ fn provider(dir: &Path, name: &str, has_parent: bool) -> String {
     }
 }
 
-fn device(sys: &Path, dir: &Path, name: String) -> DeviceInfo {
-    let parent = read(&dir.join("parent"));
-    let provider = provider(dir, &name, parent.is_some());
-    let mut ports: Vec<u8> = fs::read_dir(dir.join("ports"))
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect::<Vec<u8>>())
-        .unwrap_or_default();
+/// A PCI address as sysfs names a function: `0000:3b:00.0`.
+fn is_pci_address(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 12 && b[4] == b':' && b[7] == b':' && b[10] == b'.'
+}
+
+/// The device's PCI function: the `PCI_SLOT_NAME` of its uevent, else where its `device`
+/// link points; `None` for a device without one (rxe, siw).
+fn pci_address(fs: &dyn SysFs, dir: &str) -> Option<String> {
+    let from_uevent = fs
+        .read(&format!("{dir}/device/uevent"))
+        .and_then(|u| u.lines().find_map(|l| l.strip_prefix("PCI_SLOT_NAME=").map(str::to_string)));
+    from_uevent.or_else(|| fs.link_name(&format!("{dir}/device")).filter(|n| is_pci_address(n)))
+}
+
+fn device(fs: &dyn SysFs, name: String, detail: Detail) -> DeviceInfo {
+    let dir = format!("{CLASS}/{name}");
+    let parent = fs.read(&format!("{dir}/parent"));
+    let provider = provider(fs, &dir, &name, parent.is_some());
+    let mut ports: Vec<u8> =
+        fs.list(&format!("{dir}/ports")).iter().filter_map(|p| p.parse().ok()).collect();
     ports.sort_unstable();
-    let ports = ports.into_iter().map(|p| port(sys, dir, p, parent.as_deref())).collect();
+    let ports = ports.into_iter().map(|p| port(fs, &dir, p, parent.as_deref(), detail)).collect();
     DeviceInfo {
-        name,
         provider,
-        node_guid: read(&dir.join("node_guid")),
-        fw_ver: read(&dir.join("fw_ver")),
+        pci: pci_address(fs, &dir),
+        node_guid: fs.read(&format!("{dir}/node_guid")),
+        fw_ver: fs.read(&format!("{dir}/fw_ver")),
         ports,
+        name,
     }
 }
 
-fn port(sys: &Path, dir: &Path, n: u8, parent: Option<&str>) -> PortInfo {
-    let p = dir.join("ports").join(n.to_string());
-    let rate = read(&p.join("rate")).unwrap_or_default();
-    let (speed_gbps, width) = parse_rate(&rate);
-    let link_layer = LinkLayer::parse(&read(&p.join("link_layer")).unwrap_or_default());
-    let mut idx: Vec<usize> = fs::read_dir(p.join("gids"))
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
-        .unwrap_or_default();
+/// The non-zero GIDs of port folder `p`.
+fn gid_table(fs: &dyn SysFs, p: &str, link_layer: LinkLayer) -> Vec<GidEntry> {
+    let mut idx: Vec<usize> =
+        fs.list(&format!("{p}/gids")).iter().filter_map(|i| i.parse().ok()).collect();
     idx.sort_unstable();
-    let gids: Vec<GidEntry> = idx
-        .into_iter()
+    idx.into_iter()
         .filter_map(|i| {
-            let gid: Ipv6Addr = read(&p.join("gids").join(i.to_string()))?.parse().ok()?;
+            let gid: Ipv6Addr = fs.read(&format!("{p}/gids/{i}"))?.parse().ok()?;
             if gid.is_unspecified() {
                 return None;
             }
-            let t = read(&p.join("gid_attrs/types").join(i.to_string())).unwrap_or_default();
+            let t = fs.read(&format!("{p}/gid_attrs/types/{i}")).unwrap_or_default();
             let gid_type = GidType::parse(&t, link_layer);
-            let netdev = read(&p.join("gid_attrs/ndevs").join(i.to_string()));
+            let netdev = fs.read(&format!("{p}/gid_attrs/ndevs/{i}"));
             Some(GidEntry { index: i, gid: Gid::from(gid), gid_type, netdev })
         })
-        .collect();
+        .collect()
+}
+
+fn port(fs: &dyn SysFs, dir: &str, n: u8, parent: Option<&str>, detail: Detail) -> PortInfo {
+    let p = format!("{dir}/ports/{n}");
+    let rate = fs.read(&format!("{p}/rate")).unwrap_or_default();
+    let (speed_gbps, width) = parse_rate(&rate);
+    let link_layer = LinkLayer::parse(&fs.read(&format!("{p}/link_layer")).unwrap_or_default());
+    let gids = match detail {
+        Detail::Full => gid_table(fs, &p, link_layer),
+        Detail::Brief => Vec::new(),
+    };
+    let first_gid_netdev = || match detail {
+        Detail::Full => gids.iter().find_map(|g| g.netdev.clone()),
+        Detail::Brief => fs.read(&format!("{p}/gid_attrs/ndevs/0")),
+    };
     let netdev = parent
         .map(str::to_string)
-        .or_else(|| gids.iter().find_map(|g| g.netdev.clone()))
-        .or_else(|| {
-            fs::read_dir(dir.join("device/net"))
-                .ok()?
-                .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .next()
-        });
-    let active_mtu = (link_layer == LinkLayer::Ethernet)
-        .then(|| netdev.as_deref().and_then(|d| netdev_mtu(sys, d)))
+        .or_else(first_gid_netdev)
+        .or_else(|| fs.list(&format!("{dir}/device/net")).into_iter().next());
+    let active_mtu = (detail == Detail::Full && link_layer == LinkLayer::Ethernet)
+        .then(|| netdev.as_deref().and_then(|d| fs.read(&format!("class/net/{d}/mtu"))))
         .flatten()
+        .and_then(|m| m.parse().ok())
         .and_then(active_mtu_for);
     PortInfo {
         port: n,
-        state: read(&p.join("state")).and_then(|t| PortState::parse(&t)),
-        phys_state: read(&p.join("phys_state")).and_then(|t| PhysState::parse(&t)),
+        state: fs.read(&format!("{p}/state")).and_then(|t| PortState::parse(&t)),
+        phys_state: fs.read(&format!("{p}/phys_state")).and_then(|t| PhysState::parse(&t)),
         rate,
         speed_gbps,
         width,

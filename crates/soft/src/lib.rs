@@ -48,6 +48,7 @@ pub fn soft_devices(sys: &std::path::Path) -> std::io::Result<Vec<host::DeviceIn
         .map(|a| host::DeviceInfo {
             name: format!("soft:{}", a.ip),
             provider: "soft".into(),
+            pci: None,
             node_guid: None,
             fw_ver: None,
             ports: vec![host::PortInfo {
