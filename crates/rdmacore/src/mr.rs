@@ -186,18 +186,6 @@ impl RdmaCoreDevice {
         Ok(())
     }
 
-    pub(crate) fn reg_dmabuf_mr(
-        &self,
-        pd: PdId,
-        fd: RawFd,
-        offset: u64,
-        len: usize,
-        iova: u64,
-        access: Access,
-    ) -> Result<MrInfo> {
-        self.reg_dmabuf(pd, fd, offset, len, iova, access)
-    }
-
     pub(crate) fn reg_device_mr(
         &self,
         pd: PdId,

@@ -66,7 +66,7 @@ impl Provider for RdmaCoreDevice {
         iova: u64,
         access: Access,
     ) -> Result<MrInfo> {
-        RdmaCoreDevice::reg_dmabuf_mr(self, pd, fd, offset, len, iova, access)
+        self.reg_dmabuf(pd, fd, offset, len, iova, access)
     }
 
     fn reg_device_mr(
