@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
-use topology::{Dev, PairOutcome, Pod, Suspect, attribute_with_spines};
+use topology::{Component, Dev, PairOutcome, Pod, Suspect, attribute_with_spines};
 
 use crate::member::Health;
 use crate::probe::{PathState, Report};
@@ -74,7 +74,7 @@ pub fn locate(
     health: &BTreeMap<u16, Health>,
     reports: &BTreeMap<u16, Report>,
 ) -> Vec<Finding> {
-    let name = |h: usize| pod.hosts.get(h).map_or_else(|| format!("host {h}"), |x| x.name.clone());
+    let name = |h: usize| Component::Host(h).name(pod);
     let mut out = Vec::new();
     // Dropouts.
     let down: BTreeSet<usize> = health

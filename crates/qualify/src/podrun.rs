@@ -424,17 +424,25 @@ pub fn run(
                 .want(Threshold::Unset(format!("{f}: the run stopped there")))
                 .judge(None),
         );
-        r.suspects.push(topology::Suspect {
-            kind: "host".into(),
-            component: name.clone(),
-            confidence: 1.0,
-            evidence: format!(
-                "{f}: the host stopped answering the rendezvous mid-run (frozen, killed or cut \
-                 off on its control path); the figures measured before it are not in this report"
-            ),
-            pairs: Vec::new(),
-            checks: vec![format!("pod/{name}/reachable")],
-        });
+        let evidence = format!(
+            "{f}: the host stopped answering the rendezvous mid-run (frozen, killed or cut off on \
+             its control path); the figures measured before it are not in this report"
+        );
+        let mut s = match places.get(f.rank as usize) {
+            Some(h) => topology::Suspect::on(pod, topology::Component::Host(*h), 1.0, evidence),
+            None => topology::Suspect {
+                kind: "host".into(),
+                component: name.clone(),
+                confidence: 1.0,
+                evidence,
+                pairs: Vec::new(),
+                checks: Vec::new(),
+                // A rank with no place in the plan (none is lost before it has one).
+                at: topology::Component::Host(usize::MAX),
+            },
+        };
+        s.checks = vec![format!("pod/{name}/reachable")];
+        r.suspects.push(s);
         r.hosts = facts;
         r.devices = pod.devices().into_iter().map(|d| pod.name(d)).collect();
         r.pod = Some(PodSummary {

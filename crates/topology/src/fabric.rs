@@ -8,6 +8,7 @@
 //! peers_per_tor = 2          # sampled: each device against this many under its own ToR
 //!                            # and this many under other ToRs
 //! link_gbps = 0.2            # a soft device's nominal link rate (RDMA devices: the port's)
+//! # spines = 2               # spines every ToR links to (ECMP paths per cross-ToR pair)
 //! source_ports = 4           # each cross-ToR pair probed over this many UDP source ports
 //! progress = "event"         # the soft devices' progress: busy (default) or event
 //! stall_seconds = 5          # no completion for this long: the measurement fails
@@ -36,6 +37,20 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::pairs::PairSet;
+
+/// A link of the fabric.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Link {
+    /// A device's cable to its ToR (its rail's host–ToR link).
+    HostTor(Dev),
+    /// A ToR's link to a spine (`None`: the spine is not known, the plan names no spines).
+    TorSpine {
+        /// The ToR.
+        tor: String,
+        /// The spine's index.
+        spine: Option<usize>,
+    },
+}
 
 /// A rail of a host: its device and the ToR its port is cabled to.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -170,6 +185,10 @@ pub struct Pod {
     /// that fails for some ECMP hashes only.
     #[serde(default = "default_ports")]
     pub source_ports: usize,
+    /// The spines every ToR links to, where the plan says (a cross-ToR pair has one ECMP
+    /// path through each); unknown otherwise.
+    #[serde(default)]
+    pub spines: Option<usize>,
     /// The devices' progress.
     #[serde(default)]
     pub progress: PodProgress,
@@ -251,6 +270,9 @@ impl Pod {
         if self.pairs == PairSet::Sampled && self.peers_per_tor == 0 {
             return Err(("peers_per_tor", "`pod.peers_per_tor` must be at least 1".into()));
         }
+        if self.spines.is_some_and(|n| !(1..=64).contains(&n)) {
+            return Err(("spines", "`pod.spines`: 1 to 64".into()));
+        }
         if self.source_ports > 64 {
             return Err(("source_ports", "`pod.source_ports`: at most 64".into()));
         }
@@ -316,5 +338,39 @@ impl Pod {
             }
         }
         out
+    }
+
+    /// The links of ToR `tor` to the spines: one per spine, or one whose spine is unknown.
+    pub fn spine_links(&self, tor: &str) -> Vec<Link> {
+        match self.spines {
+            Some(n) => (0..n).map(|k| Link::TorSpine { tor: tor.into(), spine: Some(k) }).collect(),
+            None => vec![Link::TorSpine { tor: tor.into(), spine: None }],
+        }
+    }
+
+    /// The ECMP paths between devices `a` and `b`, each the links a packet between them
+    /// crosses: under one ToR a single path (each device's cable); across ToRs one per spine
+    /// (a's cable, a's ToR to the spine, the spine to b's ToR, b's cable), or a single one
+    /// through an unknown spine.
+    pub fn ecmp_paths(&self, a: Dev, b: Dev) -> Vec<Vec<Link>> {
+        let (ta, tb) = (&self.rail(a).tor, &self.rail(b).tor);
+        if ta == tb {
+            return vec![vec![Link::HostTor(a), Link::HostTor(b)]];
+        }
+        let spines: Vec<Option<usize>> = match self.spines {
+            Some(n) => (0..n).map(Some).collect(),
+            None => vec![None],
+        };
+        spines
+            .into_iter()
+            .map(|spine| {
+                vec![
+                    Link::HostTor(a),
+                    Link::TorSpine { tor: ta.clone(), spine },
+                    Link::TorSpine { tor: tb.clone(), spine },
+                    Link::HostTor(b),
+                ]
+            })
+            .collect()
     }
 }

@@ -1,16 +1,19 @@
 //! The pod's topology, without I/O — what qualify measures across and what the pod agent
 //! watches: its hosts, their rails (a device each, a plane per rail), the ToR each rail's port
-//! is cabled to ([`fabric`]); the pairs of devices measured and the rounds of disjoint pairs
+//! is cabled to, the spines, the host–ToR and ToR–spine links and a pair's ECMP paths over
+//! them ([`fabric`]); the parts a fault is named on ([`component`]); the pairs of devices measured and the rounds of disjoint pairs
 //! that measure them at once ([`pairs`]); and the attribution of failed pairs to the component
 //! at fault ([`locate`]), which qualify's report and the agent's findings both name.
 
 #![forbid(unsafe_code)]
 
+pub mod component;
 pub mod fabric;
 pub mod locate;
 pub mod pairs;
 
-pub use fabric::{Bisection, Dev, Host, Incast, Pod, PodProgress, Rail};
+pub use component::Component;
+pub use fabric::{Bisection, Dev, Host, Incast, Link, Pod, PodProgress, Rail};
 pub use locate::{DEVICE_SHARE, PairOutcome, Suspect, attribute, attribute_with_spines};
 pub use pairs::{PairSet, bisection, incasts, rounds};
 

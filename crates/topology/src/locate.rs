@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use crate::component::Component;
 use crate::fabric::{Dev, Pod};
 
 /// What was measured of a pair (both directions together): whether it failed, the checks
@@ -40,6 +41,31 @@ pub struct Suspect {
     pub pairs: Vec<String>,
     /// The failed checks among them (the first few).
     pub checks: Vec<String>,
+    /// The part of the pod it names (`kind` and `component` are its words).
+    #[serde(skip)]
+    pub at: Component,
+}
+
+impl Suspect {
+    /// A suspect on `at`, its kind and name in `pod`'s words.
+    pub fn on(pod: &Pod, at: Component, confidence: f64, evidence: String) -> Suspect {
+        Suspect {
+            kind: at.kind().into(),
+            component: at.name(pod),
+            confidence,
+            evidence,
+            pairs: Vec::new(),
+            checks: Vec::new(),
+            at,
+        }
+    }
+
+    /// The same with the failed pairs and checks it explains.
+    pub fn explaining(mut self, pairs: Vec<String>, checks: Vec<String>) -> Suspect {
+        self.pairs = pairs;
+        self.checks = checks;
+        self
+    }
 }
 
 /// A device is suspected when at least this share of its pairs failed (and two or more).
@@ -203,33 +229,25 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
     if flagged.len() >= 3 && 2 * flagged.len() > tally.len() {
         let all: Vec<Dev> = tally.keys().copied().collect();
         let (pairs, checks, text) = evidence_of(&all, "the pod");
-        return vec![Suspect {
-            kind: "pod".into(),
-            component: format!("{} of {} devices", flagged.len(), tally.len()),
-            confidence: share(&all),
-            evidence: format!(
-                "{text}: no one component stands out — the thresholds, the link rate the plan \
-                 assumes, or what every host shares (load, configuration)"
-            ),
-            pairs,
-            checks,
-        }];
+        let at = Component::Pod { flagged: flagged.len(), devices: tally.len() };
+        let evidence = format!(
+            "{text}: no one component stands out — the thresholds, the link rate the plan \
+             assumes, or what every host shares (load, configuration)"
+        );
+        return vec![Suspect::on(pod, at, share(&all), evidence).explaining(pairs, checks)];
     }
     // Hosts: every rail of the host (two or more rails, else it is a rail).
     for (h, host) in pod.hosts.iter().enumerate() {
         let ds: Vec<Dev> = (0..host.rails.len()).map(|r| Dev { host: h, rail: r }).collect();
         if ds.len() >= 2 && ds.iter().all(|d| flagged.contains(d)) {
             let (pairs, checks, text) = evidence_of(&ds, &format!("its {} rails", ds.len()));
-            out.push(Suspect {
-                kind: "host".into(),
-                component: host.name.clone(),
-                confidence: share(&ds),
-                evidence: format!(
-                    "{text}: every rail of the host (its CPU, memory, PCIe, or the host itself)"
-                ),
-                pairs,
-                checks,
-            });
+            let evidence = format!(
+                "{text}: every rail of the host (its CPU, memory, PCIe, or the host itself)"
+            );
+            out.push(
+                Suspect::on(pod, Component::Host(h), share(&ds), evidence)
+                    .explaining(pairs, checks),
+            );
             covered.extend(ds);
         }
     }
@@ -239,14 +257,11 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
         if hosts.len() >= 2 && under.iter().all(|d| flagged.contains(d) && !covered.contains(d)) {
             let (pairs, checks, text) =
                 evidence_of(&under, &format!("the {} devices under it", under.len()));
-            out.push(Suspect {
-                kind: "tor".into(),
-                component: tor.clone(),
-                confidence: share(&under),
-                evidence: format!("{text}; the devices of other ToRs passed among themselves"),
-                pairs,
-                checks,
-            });
+            let evidence = format!("{text}; the devices of other ToRs passed among themselves");
+            out.push(
+                Suspect::on(pod, Component::Tor(tor.clone()), share(&under), evidence)
+                    .explaining(pairs, checks),
+            );
             covered.extend(under);
         }
     }
@@ -257,20 +272,16 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
         }
         let (pairs, checks, text) = evidence_of(&[d], "the device");
         let r = pod.rail(d);
-        out.push(Suspect {
-            kind: "rail".into(),
-            component: format!("{} ({}, ToR {})", pod.name(d), r.device, r.tor),
-            confidence: share(&[d]),
-            evidence: format!(
-                "{text}, with peers that passed elsewhere: the NIC, its port or its cable to {}",
-                r.tor
-            ),
-            pairs,
-            checks,
-        });
+        let evidence = format!(
+            "{text}, with peers that passed elsewhere: the NIC, its port or its cable to {}",
+            r.tor
+        );
+        out.push(
+            Suspect::on(pod, Component::Rail(d), share(&[d]), evidence).explaining(pairs, checks),
+        );
         covered.insert(d);
     }
-    let spine_suspect = |component: String, os: &[&PairOutcome]| {
+    let spine_suspect = |at: Component, os: &[&PairOutcome]| {
         let bad: usize = os.iter().map(|o| o.ports.iter().filter(|p| !p.1).count()).sum();
         let all: usize = os.iter().map(|o| o.ports.len()).sum();
         let ports: Vec<String> = os
@@ -284,21 +295,19 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
             })
             .collect();
         let split = os.iter().filter(|o| by_path(o)).count();
-        Suspect {
-            kind: "spine-path".into(),
-            component,
-            // How many of the pairs it explains show the split themselves.
-            confidence: if os.is_empty() { 0.0 } else { split as f64 / os.len() as f64 },
-            evidence: format!(
-                "{bad} of {all} source-port probes over {split} pair(s) carried nothing while the \
-                 others carried, and {} more pair(s) failed on their own source port: a ToR-spine \
-                 link or a spine, for the ECMP hashes that use it ({})",
-                os.len() - split,
-                ports.join("; ")
-            ),
-            pairs: os.iter().map(|o| pname(o.pair)).collect(),
-            checks: os.iter().flat_map(|o| o.failed_checks.iter().cloned()).take(6).collect(),
-        }
+        // How many of the pairs it explains show the split themselves.
+        let confidence = if os.is_empty() { 0.0 } else { split as f64 / os.len() as f64 };
+        let evidence = format!(
+            "{bad} of {all} source-port probes over {split} pair(s) carried nothing while the \
+             others carried, and {} more pair(s) failed on their own source port: a ToR-spine \
+             link or a spine, for the ECMP hashes that use it ({})",
+            os.len() - split,
+            ports.join("; ")
+        );
+        Suspect::on(pod, at, confidence, evidence).explaining(
+            os.iter().map(|o| pname(o.pair)).collect(),
+            os.iter().flat_map(|o| o.failed_checks.iter().cloned()).take(6).collect(),
+        )
     };
     let all_covered: Vec<Dev> = covered.iter().copied().collect();
     // The failed pairs a spine suspect explains beyond those whose probes split.
@@ -313,25 +322,26 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
     if let Some(t) = &common {
         let mut os: Vec<&PairOutcome> = spine.values().flatten().copied().collect();
         os.extend(also(&|_| true));
-        out.push(spine_suspect(format!("the spine links of {t}"), &os));
+        out.push(spine_suspect(Component::SpineLinks(t.clone()), &os));
     } else {
         for (k, os) in &spine {
             let mut os = os.clone();
             os.extend(also(&|o| tors_of(o) == *k));
-            out.push(spine_suspect(format!("{} <-> {}", k.0, k.1), &os));
+            out.push(spine_suspect(Component::SpinePath(k.0.clone(), k.1.clone()), &os));
         }
     }
     // What is left: failed pairs no suspect explains.
     for o in outcomes {
         if failed(o) && !by_path(o) && !on_split_path(o) && !explained_by(o, &all_covered) {
-            out.push(Suspect {
-                kind: "link".into(),
-                component: pname(o.pair),
-                confidence: 1.0,
-                evidence: "this pair failed while both devices passed with their other peers: the path between them".into(),
-                pairs: vec![pname(o.pair)],
-                checks: o.failed_checks.iter().take(6).cloned().collect(),
-            });
+            let evidence = "this pair failed while both devices passed with their other peers: \
+                            the path between them";
+            out.push(
+                Suspect::on(pod, Component::Path(o.pair.0, o.pair.1), 1.0, evidence.into())
+                    .explaining(
+                        vec![pname(o.pair)],
+                        o.failed_checks.iter().take(6).cloned().collect(),
+                    ),
+            );
         }
     }
     out
@@ -342,12 +352,19 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
 /// ECMP hashes that cross it).
 pub fn attribute_with_spines(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
     let sus = attribute(pod, outcomes);
-    let spine: Vec<&Suspect> = sus.iter().filter(|s| s.kind == "spine-path").collect();
-    let tors: BTreeSet<String> = pod.tors().into_iter().map(|(t, _)| t).collect();
-    let touched: BTreeSet<String> = spine
+    let spine: Vec<&Suspect> = sus
         .iter()
-        .flat_map(|s| s.component.split(" <-> ").map(str::to_string).collect::<Vec<_>>())
-        .filter(|t| tors.contains(t))
+        .filter(|s| matches!(s.at, Component::SpinePath(..) | Component::SpineLinks(_)))
+        .collect();
+    // The ToRs at either end of the ECMP paths that split (one ToR's spine links name no
+    // ToR pair).
+    let touched: BTreeSet<&str> = spine
+        .iter()
+        .filter_map(|s| match &s.at {
+            Component::SpinePath(a, b) => Some([a.as_str(), b.as_str()]),
+            _ => None,
+        })
+        .flatten()
         .collect();
     // ToRs of the rails that saw traffic at all.
     let probed: BTreeSet<String> = outcomes
@@ -360,18 +377,13 @@ pub fn attribute_with_spines(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect
     let pairs: Vec<String> = spine.iter().flat_map(|s| s.pairs.iter().cloned()).collect();
     let conf = spine.iter().map(|s| s.confidence).sum::<f64>() / spine.len() as f64;
     let n = spine.len();
-    let mut rest: Vec<Suspect> = sus.into_iter().filter(|s| s.kind != "spine-path").collect();
-    rest.push(Suspect {
-        kind: "spine".into(),
-        component: format!("a spine: ECMP paths between all {} ToRs", touched.len()),
-        confidence: conf,
-        evidence: format!(
-            "between {} ToR pairs some source ports carry and others do not, touching every \
-             ToR: one spine (or every link of one) fails for the hashes that cross it",
-            n
-        ),
-        pairs,
-        checks: vec![],
-    });
+    let at = Component::Spine { tors: touched.len() };
+    let evidence = format!(
+        "between {n} ToR pairs some source ports carry and others do not, touching every \
+         ToR: one spine (or every link of one) fails for the hashes that cross it"
+    );
+    let mut rest: Vec<Suspect> =
+        sus.iter().filter(|s| s.at.kind() != "spine-path").cloned().collect();
+    rest.push(Suspect::on(pod, at, conf, evidence).explaining(pairs, vec![]));
     rest
 }

@@ -14,6 +14,7 @@ fn pod(hosts: usize, rails: usize, per: usize, set: PairSet) -> Pod {
         seed: 1,
         link_gbps: Some(0.2),
         source_ports: 4,
+        spines: None,
         progress: PodProgress::Event,
         stall_seconds: 5.0,
         qp_timeout: 14,
@@ -244,5 +245,86 @@ fn a_lossy_rail_does_not_hide_behind_a_spine_split() {
         assert_eq!(got[1], ("spine-path", "the spine links of t1"), "{s:#?}");
         assert_eq!(got[0].0, "rail", "{s:#?}");
         assert!(got[0].1.starts_with("h4.r1 "), "{s:#?}");
+    }
+}
+
+/// A pair's ECMP paths: under one ToR the two cables; across ToRs one path a spine, each
+/// crossing both cables and both ToRs' links to that spine; without spines in the plan one
+/// path through an unknown spine.
+#[test]
+fn a_pairs_ecmp_paths_cross_its_cables_and_one_spine_each() {
+    let mut p = pod(4, 1, 2, PairSet::All);
+    let (a, b, c) = (Dev { host: 0, rail: 0 }, Dev { host: 1, rail: 0 }, Dev { host: 2, rail: 0 });
+    assert!(p.same_tor(a, b) && !p.same_tor(a, c));
+    assert_eq!(p.ecmp_paths(a, b), vec![vec![Link::HostTor(a), Link::HostTor(b)]]);
+    let unknown = p.ecmp_paths(a, c);
+    assert_eq!(unknown.len(), 1);
+    assert!(unknown[0].contains(&Link::TorSpine { tor: "t0".into(), spine: None }));
+    p.spines = Some(3);
+    p.validate().unwrap();
+    let paths = p.ecmp_paths(a, c);
+    assert_eq!(paths.len(), 3);
+    for (k, path) in paths.iter().enumerate() {
+        assert_eq!(
+            path,
+            &vec![
+                Link::HostTor(a),
+                Link::TorSpine { tor: "t0".into(), spine: Some(k) },
+                Link::TorSpine { tor: "t1".into(), spine: Some(k) },
+                Link::HostTor(c),
+            ]
+        );
+    }
+    p.spines = Some(0);
+    assert_eq!(p.validate().unwrap_err().0, "spines");
+}
+
+/// Each component's kind, its name in reports (the words qualify and the agent have always
+/// printed) and the links it stands for.
+#[test]
+fn components_are_named_as_reports_name_them_and_stand_for_their_links() {
+    let mut p = pod(4, 2, 2, PairSet::RailAligned);
+    p.spines = Some(2);
+    let d = Dev { host: 3, rail: 1 };
+    let far = Dev { host: 0, rail: 1 };
+    let cases = [
+        (Component::Pod { flagged: 5, devices: 8 }, "pod", "5 of 8 devices", 0),
+        (Component::Host(2), "host", "h2", 0),
+        (Component::Tor("t3".into()), "tor", "t3", 0),
+        (Component::Rail(d), "rail", "h3.r1 (soft:10.2.3.1, ToR t3)", 1),
+        (Component::SpineLinks("t3".into()), "spine-path", "the spine links of t3", 2),
+        (Component::SpinePath("t1".into(), "t3".into()), "spine-path", "t1 <-> t3", 4),
+        (Component::Spine { tors: 4 }, "spine", "a spine: ECMP paths between all 4 ToRs", 0),
+        (Component::Path(far, d), "link", "h0.r1 <-> h3.r1", 6),
+    ];
+    for (c, kind, name, links) in cases {
+        assert_eq!((c.kind(), c.name(&p).as_str()), (kind, name), "{c:?}");
+        assert_eq!(c.links(&p).len(), links, "{c:?}: {:?}", c.links(&p));
+    }
+    assert_eq!(Component::Path(far, d).tors(&p), vec!["t1", "t3"]);
+    assert!(Component::Rail(d).links(&p).contains(&Link::HostTor(d)));
+}
+
+/// attribute names its suspects through the vocabulary: each suspect's kind and component
+/// are its part's.
+#[test]
+fn every_suspect_is_named_by_its_component() {
+    let p = pod(8, 2, 2, PairSet::All);
+    let bad = Dev { host: 5, rail: 0 };
+    let outcomes: Vec<PairOutcome> = p
+        .pairs()
+        .into_iter()
+        .map(|(a, b)| PairOutcome {
+            pair: (a, b),
+            failed: a == bad || b == bad,
+            failed_checks: vec![],
+            ports: vec![],
+        })
+        .collect();
+    let sus = attribute(&p, &outcomes);
+    assert_eq!(sus.len(), 1, "{sus:#?}");
+    assert_eq!(sus[0].at, Component::Rail(bad));
+    for s in &sus {
+        assert_eq!((s.kind.as_str(), s.component.clone()), (s.at.kind(), s.at.name(&p)));
     }
 }
