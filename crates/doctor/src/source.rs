@@ -57,7 +57,7 @@ impl Source {
     /// `/sys`, else [`Source::with_roots`].
     pub fn for_roots(sys: &Path, proc: &Path) -> Source {
         let mut s = Source::with_roots(sys, proc);
-        if sys == Path::new("/sys") {
+        if sys == host::default_root() {
             s.root = PathBuf::from("/");
             s.live = true;
         }

@@ -198,7 +198,7 @@ impl RdmaCoreDevice {
             // The GPU exports its memory as a dma-buf: the NIC's driver maps its pages.
             Ok(fd) => self.reg_dmabuf(pd, fd.as_raw_fd(), 0, len, addr, access)?,
             // Else a peer-memory module lets ibv_reg_mr take the GPU's address itself.
-            Err(_) if PEER_MEMORY.iter().any(|m| Path::new("/sys/module").join(m).exists()) => {
+            Err(_) if PEER_MEMORY.iter().any(|m| self.sysfs.join("module").join(m).exists()) => {
                 let mut t = write_tables(&self.tables);
                 let swpd = t.pd(pd)?;
                 // SAFETY: `addr` is the GPU allocation `mem` keeps alive for as long as the

@@ -33,7 +33,7 @@ pub struct Roots {
 impl Roots {
     /// The live host.
     pub fn host() -> Roots {
-        Roots { sys: PathBuf::from("/sys"), proc: PathBuf::from("/proc"), live: true }
+        Roots { sys: host::default_root(), proc: PathBuf::from("/proc"), live: true }
     }
 }
 

@@ -191,7 +191,7 @@ pub(crate) fn record(args: &RecordArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--snaplen {} is shorter than RoCEv2's headers", args.snaplen);
     }
     let mut sniffer = capture::live::Sniffer::open(
-        std::path::Path::new("/sys"),
+        &host::default_root(),
         &args.interface,
         args.roce_port,
         args.snaplen,
