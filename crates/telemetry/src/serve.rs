@@ -55,6 +55,10 @@ pub fn serve(listener: std::net::TcpListener, pages: Arc<dyn Pages>) -> std::io:
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .max_blocking_threads(2)
+        // A thread that made a page goes after half a second idle (tokio keeps one 10 s):
+        // between scrapes the agent holds no thread it does not use, and a count of its
+        // threads shows a stuck reader, not a page thread that lingers.
+        .thread_keep_alive(Duration::from_millis(500))
         .thread_name("scrape")
         .build()?;
     rt.block_on(accept(listener, pages))

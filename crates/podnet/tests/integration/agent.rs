@@ -467,15 +467,16 @@ fn a_stalled_source_is_served_from_its_last_sample() {
         assert!(a > last_age, "the age grows: {a} after {last_age}");
         last_age = a;
     }
-    // A scrape's connection thread may outlive its answer by a moment on a loaded machine (seen
-    // once: 5 threads against 4); a reader stuck per scrape would never go.
+    // A thread that made a page may outlive its answer by a moment (the server lets one go
+    // after half a second idle; a loaded machine once showed 5 threads against 4), and one
+    // counted above may be gone by now; a reader stuck per scrape would never go.
     let until = Instant::now() + Duration::from_secs(3);
     let mut now = s.status("Threads");
-    while now != threads && Instant::now() < until {
+    while now > threads && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(100));
         now = s.status("Threads");
     }
-    assert_eq!(now, threads, "a reader more for each scrape");
+    assert!(now <= threads, "a reader more for each scrape: {now} threads, {threads} before");
     // The read returns (and the FIFO is gone, or the next read would block on it): fresh.
     std::fs::remove_file(&fifo).unwrap();
     writer.write_all(b"5\n").unwrap();
