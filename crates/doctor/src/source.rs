@@ -134,8 +134,7 @@ impl Source {
     /// The last component of where the link at `rel` points (`sys/class/infiniband/mlx5_0/
     /// device` → `0000:3b:00.0`). Not recorded: a recording keeps what was read under it.
     pub fn link_name(&self, rel: &str) -> Option<String> {
-        let to = std::fs::read_link(self.at(rel)).ok()?;
-        Some(to.file_name()?.to_string_lossy().into_owned())
+        host::sysfs::link_name(&self.at(rel))
     }
 
     /// The host's sysfs as `host`'s readers take it (paths under `sys/`).

@@ -29,7 +29,12 @@ impl SysFs for &Path {
     }
 
     fn link_name(&self, rel: &str) -> Option<String> {
-        let to = std::fs::read_link(self.join(rel)).ok()?;
-        Some(to.file_name()?.to_string_lossy().into_owned())
+        link_name(&self.join(rel))
     }
+}
+
+/// The last component of where the link at `path` points; `None` when it is no link.
+pub fn link_name(path: &Path) -> Option<String> {
+    let to = std::fs::read_link(path).ok()?;
+    Some(to.file_name()?.to_string_lossy().into_owned())
 }
