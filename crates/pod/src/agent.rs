@@ -25,7 +25,7 @@ use verbs::{
 
 mod chan;
 
-pub use chan::{MAX_MESSAGE, RouteEvent, WINDOW};
+pub use chan::{MAX_ACCEPTED_PER_PEER, MAX_MESSAGE, RouteEvent, WINDOW};
 
 use crate::channel::{ChannelCounters, Delivered, Undeliverable};
 use crate::locate::{self, Finding};
@@ -35,6 +35,7 @@ use crate::probe::{
     Report,
 };
 use crate::route::PathView;
+use crate::seal::{self, Key, PodKey, Purpose, RefusedCounts, Sealer};
 
 /// The probe QPs' Q_Key.
 pub const QKEY: u32 = 0x5044_0001;
@@ -83,6 +84,10 @@ pub struct AgentConfig {
     /// — a fault whose evidence is still arriving names the pairs or the device it has
     /// reached before the component they share.
     pub settle: Duration,
+    /// The pod's key, from the run's shared secret: every membership, gossip, probe and
+    /// handshake datagram is authenticated with it (none: they are not — anyone who can
+    /// reach the control port can speak for a host of the plan).
+    pub key: Option<PodKey>,
 }
 
 impl AgentConfig {
@@ -96,6 +101,7 @@ impl AgentConfig {
             probe: ProbeConfig::default(),
             report_every: Duration::from_millis(200),
             settle: Duration::from_millis(400),
+            key: None,
         }
     }
 }
@@ -255,6 +261,11 @@ pub struct Status {
     pub route_events: Vec<RouteEvent>,
     /// The pod channels.
     pub channels: ChannelStatus,
+    /// Whether the pod's datagrams are authenticated (a shared secret); `false` is said
+    /// loudly: anyone who reaches the control port can speak for a host.
+    pub authenticated: bool,
+    /// Datagrams refused (membership and gossip, probes, channel handshakes), by why.
+    pub refused: RefusedCounts,
 }
 
 /// The pod channels of a host.
@@ -267,6 +278,9 @@ pub struct ChannelStatus {
     pub relayed: u64,
     /// Hops this host sends on that are connected.
     pub hops_up: usize,
+    /// Connections other hosts opened to this one (at most
+    /// [`MAX_ACCEPTED_PER_PEER`] per peer).
+    pub accepted: usize,
 }
 
 struct RailIo {
@@ -292,6 +306,10 @@ struct Inner {
     rails: Vec<RailIo>,
     observer: Arc<dyn Observer>,
     probe_bytes: [AtomicU64; 2],
+    /// The probes' key (none: probes carry no tag).
+    probe_key: Option<Key>,
+    /// Probes and replies refused (a wrong tag, a prober not at its plan address).
+    probes_refused: Mutex<RefusedCounts>,
     chan: Mutex<chan::ChanIo>,
     delivered: Condvar,
     wake: UnixDatagram,
@@ -406,7 +424,8 @@ impl PodAgent {
         let _ = wake.set_nonblocking(true);
         let _ = woken.set_nonblocking(true);
         let incarnation = unix_ms();
-        let chan = chan::ChanIo::new(pod, me, incarnation, cfg.probe.port(0));
+        let chan = chan::ChanIo::new(pod, me, incarnation, cfg.probe.port(0), cfg.key.as_ref());
+        let probe_key = cfg.key.as_ref().map(|k| k.key(Purpose::Probe));
         let now = Instant::now();
         let inner = Arc::new(Inner {
             chan: Mutex::new(chan),
@@ -424,6 +443,8 @@ impl PodAgent {
             rails,
             observer,
             probe_bytes: [AtomicU64::new(0), AtomicU64::new(0)],
+            probe_key,
+            probes_refused: Mutex::new(RefusedCounts::default()),
         });
         let mut threads = Vec::new();
         for r in 0..inner.rails.len() {
@@ -598,9 +619,12 @@ fn rail_loop(inner: &Inner, r: usize) {
                     let slot = wc.wr_id as usize;
                     let at = slot * rail.slot;
                     let len = (wc.byte_len as usize).saturating_sub(GRH).min(rail.slot - GRH);
+                    let mut grh = [0u8; GRH];
                     let got = wc.status == WcStatus::Success
+                        && rail.recv.read(at, &mut grh).is_ok()
                         && rail.recv.read(at + GRH, &mut buf).is_ok();
-                    let hello = got && buf[..4] == chan::HELLO_MAGIC && len > 4 && len <= 4096;
+                    let src = grh_source(&grh);
+                    let hello = got && seal::is_sealed(&buf) && len <= 4096;
                     let mut msg = Vec::new();
                     if hello {
                         msg.resize(len, 0);
@@ -615,24 +639,12 @@ fn rail_loop(inner: &Inner, r: usize) {
                         let ud = |rr: usize, b: &[u8], to: IpAddr, q: u32, port: u16| {
                             send_bytes(inner, rr, b, b.len(), to, q, port)
                         };
-                        lock(&inner.chan).on_hello(&inner.cfg.pod, &inner.rails, &ud, r, &msg[4..]);
+                        lock(&inner.chan).on_hello(&inner.cfg.pod, &inner.rails, &ud, r, src, &msg);
                         inner.wake();
                         continue;
                     }
-                    let Some(p) = got.then(|| Packet::read(&buf)).flatten() else { continue };
-                    if p.reply {
-                        let now = Instant::now();
-                        let a = lock(&inner.prober).on_reply(&p, now);
-                        if let Some(a) = a {
-                            inner.observer.answered(&inner.cfg.pod, &a);
-                        }
-                    } else {
-                        let t2 = stamp(inner, Instant::now());
-                        let reply = p.answer(t2, stamp(inner, Instant::now()));
-                        if send(inner, r, &reply, probe::HEADER, p.addr, p.qpn, p.port) {
-                            inner.probe_bytes[0]
-                                .fetch_add(probe::HEADER as u64 + 58, Ordering::Relaxed);
-                        }
+                    if got {
+                        on_probe(inner, r, &buf, src);
                     }
                 }
                 _ => {
@@ -643,6 +655,54 @@ fn rail_loop(inner: &Inner, r: usize) {
                 }
             }
         }
+    }
+}
+
+/// The source address a UD receive's GRH area holds (IPv4 in its last 20 bytes).
+fn grh_source(grh: &[u8; GRH]) -> Option<IpAddr> {
+    match (grh[0] >> 4, grh[20] >> 4) {
+        (6, _) => Some(IpAddr::from(<[u8; 16]>::try_from(&grh[8..24]).ok()?)),
+        (_, 4) => Some(IpAddr::from(<[u8; 4]>::try_from(&grh[32..36]).ok()?)),
+        _ => None,
+    }
+}
+
+/// A probe or a reply arrived on rail `r` from `src`. A probe is answered only when it comes
+/// from the plan's address of the rail it names, at that address (never reflected to a third
+/// party), and — in a pod with a secret — carries the pod's tag; a reply counts only with the
+/// tag and the prober's own cookie.
+fn on_probe(inner: &Inner, r: usize, buf: &[u8], src: Option<IpAddr>) {
+    let Some(p) = Packet::read(buf) else { return };
+    let refuse = |why: seal::Refused| lock(&inner.probes_refused).count(why);
+    if let Some(k) = &inner.probe_key
+        && !k.verify(&[&buf[..probe::SIGNED]], &buf[probe::SIGNED..probe::HEADER])
+    {
+        refuse(seal::Refused::BadTag);
+        return;
+    }
+    if p.reply {
+        let now = Instant::now();
+        let a = lock(&inner.prober).on_reply(&p, now);
+        if let Some(a) = a {
+            inner.observer.answered(&inner.cfg.pod, &a);
+        }
+        return;
+    }
+    let prober = Dev { host: usize::from(p.host), rail: usize::from(p.src_rail) };
+    let plan = (p.host as usize) < inner.cfg.pod.hosts.len()
+        && usize::from(p.src_rail) < inner.cfg.pod.hosts[usize::from(p.host)].rails.len();
+    if !plan
+        || usize::from(p.dst_rail) != r
+        || src != Some(p.addr)
+        || probe::rail_addr(&inner.cfg.pod, prober) != Some(p.addr)
+    {
+        refuse(seal::Refused::UnknownSender);
+        return;
+    }
+    let t2 = stamp(inner, Instant::now());
+    let reply = p.answer(t2, stamp(inner, Instant::now()));
+    if send(inner, r, &reply, probe::HEADER, p.addr, p.qpn, p.port) {
+        inner.probe_bytes[0].fetch_add(probe::HEADER as u64 + 58, Ordering::Relaxed);
     }
 }
 
@@ -682,7 +742,14 @@ fn stamp(inner: &Inner, now: Instant) -> u64 {
 /// Sends `p` (`len` bytes) from rail `r` to `qpn` at `to`, from UDP source port `port`.
 fn send(inner: &Inner, r: usize, p: &Packet, len: usize, to: IpAddr, qpn: u32, port: u16) -> bool {
     let mut head = [0u8; probe::HEADER];
-    p.write(&mut head).is_some() && send_bytes(inner, r, &head, len, to, qpn, port)
+    if p.write(&mut head).is_none() {
+        return false;
+    }
+    if let Some(k) = &inner.probe_key {
+        let tag = k.tag(&[&head[..probe::SIGNED]]);
+        head[probe::SIGNED..].copy_from_slice(&tag);
+    }
+    send_bytes(inner, r, &head, len, to, qpn, port)
 }
 
 /// Sends `len` bytes from rail `r`'s probe QP to `qpn` at `to` from UDP source port `port`,
@@ -802,6 +869,13 @@ struct Control<'a> {
     path_names: BTreeMap<(usize, Dev), String>,
     events: VecDeque<EventRecord>,
     lag_window: VecDeque<(Instant, Duration)>,
+    /// Membership datagrams sealed and opened.
+    seal: Sealer,
+    /// Each host's control addresses, from the plan: the only addresses datagrams go to
+    /// and the only ones a host's datagrams are taken from.
+    ctl_addrs: Vec<Vec<SocketAddr>>,
+    /// Membership datagrams refused.
+    refused: RefusedCounts,
 }
 
 impl<'a> Control<'a> {
@@ -827,6 +901,10 @@ impl<'a> Control<'a> {
         };
         let start = Instant::now();
         let mut m = Membership::new(my_id, n, cfg.timeouts, unix_ms() ^ me as u64, start);
+        let plan_addrs: Vec<Vec<SocketAddr>> = (0..n).map(ctl_addrs).collect();
+        m.set_bounds(crate::member::Bounds {
+            hosts: (0..n).map(|h| (plan_addrs[h].clone(), pod.hosts[h].rails.len())).collect(),
+        });
         let seeds: Vec<Id> = (0..n)
             .filter(|&h| h != me)
             .map(|h| Id {
@@ -872,6 +950,9 @@ impl<'a> Control<'a> {
             path_names: BTreeMap::new(),
             events: VecDeque::new(),
             lag_window: VecDeque::new(),
+            seal: Sealer::new(Purpose::Membership, cfg.key.as_ref(), me as u16, n),
+            ctl_addrs: plan_addrs,
+            refused: RefusedCounts::default(),
         }
     }
 
@@ -900,9 +981,9 @@ impl<'a> Control<'a> {
             self.lag_window.pop_front();
         }
         // Every datagram first, then the timers.
-        for (s, _) in self.sockets.iter().zip(&readable).filter(|(_, r)| **r) {
-            while let Ok((len, _)) = s[0].recv_from(&mut self.rx) {
-                let _ = self.m.handle_datagram(&self.rx[..len], now);
+        for (i, _) in readable.iter().enumerate().filter(|(_, r)| **r) {
+            while let Ok((len, from)) = self.sockets[i][0].recv_from(&mut self.rx) {
+                self.receive(len, from, now);
             }
         }
         let _ = self.m.handle_timeouts(now);
@@ -935,6 +1016,27 @@ impl<'a> Control<'a> {
         self.report(now, per_round);
     }
 
+    /// A membership datagram of `len` bytes (in `rx`) from `from`: handled only when it is
+    /// sealed (authenticated, where the pod has a secret) by a host of the plan, sent from
+    /// one of that host's own addresses, not a copy or a replay, and every identity in it
+    /// one an honest member could have; refused and counted otherwise.
+    fn receive(&mut self, len: usize, from: SocketAddr, now: Instant) {
+        let (sender, data) = match self.seal.open(&self.rx[..len], seal::unix_us()) {
+            Ok(x) => x,
+            Err(e) => {
+                self.refused.count(e);
+                return;
+            }
+        };
+        let at_home = self.ctl_addrs[usize::from(sender)].iter().any(|a| a.ip() == from.ip());
+        if !at_home {
+            self.refused.unknown_sender += 1;
+            return;
+        }
+        let data = data.to_vec();
+        let _ = self.m.handle_from(sender, &data, now);
+    }
+
     /// The next thing due: a membership timer, a probe round or a report.
     fn deadline(&self) -> Instant {
         let now = Instant::now();
@@ -962,13 +1064,16 @@ impl<'a> Control<'a> {
     /// Sends what membership has to send.
     fn transmit(&mut self) {
         while let Some((to, data)) = self.m.poll_transmit() {
+            // Only to the plan's addresses of a plan host: never where a datagram says.
+            let Some(addrs) = self.ctl_addrs.get(usize::from(to.host)) else { continue };
+            let data = self.seal.seal(&data, seal::unix_us());
             // Every rail carries copies (one dead rail does not silence a host), each rail
             // two, from two of its source ports in turn: two ECMP hashes, different from one
             // datagram to the next, so that a spine that drops what is hashed onto it loses
             // a datagram only when both copies of every rail land on it, and never the same
             // pair's datagrams every time.
             self.spray = self.spray.wrapping_add(1);
-            for (i, a) in to.addrs.iter().enumerate() {
+            for (i, a) in addrs.iter().enumerate() {
                 let rail = &self.sockets[i % self.sockets.len()];
                 for k in 0..CONTROL_COPIES_PER_RAIL {
                     let s = &rail[(self.spray + k) % rail.len()];
@@ -1345,10 +1450,17 @@ impl Control<'_> {
                 counters: c.channels.counters(),
                 relayed: c.relayed,
                 hops_up: c.hops_up(),
+                accepted: c.accepted(),
             };
             (routes, ev, st)
         };
+        let mut refused = self.refused;
+        refused.implausible += m.implausible();
+        refused.add(&lock(&inner.probes_refused));
+        refused.add(&lock(&inner.chan).refused);
         Status {
+            authenticated: inner.cfg.key.is_some(),
+            refused,
             routes,
             route_events,
             channels,

@@ -109,6 +109,8 @@ struct Peer {
     unacked: BTreeMap<u64, (Vec<u8>, Option<Instant>)>,
     /// Waiting for the window.
     queued: VecDeque<(u64, Vec<u8>)>,
+    /// Everything below this was acknowledged.
+    acked: u64,
     expected: u64,
     early: BTreeMap<u64, Vec<u8>>,
     ack_due: bool,
@@ -129,6 +131,12 @@ pub struct ChannelCounters {
     pub stale: u64,
     /// Messages reported undeliverable.
     pub undeliverable: u64,
+    /// Data frames refused for being beyond the receive window (a peer that does not keep
+    /// to it): not buffered.
+    pub beyond_window: u64,
+    /// Protocol errors: an acknowledgement of messages never sent. The channel is given up
+    /// (every message not acknowledged reported undeliverable), never trimmed silently.
+    pub protocol_errors: u64,
 }
 
 /// This host's channels to every peer.
@@ -262,16 +270,30 @@ impl Channels {
         self.peer_up(f.src, f.src_inc);
         let p = self.peers.entry(f.src).or_default();
         if f.ack {
+            // What was sent: up to the highest sequence number put in flight.
+            let sent_to = p.unacked.keys().next_back().map_or(0, |s| s + 1).max(p.acked);
+            if f.seq > sent_to {
+                self.counters.protocol_errors += 1;
+                self.give_up(f.src, "the peer acknowledged messages never sent (a protocol error)");
+                return;
+            }
             let acked: Vec<u64> = p.unacked.range(..f.seq).map(|(s, _)| *s).collect();
             for s in acked {
                 p.unacked.remove(&s);
             }
+            p.acked = p.acked.max(f.seq);
             return;
         }
         p.ack_due = true;
         p.traffic += 1;
         if f.seq < p.expected || p.early.contains_key(&f.seq) {
             self.counters.duplicates += 1;
+            return;
+        }
+        // A sender keeps at most `window` messages in flight: one further ahead is not
+        // buffered (it comes again once the gap is filled).
+        if f.seq >= p.expected.saturating_add(self.window as u64) {
+            self.counters.beyond_window += 1;
             return;
         }
         p.early.insert(f.seq, f.payload.clone());
@@ -474,5 +496,53 @@ mod tests {
             b.take_delivered().into_iter().map(|d| (d.seq, d.payload)).collect();
         assert_eq!(got, [(0, vec![1]), (0, vec![2])]);
         assert_eq!(b.counters().stale, 1);
+    }
+
+    #[test]
+    fn a_receiver_buffers_no_further_ahead_than_the_window() {
+        let mut b = Channels::new(1, 6, 8, Duration::from_millis(50));
+        let data = |seq: u64| Frame {
+            ack: false,
+            src: 0,
+            dst: 1,
+            src_inc: 5,
+            dst_inc: 6,
+            seq,
+            payload: vec![0; 1000],
+        };
+        // A peer that sends far ahead of what it was acknowledged: nothing of it is kept.
+        for seq in 8..10_008 {
+            b.on_frame(&data(seq));
+        }
+        assert_eq!(b.counters().beyond_window, 10_000);
+        assert!(b.peers.get(&0).is_some_and(|p| p.early.is_empty()));
+        // Within the window: buffered until the gap fills, then delivered in order.
+        for seq in (0..8).rev() {
+            b.on_frame(&data(seq));
+        }
+        let got: Vec<u64> = b.take_delivered().iter().map(|d| d.seq).collect();
+        assert_eq!(got, (0..8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_ack_beyond_what_was_sent_is_a_protocol_error_and_loses_nothing_silently() {
+        let t0 = Instant::now();
+        let mut a = Channels::new(0, 5, 4, Duration::from_millis(50));
+        for i in 0..10u8 {
+            a.send(1, vec![i]);
+        }
+        // Four in flight (the window), six queued.
+        assert_eq!(a.poll_frames(t0).len(), 4);
+        let ack =
+            |seq| Frame { ack: true, src: 1, dst: 0, src_inc: 6, dst_inc: 5, seq, payload: vec![] };
+        // An honest ack of the first two.
+        a.on_frame(&ack(2));
+        assert_eq!(a.pending(1), 8);
+        // An ack of all ten, though only four were ever sent.
+        a.on_frame(&ack(10));
+        assert_eq!(a.counters().protocol_errors, 1);
+        let lost: Vec<u64> = a.take_undeliverable().iter().map(|u| u.seq).collect();
+        assert_eq!(lost, (2..10).collect::<Vec<_>>(), "every message not acknowledged, reported");
+        assert_eq!(a.pending(1), 0);
     }
 }

@@ -9,6 +9,7 @@ pub mod locate;
 pub mod member;
 pub mod probe;
 pub mod route;
+pub mod seal;
 
 /// `hosts` hosts of `rails` rails on soft devices, `per` hosts under each ToR of a rail.
 #[cfg(test)]

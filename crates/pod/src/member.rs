@@ -51,7 +51,10 @@ impl Identity for Id {
     type Addr = u16;
 
     fn renew(&self) -> Option<Self> {
-        Some(Id { incarnation: self.incarnation + 1, ..self.clone() })
+        // At least the clock: an identity renewed after a conflict starts from now, never
+        // from a figure someone else made up.
+        let now = crate::seal::unix_us() / 1000;
+        Some(Id { incarnation: (self.incarnation + 1).max(now), ..self.clone() })
     }
 
     fn addr(&self) -> u16 {
@@ -60,6 +63,114 @@ impl Identity for Id {
 
     fn win_addr_conflict(&self, adversary: &Self) -> bool {
         self.incarnation > adversary.incarnation
+    }
+}
+
+/// How far an identity's incarnation may run ahead of the receiver's clock (ms): the sender's
+/// clock skew, and its rejoins (+1 each, a handful in a day).
+pub const MAX_INCARNATION_AHEAD_MS: u64 = 300_000 + 100_000;
+/// Bytes of a report's body, at most.
+pub const MAX_REPORT: usize = 1000;
+
+/// What an honest member's identity looks like, from the plan: which hosts exist, their
+/// control addresses and rails. A datagram carrying another is refused whole.
+#[derive(Debug, Clone, Default)]
+pub struct Bounds {
+    /// Each plan host's control addresses (empty: not checked) and rails.
+    pub hosts: Vec<(Vec<SocketAddr>, usize)>,
+}
+
+impl Bounds {
+    /// Plan hosts with no address check (`rails` each).
+    pub fn hosts(n: usize, rails: usize) -> Bounds {
+        Bounds { hosts: vec![(Vec::new(), rails); n] }
+    }
+
+    /// Whether `id` is one an honest member of the plan could have, at `now_ms`.
+    pub fn plausible(&self, id: &Id, now_ms: u64) -> bool {
+        let Some((addrs, rails)) = self.hosts.get(usize::from(id.host)) else { return false };
+        let ceiling = now_ms.saturating_add(MAX_INCARNATION_AHEAD_MS);
+        (addrs.is_empty() || *addrs == id.addrs)
+            && (id.qpns.is_empty() || id.qpns.len() == *rails)
+            && id.addrs.len() <= 16
+            && id.boot <= id.incarnation
+            && id.incarnation <= ceiling
+    }
+}
+
+/// foca's postcard codec, refusing what no honest member sends: an identity outside the
+/// plan, at another address or with an incarnation past the clock; a header whose sender is
+/// not the host that sealed the datagram.
+struct Checked {
+    inner: foca::PostcardCodec,
+    shared: Arc<Mutex<Check>>,
+}
+
+#[derive(Debug, Default)]
+struct Check {
+    bounds: Bounds,
+    /// The host that sealed the datagram being read (none: not known).
+    sender: Option<u16>,
+    implausible: u64,
+}
+
+impl Checked {
+    fn check(&self, ids: &[&Id]) -> Result<(), postcard::Error> {
+        let now = crate::seal::unix_us() / 1000;
+        let mut c = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        if ids.iter().all(|id| c.bounds.plausible(id, now)) {
+            Ok(())
+        } else {
+            c.implausible += 1;
+            Err(postcard::Error::SerdeDeCustom)
+        }
+    }
+}
+
+impl foca::Codec<Id> for Checked {
+    type Error = postcard::Error;
+
+    fn encode_header(
+        &mut self,
+        header: &foca::Header<Id>,
+        buf: impl bytes::BufMut,
+    ) -> Result<(), Self::Error> {
+        self.inner.encode_header(header, buf)
+    }
+
+    fn decode_header(&mut self, buf: impl bytes::Buf) -> Result<foca::Header<Id>, Self::Error> {
+        let h = self.inner.decode_header(buf)?;
+        let named = match &h.message {
+            foca::Message::PingReq { target, .. } | foca::Message::IndirectAck { target, .. } => {
+                Some(target)
+            }
+            foca::Message::IndirectPing { origin, .. }
+            | foca::Message::ForwardedAck { origin, .. } => Some(origin),
+            _ => None,
+        };
+        let mut ids = vec![&h.src, &h.dst];
+        ids.extend(named);
+        self.check(&ids)?;
+        let sender = self.shared.lock().unwrap_or_else(PoisonError::into_inner).sender;
+        if sender.is_some_and(|s| s != h.src.host) {
+            self.shared.lock().unwrap_or_else(PoisonError::into_inner).implausible += 1;
+            return Err(postcard::Error::SerdeDeCustom);
+        }
+        Ok(h)
+    }
+
+    fn encode_member(
+        &mut self,
+        member: &foca::Member<Id>,
+        buf: impl bytes::BufMut,
+    ) -> Result<(), Self::Error> {
+        self.inner.encode_member(member, buf)
+    }
+
+    fn decode_member(&mut self, buf: impl bytes::Buf) -> Result<foca::Member<Id>, Self::Error> {
+        let m = self.inner.decode_member(buf)?;
+        self.check(&[m.id()])?;
+        Ok(m)
     }
 }
 
@@ -199,6 +310,7 @@ pub struct BadReport(postcard::Error);
 
 struct Gossip {
     reports: Arc<Mutex<Reports>>,
+    shared: Arc<Mutex<Check>>,
 }
 
 impl BroadcastHandler<Id> for Gossip {
@@ -211,6 +323,19 @@ impl BroadcastHandler<Id> for Gossip {
         _: Option<&Id>,
     ) -> Result<Option<ReportKey>, BadReport> {
         let e: Envelope = postcard::from_bytes(data).map_err(BadReport)?;
+        {
+            // A report of a host in the plan, of a size one sends, at a version (its clock,
+            // ms) an honest host could have reached.
+            let now = crate::seal::unix_us() / 1000;
+            let mut c = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+            if usize::from(e.host) >= c.bounds.hosts.len()
+                || e.body.len() > MAX_REPORT
+                || e.version > now.saturating_add(MAX_INCARNATION_AHEAD_MS)
+            {
+                c.implausible += 1;
+                return Err(BadReport(postcard::Error::SerdeDeCustom));
+            }
+        }
         let mut r = self.reports.lock().unwrap_or_else(PoisonError::into_inner);
         match r.get(&e.host) {
             Some((v, _)) if *v >= e.version => Ok(None),
@@ -293,7 +418,8 @@ pub enum Error {
 
 /// This host's view of the pod's membership.
 pub struct Membership {
-    foca: Foca<Id, foca::PostcardCodec, SmallRng, Gossip>,
+    foca: Foca<Id, Checked, SmallRng, Gossip>,
+    check: Arc<Mutex<Check>>,
     rt: Rt,
     timeouts: Timeouts,
     lhm: u32,
@@ -326,15 +452,19 @@ impl Membership {
     /// This host (`me`) in a pod of `hosts`, its random choices seeded by `seed`.
     pub fn new(me: Id, hosts: usize, timeouts: Timeouts, seed: u64, now: Instant) -> Membership {
         let reports = Arc::new(Mutex::new(Reports::new()));
+        let rails = me.addrs.len().max(me.qpns.len());
+        let check =
+            Arc::new(Mutex::new(Check { bounds: Bounds::hosts(hosts, rails), ..Check::default() }));
         let foca = Foca::with_custom_broadcast(
             me,
             timeouts.config(hosts),
             SmallRng::seed_from_u64(seed),
-            foca::PostcardCodec,
-            Gossip { reports: reports.clone() },
+            Checked { inner: foca::PostcardCodec, shared: check.clone() },
+            Gossip { reports: reports.clone(), shared: check.clone() },
         );
         Membership {
             foca,
+            check,
             rt: Rt {
                 now,
                 stretch: 0,
@@ -373,6 +503,26 @@ impl Membership {
         }
         self.absorb(now);
         Ok(())
+    }
+
+    /// What an honest member's identity looks like (default: the hosts of the pod, with
+    /// this host's number of rails, at any address).
+    pub fn set_bounds(&mut self, bounds: Bounds) {
+        self.check.lock().unwrap_or_else(PoisonError::into_inner).bounds = bounds;
+    }
+
+    /// Datagrams and reports refused for carrying what no honest member sends.
+    pub fn implausible(&self) -> u64 {
+        self.check.lock().unwrap_or_else(PoisonError::into_inner).implausible
+    }
+
+    /// A membership datagram arrived from host `sender` (as its seal says): every identity
+    /// in it is checked against the plan and the clock, and its header must be the sender's.
+    pub fn handle_from(&mut self, sender: u16, data: &[u8], now: Instant) -> Result<(), Error> {
+        self.check.lock().unwrap_or_else(PoisonError::into_inner).sender = Some(sender);
+        let r = self.handle_datagram(data, now);
+        self.check.lock().unwrap_or_else(PoisonError::into_inner).sender = None;
+        r
     }
 
     /// A membership datagram arrived.
@@ -444,11 +594,14 @@ impl Membership {
 
     /// Broadcasts this host's report (`body`, opaque here), replacing its last.
     pub fn publish(&mut self, body: Vec<u8>) -> Result<(), Error> {
-        self.version += 1;
+        // The clock (ms), moved on by one where it has not: a restarted host's reports are
+        // newer than its last life's, and no version runs far past the clock (a receiver
+        // refuses one that does).
+        self.version = (self.version + 1).max(crate::seal::unix_us() / 1000);
         let host = self.me().host;
         let e = Envelope { host, version: self.version, body };
         let data = postcard::to_allocvec(&e).map_err(|_| Error::TooLarge(0))?;
-        if data.len() > 1000 {
+        if data.len() > MAX_REPORT {
             return Err(Error::TooLarge(data.len()));
         }
         self.foca.add_broadcast(&data)?;
@@ -790,5 +943,75 @@ mod tests {
             let r = s.ms[h].reports();
             assert_eq!(r.get(&4).map(|(_, b)| b.as_slice()), Some(&b"second"[..]), "host {h}");
         }
+    }
+
+    #[test]
+    fn gossip_an_honest_host_could_not_send_is_refused_and_memory_stays_bounded() {
+        let check = Arc::new(Mutex::new(Check { bounds: Bounds::hosts(4, 1), ..Check::default() }));
+        let reports = Arc::new(Mutex::new(Reports::new()));
+        let mut g = Gossip { reports: reports.clone(), shared: check.clone() };
+        let env = |host, version, body: Vec<u8>| {
+            postcard::to_allocvec(&Envelope { host, version, body }).unwrap()
+        };
+        let now = crate::seal::unix_us() / 1000;
+        // The highest version: would shut out the host's own true reports for good.
+        assert!(g.receive_item(&env(1, u64::MAX, vec![1]), None).is_err());
+        assert!(
+            g.receive_item(&env(1, now + 2 * MAX_INCARNATION_AHEAD_MS, vec![1]), None).is_err()
+        );
+        // Made-up hosts, any number of them: nothing kept.
+        for h in 4..5000u16 {
+            assert!(g.receive_item(&env(h, now, vec![0; 900]), None).is_err());
+        }
+        assert!(g.receive_item(&env(1, now, vec![0; MAX_REPORT + 1]), None).is_err());
+        assert!(reports.lock().unwrap().is_empty());
+        assert_eq!(check.lock().unwrap().implausible, (5000 - 4) + 3);
+        // An honest report is taken, and a newer one of the same host replaces it.
+        assert!(g.receive_item(&env(1, now, vec![1]), None).unwrap().is_some());
+        assert!(g.receive_item(&env(1, now + 1, vec![2]), None).unwrap().is_some());
+        assert_eq!(reports.lock().unwrap().get(&1), Some(&(now + 1, vec![2])));
+    }
+
+    #[test]
+    fn an_identity_outside_the_plan_or_past_the_clock_is_implausible() {
+        let addr = |h: u8| SocketAddr::from(([10, 1, h, 1], 7946));
+        let b = Bounds { hosts: (0..3).map(|h| (vec![addr(h)], 1)).collect() };
+        let now = crate::seal::unix_us() / 1000;
+        let honest =
+            Id { host: 1, incarnation: now, boot: now, addrs: vec![addr(1)], qpns: vec![7] };
+        assert!(b.plausible(&honest, now));
+        assert!(b.plausible(&Id { incarnation: now + 5, ..honest.clone() }, now), "rejoins");
+        for bad in [
+            Id { incarnation: u64::MAX, ..honest.clone() },
+            Id { incarnation: now + 2 * MAX_INCARNATION_AHEAD_MS, ..honest.clone() },
+            Id { host: 3, ..honest.clone() },
+            Id { addrs: vec![SocketAddr::from(([192, 0, 2, 1], 53))], ..honest.clone() },
+            Id { addrs: vec![addr(1); 100], ..honest.clone() },
+            Id { qpns: vec![1, 2, 3], ..honest.clone() },
+            Id { boot: now + 1, ..honest.clone() },
+        ] {
+            assert!(!b.plausible(&bad, now), "{bad:?}");
+        }
+        // A renewed identity starts from the clock, never past it by more than one.
+        let renewed = Id { incarnation: 5, ..honest.clone() }.renew().unwrap();
+        assert!(renewed.incarnation >= now && b.plausible(&renewed, now + 1));
+    }
+
+    #[test]
+    fn a_datagram_whose_header_is_not_its_senders_is_refused() {
+        let t0 = Instant::now();
+        // Host 1's announce, handed to host 0 as if host 0's seal said it came from host 2
+        // (a pod of 3: 2 is in the plan) — the sender of record must be the header's.
+        let mut m1 = Membership::new(id(1), 3, Timeouts::default(), 1, t0);
+        m1.join(&[id(0)], t0).unwrap();
+        let (_, data) = m1.poll_transmit().unwrap();
+        let mut m0 = Membership::new(id(0), 3, Timeouts::default(), 0, t0);
+        assert!(m0.handle_from(2, &data, t0).is_err());
+        assert!(m0.poll_transmit().is_none(), "nothing answered");
+        assert_eq!(m0.implausible(), 1);
+        // (Past the window in which the same bytes are dropped as another rail's copy.)
+        let later = t0 + 2 * SEEN_FOR;
+        m0.handle_from(1, &data, later).unwrap();
+        assert!(m0.poll_transmit().is_some_and(|(to, _)| to.host == 1), "answered");
     }
 }

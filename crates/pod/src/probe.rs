@@ -16,8 +16,14 @@ use topology::{Dev, Pod};
 /// The probe format's magic (`PDPB`).
 const MAGIC: u32 = 0x5044_5042;
 /// Bytes of a probe's header: magic 4, kind 1, flags 1, host 2, src rail 1, dst rail 1,
-/// port 2, seq 8, t1 8, t2 8, t3 8, qpn 4, address 16.
-pub const HEADER: usize = 64;
+/// port 2, seq 8, t1 8, t2 8, t3 8, qpn 4, address 16, the prober's cookie 8, then
+/// [`TAG_LEN`] bytes of the pod's tag over the [`SIGNED`] bytes before it (zero in a pod
+/// without a secret).
+pub const HEADER: usize = 88;
+/// The bytes of a probe the pod's tag covers.
+pub const SIGNED: usize = 72;
+/// Bytes of the tag.
+pub const TAG_LEN: usize = HEADER - SIGNED;
 
 /// How the prober runs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -95,6 +101,9 @@ pub struct Packet {
     pub qpn: u32,
     /// The prober's device address.
     pub addr: IpAddr,
+    /// The prober's cookie for this probe (a keyed hash of its sequence number that only
+    /// the prober can make): a reply that does not echo it answers no probe of its.
+    pub cookie: u64,
 }
 
 impl Packet {
@@ -118,6 +127,8 @@ impl Packet {
             IpAddr::V6(a) => a,
         };
         b[48..64].copy_from_slice(&a.octets());
+        b[64..72].copy_from_slice(&self.cookie.to_be_bytes());
+        b[SIGNED..HEADER].fill(0);
         Some(())
     }
 
@@ -142,6 +153,7 @@ impl Packet {
             t3: u64_at(36),
             qpn: u32::from_be_bytes([b[44], b[45], b[46], b[47]]),
             addr: v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            cookie: u64_at(64),
         })
     }
 
@@ -601,6 +613,8 @@ pub struct Prober {
     cfg: ProbeConfig,
     epoch: Instant,
     seq: u64,
+    /// The key of the probes' cookies (random per process).
+    cookies: std::hash::RandomState,
     round: u64,
     next_round: Instant,
     pending: HashMap<u64, Pending>,
@@ -679,6 +693,7 @@ impl Prober {
             cfg,
             epoch: now,
             seq: 0,
+            cookies: std::hash::RandomState::new(),
             round: 0,
             next_round: now,
             pending: HashMap::new(),
@@ -852,13 +867,20 @@ impl Prober {
                 t3: 0,
                 qpn: me.qpn,
                 addr: me.addr,
+                cookie: self.cookie(seq),
             },
         }
     }
 
+    /// Probe `seq`'s cookie.
+    fn cookie(&self, seq: u64) -> u64 {
+        use std::hash::BuildHasher;
+        self.cookies.hash_one(seq)
+    }
+
     /// A reply arrived at `now`; the answered probe, if it was one of ours still waiting.
     pub fn on_reply(&mut self, p: &Packet, now: Instant) -> Option<Answered> {
-        if !p.reply || usize::from(p.host) != self.me {
+        if !p.reply || usize::from(p.host) != self.me || p.cookie != self.cookie(p.seq) {
             return None;
         }
         let pend = self.pending.remove(&p.seq)?;
@@ -1061,6 +1083,7 @@ mod tests {
             t3: 7,
             qpn: 0x00ab_cdef,
             addr: "10.2.7.1".parse().unwrap(),
+            cookie: 0x1234_5678_9abc_def0,
         };
         let mut b = vec![0u8; 100];
         p.write(&mut b).unwrap();
@@ -1163,6 +1186,29 @@ mod tests {
         // Answered twice, or not ours: nothing.
         assert!(p.on_reply(&r, t0 + Duration::from_millis(2)).is_none());
         assert!(p.on_reply(&Packet { host: 3, ..r }, t0).is_none());
+    }
+
+    #[test]
+    fn a_reply_without_the_probes_cookie_answers_nothing() {
+        // A forged reply — a guessed sequence number, the right host — would otherwise hide
+        // a dead path: the cookie is a keyed hash only the prober can make.
+        let pod = pod(4, 1, 2);
+        let t0 = Instant::now();
+        let mut p = Prober::new(&pod, 0, ProbeConfig { large: 0, ..Default::default() }, t0);
+        let out = p.poll(t0, &[NO_ADDR], &[1]);
+        for o in &out {
+            let r = o.packet.answer(1, 2);
+            for cookie in [0, 1, r.cookie ^ 1, r.cookie.wrapping_add(1)] {
+                assert!(p.on_reply(&Packet { cookie, ..r }, t0).is_none(), "{cookie:#x}");
+            }
+        }
+        // The same sequence numbers with their cookies: answered.
+        for o in &out {
+            assert!(p.on_reply(&o.packet.answer(1, 2), t0).is_some());
+        }
+        // Another prober's cookies differ (a per-process key).
+        let q = Prober::new(&pod, 0, ProbeConfig { large: 0, ..Default::default() }, t0);
+        assert_ne!(q.cookie(1), p.cookie(1));
     }
 
     #[test]

@@ -527,6 +527,14 @@ pub(crate) struct AgentArgs {
     #[arg(long, value_name = "PLAN", conflicts_with_all = ["once", "print"])]
     pub(crate) pod: Option<PathBuf>,
 
+    /// With --pod: the pod's shared secret, in a file (every host the same; or set
+    /// PODNET_SECRET to the secret itself). Every membership, gossip, probe and handshake
+    /// datagram is then authenticated (HMAC-SHA256 with a key derived from it) and replays
+    /// are refused; without one, anyone who can reach the membership port can speak for a
+    /// host of the plan, and the agent says so.
+    #[arg(long, value_name = "FILE", requires = "pod")]
+    pub(crate) secret_file: Option<PathBuf>,
+
     #[command(flatten)]
     pub(crate) pod_opts: PodOpts,
 }

@@ -173,6 +173,12 @@ impl Secret {
         m
     }
 
+    /// A 32-byte key for `purpose` (HMAC-SHA256 of the purpose keyed with the secret): what
+    /// another protocol authenticates with, never the secret itself.
+    pub fn derive_key(&self, purpose: &str) -> [u8; 32] {
+        self.mac(&[b"podnet-key/1", purpose.as_bytes()]).finalize().into_bytes().into()
+    }
+
     /// The MAC a joiner's proof is: over both nonces and its rank.
     fn joiner_mac(&self, coordinator_nonce: &str, joiner_nonce: &str, rank: u32) -> Hmac<Sha256> {
         self.mac(&[

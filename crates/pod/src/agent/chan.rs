@@ -20,6 +20,11 @@ use super::RailIo;
 use crate::channel::{Channels, Delivered, Frame, Undeliverable};
 use crate::probe;
 use crate::route::{Change, Route, RouteTable};
+use crate::seal::{PodKey, Purpose, RefusedCounts, Sealer, unix_us};
+
+fn hello_bytes(h: &Hello) -> Vec<u8> {
+    serde_json::to_vec(h).unwrap_or_default()
+}
 
 /// The largest message a channel carries, bytes.
 pub const MAX_MESSAGE: usize = 16 * 1024;
@@ -34,8 +39,9 @@ pub(crate) const TAG: u64 = 1 << 63;
 /// A connection request unanswered this long is sent again; after 10 tries the hop fails.
 const RETRY: Duration = Duration::from_millis(200);
 
-/// A handshake datagram's first bytes (`PDHL`), then JSON.
-pub(crate) const HELLO_MAGIC: [u8; 4] = *b"PDHL";
+/// Connections accepted from one peer, at most (a route hop each: its rails × the ports
+/// routes take; a peer asking for more has its oldest dropped).
+pub const MAX_ACCEPTED_PER_PEER: usize = 16;
 
 /// The handshake, between the probe UD QPs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -59,12 +65,6 @@ enum Hello {
 
 /// Sends a datagram from a rail's probe QP: (rail, bytes, to, its QPN, UDP source port).
 pub(crate) type UdSend<'a> = &'a dyn Fn(usize, &[u8], IpAddr, u32, u16) -> bool;
-
-fn hello_bytes(h: &Hello) -> Vec<u8> {
-    let mut b = HELLO_MAGIC.to_vec();
-    b.extend(serde_json::to_vec(h).unwrap_or_default());
-    b
-}
 
 /// A route hop this host sends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -92,6 +92,8 @@ struct Conn {
 }
 
 struct Accepted {
+    /// When it was accepted (the oldest of a peer's goes first).
+    at: Instant,
     qp: QueuePair,
     mr: MemoryRegion,
     /// (host, incarnation, its QPN): a repeated request gets the same answer.
@@ -131,6 +133,14 @@ pub(crate) struct ChanIo {
     pub(crate) relayed: u64,
     /// Every peer's probe QPNs by rail (from the membership).
     pub(crate) probe_qpns: BTreeMap<usize, Vec<u32>>,
+    /// The life of each peer the membership knows alive: a handshake from another is
+    /// refused.
+    boots: BTreeMap<u16, u64>,
+    /// Handshakes sealed and opened (authenticated with the pod's secret where it has one).
+    seal: Sealer,
+    /// Handshakes refused: not sealed, forged, played back, not from the plan host at its
+    /// address, or from a life of the host the membership does not know.
+    pub(crate) refused: RefusedCounts,
 }
 
 fn psn() -> u32 {
@@ -141,8 +151,17 @@ fn psn() -> u32 {
 }
 
 impl ChanIo {
-    pub(crate) fn new(pod: &Pod, me: usize, inc: u64, home_port: u16) -> ChanIo {
+    pub(crate) fn new(
+        pod: &Pod,
+        me: usize,
+        inc: u64,
+        home_port: u16,
+        key: Option<&PodKey>,
+    ) -> ChanIo {
         ChanIo {
+            boots: BTreeMap::new(),
+            seal: Sealer::new(Purpose::Hello, key, me as u16, pod.hosts.len()),
+            refused: RefusedCounts::default(),
             me,
             inc,
             channels: Channels::new(me as u16, inc, WINDOW, Duration::from_millis(400)),
@@ -163,12 +182,18 @@ impl ChanIo {
     /// `peer` is known in its life `boot`: an older life's unacknowledged messages are
     /// undeliverable.
     pub(crate) fn peer_up(&mut self, peer: u16, boot: u64) {
+        self.boots.insert(peer, boot);
+        // Connections from an earlier life of it go.
+        self.accepted.retain(|_, a| a.key.0 != peer || a.key.1 == boot);
         self.channels.peer_up(peer, boot);
         self.keep_lost();
     }
 
     /// `peer` is given up: its unacknowledged messages are undeliverable.
     pub(crate) fn peer_down(&mut self, peer: u16) {
+        // Its connections to this host go with it (a new life asks again).
+        self.boots.remove(&peer);
+        self.accepted.retain(|_, a| a.key.0 != peer);
         self.channels.peer_down(peer);
         self.keep_lost();
     }
@@ -266,7 +291,8 @@ impl ChanIo {
                             .and_then(|q| q.get(key.peer_rail))
                             .copied();
                         if let Some(q) = peer_qpn {
-                            ud(key.rail, &hello_bytes(&hello), to, q, key.port);
+                            let b = self.seal.seal(&hello_bytes(&hello), unix_us());
+                            ud(key.rail, &b, to, q, key.port);
                         }
                         c.state = ConnState::Connecting { since, last_try: now, tries: tries + 1 };
                     }
@@ -327,39 +353,59 @@ impl ChanIo {
         })
     }
 
-    /// A handshake datagram (after [`HELLO_MAGIC`]) arrived on rail `r`'s probe QP.
+    /// A sealed handshake datagram arrived on rail `r`'s probe QP from `src` (the address its
+    /// IP header names). Nothing is allocated for a handshake that is not sealed by a plan
+    /// host at its own address, in the life the membership knows.
     pub(crate) fn on_hello(
         &mut self,
         pod: &Pod,
         rails: &[RailIo],
         ud: UdSend<'_>,
         r: usize,
-        data: &[u8],
+        src: Option<IpAddr>,
+        frame: &[u8],
     ) {
-        let Ok(h) = serde_json::from_slice::<Hello>(data) else { return };
+        let (sender, data) = match self.seal.open(frame, unix_us()) {
+            Ok(x) => x,
+            Err(e) => {
+                self.refused.count(e);
+                return;
+            }
+        };
+        let Ok(h) = serde_json::from_slice::<Hello>(data) else {
+            self.refused.malformed += 1;
+            return;
+        };
+        let from = match &h {
+            Hello::Connect { from, .. } | Hello::Accept { from, .. } => *from,
+        };
+        let rail = match &h {
+            Hello::Connect { rail, .. } | Hello::Accept { rail, .. } => usize::from(*rail),
+        };
+        let expected = probe::rail_addr(pod, Dev { host: usize::from(from), rail });
+        if from != sender || expected.is_none() || src != expected {
+            self.refused.unknown_sender += 1;
+            return;
+        }
         match h {
             Hello::Connect {
-                from: host,
-                inc,
-                rail,
-                peer_rail,
-                port,
-                qpn,
-                psn: their_psn,
-                addr,
-                probe_qpn,
+                inc, peer_rail, port, qpn, psn: their_psn, addr, probe_qpn, ..
             } => {
-                let expected =
-                    probe::rail_addr(pod, Dev { host: usize::from(host), rail: usize::from(rail) });
-                if usize::from(peer_rail) != r || expected != Some(addr) {
+                if usize::from(peer_rail) != r || Some(addr) != expected {
+                    self.refused.unknown_sender += 1;
                     return;
                 }
-                let key = (host, inc, qpn);
+                if self.boots.get(&from) != Some(&inc) {
+                    self.refused.implausible += 1;
+                    return;
+                }
+                let key = (from, inc, qpn);
                 let existing =
                     self.accepted.iter().find(|(_, a)| a.key == key).map(|(q, a)| (*q, a.psn));
                 let (mine, my_psn) = match existing {
                     Some(x) => x,
                     None => {
+                        self.make_room(from);
                         let Some(a) = accept(&rails[r], addr, qpn, their_psn, port, key) else {
                             return;
                         };
@@ -377,13 +423,14 @@ impl ChanIo {
                     psn: my_psn,
                     for_qpn: qpn,
                 };
-                ud(r, &hello_bytes(&reply), addr, probe_qpn, port);
+                let b = self.seal.seal(&hello_bytes(&reply), unix_us());
+                ud(r, &b, addr, probe_qpn, port);
             }
-            Hello::Accept { from: host, rail: _, port: _, qpn, psn: their_psn, for_qpn } => {
+            Hello::Accept { qpn, psn: their_psn, for_qpn, .. } => {
                 let Some((key, c)) = self
                     .conns
                     .iter_mut()
-                    .find(|(k, c)| k.next == usize::from(host) && c.qp.qpn().get() == for_qpn)
+                    .find(|(k, c)| k.next == usize::from(from) && c.qp.qpn().get() == for_qpn)
                 else {
                     return;
                 };
@@ -400,6 +447,29 @@ impl ChanIo {
                 c.state = if ok { ConnState::Up } else { ConnState::Failed };
             }
         }
+    }
+
+    /// Drops `peer`'s oldest accepted connections until it may have one more.
+    fn make_room(&mut self, peer: u16) {
+        loop {
+            let of_peer: Vec<(u32, Instant)> = self
+                .accepted
+                .iter()
+                .filter(|(_, a)| a.key.0 == peer)
+                .map(|(q, a)| (*q, a.at))
+                .collect();
+            if of_peer.len() < MAX_ACCEPTED_PER_PEER {
+                return;
+            }
+            if let Some((q, _)) = of_peer.iter().min_by_key(|(_, at)| *at) {
+                self.accepted.remove(q);
+            }
+        }
+    }
+
+    /// Connections accepted from other hosts now.
+    pub(crate) fn accepted(&self) -> usize {
+        self.accepted.len()
     }
 
     /// A completion of a channel QP (its work request id has [`TAG`]).
@@ -498,5 +568,5 @@ fn accept(
     let path = Path::new(addr, Qpn::new(qpn));
     let path = path.with_udp_source_port(port).unwrap_or(path);
     connect(&qp, path, mine, their_psn).ok()?;
-    Some(Accepted { qp, mr, key, psn: mine })
+    Some(Accepted { at: Instant::now(), qp, mr, key, psn: mine })
 }

@@ -93,7 +93,11 @@ pub(crate) struct Monitor {
 }
 
 /// The pod monitor's configuration from a pod plan and the `--pod-*` flags.
-pub(crate) fn agent_config(path: &std::path::Path, o: &PodOpts) -> anyhow::Result<AgentConfig> {
+pub(crate) fn agent_config(
+    path: &std::path::Path,
+    o: &PodOpts,
+    secret: Option<&rendezvous::bootstrap::Secret>,
+) -> anyhow::Result<AgentConfig> {
     let plan = Plan::load(path)?;
     let Some(pod) = plan.pod else {
         bail!("{}: no [pod] section (the pod's hosts and rails, as for qualify)", path.display())
@@ -120,6 +124,16 @@ pub(crate) fn agent_config(path: &std::path::Path, o: &PodOpts) -> anyhow::Resul
         }
     }
     let mut cfg = AgentConfig::new(pod, me);
+    cfg.key = secret.map(|s| pod::seal::PodKey::new(s.derive_key("podnet-pod/1")));
+    if cfg.key.is_none() {
+        eprintln!(
+            "podnet: WARNING: the pod's membership, gossip and probes are NOT authenticated \
+             (no --secret-file or {}): anyone who can reach UDP port {} can speak for a host \
+             of the plan",
+            rendezvous::bootstrap::SECRET_ENV,
+            o.pod_port
+        );
+    }
     cfg.control_port = o.pod_port;
     cfg.probe.large = o.probe_large;
     if o.probe_tors == 0 {
@@ -171,7 +185,12 @@ impl Monitor {
     /// Starts the pod monitor of `podnet agent --pod`.
     pub(crate) fn start(args: &AgentArgs) -> anyhow::Result<Option<Monitor>> {
         let Some(path) = &args.pod else { return Ok(None) };
-        let cfg = agent_config(path, &args.pod_opts)?;
+        let env_secret = std::env::var_os(rendezvous::bootstrap::SECRET_ENV);
+        let secret = rendezvous::bootstrap::Secret::from_sources(
+            args.secret_file.as_deref(),
+            env_secret.as_ref().map(|v| v.as_encoded_bytes()),
+        )?;
+        let cfg = agent_config(path, &args.pod_opts, secret.as_ref())?;
         let me = cfg.me;
         let o = &args.pod_opts;
         let series = Arc::new(Series {
@@ -275,6 +294,28 @@ impl telemetry::expose::Extra for Monitor {
             bytes.get_or_create(&vec![("kind".into(), k.into())]).set(v as i64);
         }
         r.register(
+            "podnet_pod_authenticated",
+            "1 when the pod's datagrams are authenticated with its shared secret, 0 when anyone who reaches the membership port can speak for a host",
+            ConstGauge::new(i64::from(s.authenticated)),
+        );
+        let refused: Family<Labels, Gauge> = Family::default();
+        let x = &s.refused;
+        for (k, v) in [
+            ("malformed", x.malformed),
+            ("unauthenticated", x.unauthenticated),
+            ("bad-tag", x.bad_tag),
+            ("unknown-sender", x.unknown_sender),
+            ("replayed", x.replayed),
+            ("implausible", x.implausible),
+        ] {
+            refused.get_or_create(&vec![("why".into(), k.into())]).set(v as i64);
+        }
+        r.register(
+            "podnet_pod_refused_datagrams",
+            "Membership, gossip, probe and handshake datagrams this host refused since it started, by why",
+            refused,
+        );
+        r.register(
             "podnet_pod_sent_bytes",
             "Bytes this host sent to watch the pod (frames: probes and answers, membership datagrams)",
             bytes,
@@ -324,6 +365,36 @@ fn print_status(out: &mut impl Write, v: &serde_json::Value) -> std::io::Result<
         n(&v["host_loop"]["late_pct"]),
         n(&v["host_loop"]["worst_lag_ms"])
     )?;
+    let refused = &v["refused"];
+    let refused_total: f64 =
+        ["malformed", "unauthenticated", "bad_tag", "unknown_sender", "replayed", "implausible"]
+            .iter()
+            .map(|k| n(&refused[*k]))
+            .sum();
+    if v["authenticated"] == true {
+        writeln!(
+            out,
+            "membership: authenticated (the pod's secret); {refused_total} datagrams refused"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "membership: NOT AUTHENTICATED — no shared secret: anyone who reaches the membership \
+             port can speak for a host ({refused_total} datagrams refused)"
+        )?;
+    }
+    if refused_total > 0.0 {
+        writeln!(
+            out,
+            "  refused: {} unauthenticated, {} wrong tag, {} not from a plan host at its address, {} replayed, {} implausible, {} malformed",
+            n(&refused["unauthenticated"]),
+            n(&refused["bad_tag"]),
+            n(&refused["unknown_sender"]),
+            n(&refused["replayed"]),
+            n(&refused["implausible"]),
+            n(&refused["malformed"])
+        )?;
+    }
     writeln!(out, "\nMEMBERS")?;
     for m in &members {
         writeln!(

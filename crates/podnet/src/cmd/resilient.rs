@@ -48,7 +48,8 @@ pub(crate) fn run(args: &BurninArgs) -> anyhow::Result<ExitCode> {
     );
     let rate = args.rate_mbit * 1e6 / 8.0; // bytes per second, 0: no limit
     let join = super::world::secs("--join-timeout", args.world.join_timeout)?;
-    let cfg = super::pod::agent_config(plan, &args.pod_opts)?;
+    let secret = super::world::secret(&args.world)?;
+    let cfg = super::pod::agent_config(plan, &args.pod_opts, secret.as_ref())?;
     let me = cfg.me;
     let names: Vec<String> = cfg.pod.hosts.iter().map(|h| h.name.clone()).collect();
     let agent = PodAgent::start(cfg, std::sync::Arc::new(pod::agent::NoObserver))

@@ -1,0 +1,147 @@
+//! The pod monitor against forged membership: agents of a three-host pod on soft devices on
+//! loopback addresses, and an attacker who sends what foca would accept — an announce of a
+//! healthy host with the highest incarnation, from outside the plan and from the host's own
+//! address — with and without the pod's secret.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pod::agent::{AgentConfig, NoObserver, PodAgent};
+use pod::member::{Health, Id, Membership, Timeouts};
+use pod::seal::{PodKey, Purpose, Sealer, unix_us};
+
+fn ip(net: u8, host: u8) -> IpAddr {
+    IpAddr::from([127, 77, net, host])
+}
+
+/// Three hosts, one rail each, on 127.77.`net`.1–3.
+fn plan(net: u8) -> topology::Pod {
+    let hosts: Vec<serde_json::Value> = (1..=3u8)
+        .map(|i| {
+            serde_json::json!({
+                "name": format!("h{i}"),
+                "rails": [{"device": format!("soft:{}", ip(net, i)), "tor": "tor0"}],
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({"pairs": "rail-aligned", "hosts": hosts})).unwrap()
+}
+
+const PORT: u16 = 17946;
+
+fn start(net: u8, key: Option<PodKey>) -> Vec<PodAgent> {
+    let pod = plan(net);
+    let agents: Vec<PodAgent> = (0..3)
+        .map(|me| {
+            let mut cfg = AgentConfig::new(pod.clone(), me);
+            cfg.control_port = PORT;
+            cfg.probe.large = 0;
+            cfg.key = key.clone();
+            PodAgent::start(cfg, Arc::new(NoObserver)).expect("an agent")
+        })
+        .collect();
+    let t0 = Instant::now();
+    while !agents.iter().all(PodAgent::all_alive) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "the pod did not form");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    agents
+}
+
+/// Announces of host 1 as an attacker makes them: its own membership with host 1's number,
+/// `incarnation`, and `addrs`, joining hosts 0 and 2.
+fn forged_announces(net: u8, incarnation: u64, addrs: Vec<SocketAddr>) -> Vec<Vec<u8>> {
+    let t0 = Instant::now();
+    let id = Id { host: 1, incarnation, boot: 0, addrs, qpns: vec![] };
+    let mut m = Membership::new(id, 3, Timeouts::default(), 7, t0);
+    let seed = |h: u16, i: u8| Id {
+        host: h,
+        incarnation: 0,
+        boot: 0,
+        addrs: vec![SocketAddr::new(ip(net, i), PORT)],
+        qpns: vec![],
+    };
+    m.join(&[seed(0, 1), seed(2, 3)], t0).unwrap();
+    std::iter::from_fn(|| m.poll_transmit().map(|(_, d)| d)).collect()
+}
+
+/// Sends `frames` to hosts 0 and 2 from `from`, every 20 ms for `for_`.
+fn flood(from: &UdpSocket, net: u8, frames: &[Vec<u8>], for_: Duration) {
+    let t0 = Instant::now();
+    while t0.elapsed() < for_ {
+        for f in frames {
+            for i in [1, 3] {
+                let _ = from.send_to(f, SocketAddr::new(ip(net, i), PORT));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Host 1 is alive at hosts 0 and 2, at an incarnation its own clock could have made.
+fn host1_stands(agents: &[PodAgent]) {
+    let ceiling = unix_us() / 1000 + pod::member::MAX_INCARNATION_AHEAD_MS;
+    for a in [&agents[0], &agents[2]] {
+        let s = a.status();
+        let m = &s.members[1];
+        assert_eq!(m.health, Health::Alive, "{}: host 1 is {:?}", s.host, m.health);
+        assert!(m.incarnation <= ceiling, "{}: host 1 at incarnation {}", s.host, m.incarnation);
+        assert!(s.findings.is_empty(), "{}: {:?}", s.host, s.findings);
+        assert!(s.refused.total() > 0, "{}: nothing counted as refused", s.host);
+    }
+}
+
+#[test]
+fn forged_announces_from_outside_the_plan_or_past_the_clock_take_no_host_down() {
+    let net = 1;
+    let agents = start(net, None);
+    assert!(!agents[0].status().authenticated);
+    let outside = UdpSocket::bind((ip(net, 99), 0)).unwrap();
+    outside.set_nonblocking(true).unwrap();
+    let victim = SocketAddr::new(ip(net, 99), outside.local_addr().unwrap().port());
+    // The highest incarnation, answers to go to the attacker's (or a victim's) address,
+    // 100 times over: the bare datagrams foca reads, and the same sealed as host 1.
+    let mut open = Sealer::new(Purpose::Membership, None, 1, 3);
+    let bare = forged_announces(net, u64::MAX - 1, vec![victim; 100]);
+    let sealed: Vec<Vec<u8>> = bare.iter().map(|d| open.seal(d, unix_us())).collect();
+    let before = agents[0].status().cost.control_bytes;
+    flood(&outside, net, &[bare.clone(), sealed].concat(), Duration::from_secs(2));
+    // From host 1's own address (another port), with the plan's addresses but an
+    // incarnation an hour past the clock: an insider without the secret.
+    let inside = UdpSocket::bind((ip(net, 2), 0)).unwrap();
+    let home = vec![SocketAddr::new(ip(net, 2), PORT)];
+    let ahead = forged_announces(net, unix_us() / 1000 + 3_600_000, home);
+    let ahead: Vec<Vec<u8>> = ahead.iter().map(|d| open.seal(d, unix_us())).collect();
+    flood(&inside, net, &ahead, Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(1));
+    host1_stands(&agents);
+    // Nothing went to the address the datagrams named; membership traffic did not grow.
+    let mut buf = [0u8; 2048];
+    assert!(outside.recv_from(&mut buf).is_err(), "an agent answered toward a non-plan address");
+    let spent = agents[0].status().cost.control_bytes - before;
+    assert!(spent < 200_000, "host 0 sent {spent} membership bytes in 5 s of attack");
+}
+
+#[test]
+fn with_the_pods_secret_nothing_unsealed_or_forged_is_believed() {
+    let net = 2;
+    let key = PodKey::new([7; 32]);
+    let agents = start(net, Some(key));
+    assert!(agents[0].status().authenticated);
+    // From host 1's own address: a datagram foca reads, one sealed without a key, one sealed
+    // with another secret's key, all claiming an incarnation the host could have.
+    let inside = UdpSocket::bind((ip(net, 2), 0)).unwrap();
+    let home = vec![SocketAddr::new(ip(net, 2), PORT)];
+    let bare = forged_announces(net, unix_us() / 1000 + 60_000, home);
+    let mut unkeyed = Sealer::new(Purpose::Membership, None, 1, 3);
+    let mut other = Sealer::new(Purpose::Membership, Some(&PodKey::new([8; 32])), 1, 3);
+    let mut frames = bare.clone();
+    frames.extend(bare.iter().map(|d| unkeyed.seal(d, unix_us())));
+    frames.extend(bare.iter().map(|d| other.seal(d, unix_us())));
+    flood(&inside, net, &frames, Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(1));
+    host1_stands(&agents);
+    let r = agents[0].status().refused;
+    assert!(r.unauthenticated > 0 && r.bad_tag > 0 && r.malformed > 0, "{r:?}");
+}
