@@ -20,7 +20,7 @@
 //! the plan and copies and replays are still refused, but anyone who can reach the port can
 //! speak for any host. The agent says so when it starts and in `pod status`.
 
-use std::collections::VecDeque;
+use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hmac::{Hmac, Mac};
@@ -217,8 +217,8 @@ pub struct Sealer {
     key: Option<Key>,
     me: u16,
     counter: u64,
-    /// Per plan host: the counters accepted lately, oldest first.
-    seen: Vec<VecDeque<u64>>,
+    /// Per plan host: the counters accepted lately.
+    seen: Vec<BTreeSet<u64>>,
 }
 
 impl Sealer {
@@ -229,7 +229,7 @@ impl Sealer {
             key: key.map(|k| k.key(purpose)),
             me,
             counter: 0,
-            seen: vec![VecDeque::new(); hosts],
+            seen: vec![BTreeSet::new(); hosts],
         }
     }
 
@@ -266,19 +266,17 @@ impl Sealer {
         // older than all and far from this host's clock (a recording played to a host that
         // has not heard the sender, or has just started).
         let near = now_us.abs_diff(counter) <= MAX_SKEW.as_micros() as u64;
-        let replay = match seen.iter().min() {
+        let replay = match seen.first() {
             None => !near,
             Some(&oldest) => counter < oldest && (seen.len() >= REPLAY_WINDOW || !near),
         };
         if replay {
             return Err(Refused::Replay);
         }
-        if seen.len() >= REPLAY_WINDOW
-            && let Some(i) = seen.iter().enumerate().min_by_key(|(_, c)| **c).map(|(i, _)| i)
-        {
-            seen.remove(i);
+        if seen.len() >= REPLAY_WINDOW {
+            seen.pop_first();
         }
-        seen.push_back(counter);
+        seen.insert(counter);
         Ok((sender, payload))
     }
 
