@@ -473,6 +473,11 @@ impl PodAgent {
         Ok(PodAgent { inner, threads })
     }
 
+    /// This host's probe UD QPs, by rail (where its peers' probes go).
+    pub fn probe_qpns(&self) -> Vec<u32> {
+        self.inner.rails.iter().map(|r| r.qp.qpn().get()).collect()
+    }
+
     /// The agent's state now.
     pub fn status(&self) -> Status {
         lock(&self.inner.status).clone()
@@ -1066,7 +1071,19 @@ impl<'a> Control<'a> {
         while let Some((to, data)) = self.m.poll_transmit() {
             // Only to the plan's addresses of a plan host: never where a datagram says.
             let Some(addrs) = self.ctl_addrs.get(usize::from(to.host)) else { continue };
+            // The answer to an announce is one datagram (the joiner announces again each
+            // second until it hears): a request never makes more than it.
+            let feed = foca::Codec::<Id>::decode_header(&mut foca::PostcardCodec, &data[..])
+                .is_ok_and(|h| matches!(h.message, foca::Message::Feed));
             let data = self.seal.seal(&data, seal::unix_us());
+            if feed {
+                if let Some(a) = addrs.first()
+                    && self.sockets[0][0].send_to(&data, a).is_ok()
+                {
+                    self.control_bytes += data.len() as u64 + 42;
+                }
+                continue;
+            }
             // Every rail carries copies (one dead rail does not silence a host), each rail
             // two, from two of its source ports in turn: two ECMP hashes, different from one
             // datagram to the next, so that a spine that drops what is hashed onto it loses

@@ -31,22 +31,28 @@ fn plan(net: u8) -> topology::Pod {
 const PORT: u16 = 17946;
 
 fn start(net: u8, key: Option<PodKey>) -> Vec<PodAgent> {
-    let pod = plan(net);
-    let agents: Vec<PodAgent> = (0..3)
-        .map(|me| {
-            let mut cfg = AgentConfig::new(pod.clone(), me);
-            cfg.control_port = PORT;
-            cfg.probe.large = 0;
-            cfg.key = key.clone();
-            PodAgent::start(cfg, Arc::new(NoObserver)).expect("an agent")
-        })
-        .collect();
+    let agents = start_only(net, key, &[0, 1, 2]);
     let t0 = Instant::now();
     while !agents.iter().all(PodAgent::all_alive) {
         assert!(t0.elapsed() < Duration::from_secs(20), "the pod did not form");
         std::thread::sleep(Duration::from_millis(50));
     }
     agents
+}
+
+/// The agents of hosts `which` only.
+fn start_only(net: u8, key: Option<PodKey>, which: &[usize]) -> Vec<PodAgent> {
+    let pod = plan(net);
+    which
+        .iter()
+        .map(|&me| {
+            let mut cfg = AgentConfig::new(pod.clone(), me);
+            cfg.control_port = PORT;
+            cfg.probe.large = 0;
+            cfg.key = key.clone();
+            PodAgent::start(cfg, Arc::new(NoObserver)).expect("an agent")
+        })
+        .collect()
 }
 
 /// Announces of host 1 as an attacker makes them: its own membership with host 1's number,
@@ -144,4 +150,167 @@ fn with_the_pods_secret_nothing_unsealed_or_forged_is_believed() {
     host1_stands(&agents);
     let r = agents[0].status().refused;
     assert!(r.unauthenticated > 0 && r.bad_tag > 0 && r.malformed > 0, "{r:?}");
+}
+
+#[test]
+fn an_announce_is_answered_with_one_datagram() {
+    // Host 1's agent does not run: whoever holds its control address hears what the others
+    // send it.
+    let net = 3;
+    let agents = start_only(net, None, &[0, 2]);
+    let host1 = UdpSocket::bind((ip(net, 2), PORT)).unwrap();
+    host1.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let mut open = Sealer::new(Purpose::Membership, None, 1, 3);
+    let mut reader = Sealer::new(Purpose::Membership, None, 1, 3);
+    let feeds = |sock: &UdpSocket, reader: &mut Sealer, for_: Duration| {
+        let t0 = Instant::now();
+        let mut n = 0;
+        let mut buf = [0u8; 65536];
+        while t0.elapsed() < for_ {
+            let Ok(len) = sock.recv(&mut buf) else { continue };
+            // Every datagram, copies included (not through a seal's replay check).
+            if !pod::seal::is_sealed(&buf[..len]) || reader.keyed() {
+                continue;
+            }
+            let body = &buf[pod::seal::HEADER..len];
+            let h = foca::Codec::<Id>::decode_header(&mut foca::PostcardCodec, body);
+            n += usize::from(h.is_ok_and(|h| matches!(h.message, foca::Message::Feed)));
+        }
+        n
+    };
+    let home = vec![SocketAddr::new(ip(net, 2), PORT)];
+    let mut sent = 0;
+    for _ in 0..5 {
+        let announces = forged_announces(net, unix_us() / 1000, home.clone());
+        let to_host0: Vec<&Vec<u8>> = announces.iter().take(1).collect();
+        for a in to_host0 {
+            host1.send_to(&open.seal(a, unix_us()), SocketAddr::new(ip(net, 1), PORT)).unwrap();
+            sent += 1;
+        }
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    let got = feeds(&host1, &mut reader, Duration::from_millis(500));
+    drop(agents);
+    assert!((1..=sent).contains(&got), "{sent} announces to host 0 drew {got} answers");
+}
+
+/// A UD QP on a soft device at `addr`, receives posted.
+struct Ud {
+    _ctx: verbs::Context,
+    cq: verbs::CompletionQueue,
+    qp: verbs::QueuePair,
+    mr: verbs::MemoryRegion,
+}
+
+impl Ud {
+    fn open(addr: IpAddr) -> Ud {
+        use verbs::*;
+        let ctx = providers::open(&format!("soft:{addr}"), &providers::ContextOptions::default())
+            .unwrap();
+        let cq = ctx.create_cq(64, None).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let caps = QpCaps { max_send_wr: 16, max_recv_wr: 16, max_inline_data: 0 };
+        let qp = pd.create_qp(&QpInit { caps, ..QpInit::new(QpType::Ud, &cq) }).unwrap();
+        qp.modify(&ModifyQp {
+            state: Some(QpState::Init),
+            qkey: Some(QKey(pod::agent::QKEY)),
+            ..Default::default()
+        })
+        .unwrap();
+        let c = Connect::new(Path::new(addr, Qpn::new(0)), Psn::new(0), Psn::new(0));
+        qp.connect(&c).unwrap();
+        let mr = pd.reg_mr(8 * 4096, Access::LOCAL_WRITE).unwrap();
+        for i in 0..4u64 {
+            qp.post_recv(RecvWr::new(i).sge(mr.addr() + 4096 * (i + 4), 4096, mr.lkey())).unwrap();
+        }
+        Ud { _ctx: ctx, cq, qp, mr }
+    }
+
+    fn send(&self, bytes: &[u8], to: IpAddr, qpn: u32) {
+        use verbs::*;
+        self.mr.write(0, bytes).unwrap();
+        let mut wr =
+            SendWr::new(99, SendOp::Send).sge(self.mr.addr(), bytes.len() as u32, self.mr.lkey());
+        wr.ud = Some(UdDest::new(to, Qpn::new(qpn), QKey(pod::agent::QKEY)));
+        self.qp.post_send(wr).unwrap();
+    }
+
+    /// Receives within `for_`.
+    fn received(&self, for_: Duration) -> usize {
+        let t0 = Instant::now();
+        let mut wcs = [verbs::empty_wc(); 8];
+        let mut n = 0;
+        while t0.elapsed() < for_ {
+            let k = self.cq.poll(&mut wcs);
+            n += wcs[..k].iter().filter(|w| w.opcode == verbs::WcOpcode::Recv).count();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        n
+    }
+}
+
+#[test]
+fn a_probe_is_never_reflected_to_a_third_party() {
+    let net = 4;
+    let agents = start(net, None);
+    let attacker = Ud::open(ip(net, 99));
+    let victim = Ud::open(ip(net, 98));
+    let qpn = agents[0].probe_qpns()[0];
+    // A probe that names the victim as the prober (its address and QP), and one that names a
+    // plan host's address but comes from elsewhere.
+    for (addr, to_qpn) in
+        [(ip(net, 98), victim.qp.qpn().get()), (ip(net, 3), victim.qp.qpn().get())]
+    {
+        let p = pod::probe::Packet {
+            reply: false,
+            large: false,
+            host: 2,
+            src_rail: 0,
+            dst_rail: 0,
+            port: 0xf000,
+            seq: 1,
+            t1: 0,
+            t2: 0,
+            t3: 0,
+            qpn: to_qpn,
+            addr,
+            cookie: 0,
+        };
+        let mut b = [0u8; pod::probe::HEADER];
+        p.write(&mut b).unwrap();
+        for _ in 0..10 {
+            attacker.send(&b, ip(net, 1), qpn);
+        }
+    }
+    assert_eq!(victim.received(Duration::from_millis(500)), 0, "a probe was reflected");
+    let r = agents[0].status().refused;
+    assert!(r.unknown_sender >= 20, "{r:?}");
+}
+
+#[test]
+fn forged_channel_handshakes_allocate_nothing() {
+    let net = 5;
+    let agents = start(net, None);
+    let attacker = Ud::open(ip(net, 99));
+    let qpn = agents[0].probe_qpns()[0];
+    let mut seal = Sealer::new(Purpose::Hello, None, 2, 3);
+    // Host 2 (at its plan address, as the datagram says) asks for a connection, again and
+    // again with a new QP number: bare, as the handshake used to go, and sealed.
+    for q in 0..300u32 {
+        let hello = serde_json::json!({"Connect": {
+            "from": 2, "inc": 1, "rail": 0, "peer_rail": 0, "port": 0xf000, "qpn": 1000 + q,
+            "psn": 1, "addr": ip(net, 3).to_string(), "probe_qpn": attacker.qp.qpn().get(),
+        }});
+        let json = serde_json::to_vec(&hello).unwrap();
+        let bare = [&b"PDHL"[..], &json].concat();
+        attacker.send(&bare, ip(net, 1), qpn);
+        attacker.send(&seal.seal(&json, unix_us()), ip(net, 1), qpn);
+        if q % 8 == 7 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let s = agents[0].status();
+    assert_eq!(s.channels.accepted, 0, "forged handshakes were given QPs");
+    assert!(s.refused.unknown_sender > 0, "{:?}", s.refused);
 }
