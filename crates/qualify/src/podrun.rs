@@ -411,7 +411,8 @@ pub fn run(
         rank_of[*h] = rank as u32;
     }
     let bus = Bus { session: session.clone(), worker: worker.clone(), local, rx, rank_of };
-    let mut coord = Coordinator { plan, pod, bus: &bus, progress, next_job: 0 };
+    let mut coord =
+        Coordinator { plan, pod, bus: &bus, progress, next_job: 0, line_rates: BTreeMap::new() };
     let report = coord.run(&facts, sys);
     // A host lost mid-run (frozen, killed, cut off) stops the run; the report still says
     // which, as the suspect, rather than leaving nothing behind.
@@ -469,7 +470,10 @@ pub fn run(
         );
     }
     let report = report?;
-    session.finish(true)?;
+    // A rank that left without its goodbye (crashed, or a rogue) does not cost the report.
+    if let Err(e) = session.finish(true) {
+        progress.note(&format!("the run's end: {e} (the report stands)"));
+    }
     Ok(PodRun::Report(Box::new(report)))
 }
 
@@ -494,16 +498,16 @@ impl Bus {
         }
     }
 
-    fn recv(&self, timeout: Duration) -> Result<Option<Reply>, BootstrapError> {
+    /// The next answer and the rank it came from (rank 0's own worker: 0). An answer that
+    /// does not parse is returned as `None` in its place: a rank's bug, not rank 0's end.
+    fn recv(&self, timeout: Duration) -> Result<Option<(u32, Option<Reply>)>, BootstrapError> {
         let until = Instant::now() + timeout;
         loop {
             if let Ok(r) = self.rx.try_recv() {
-                return Ok(Some(r));
+                return Ok(Some((0, Some(r))));
             }
-            if let Some((_, v)) = self.session.recv(Duration::from_millis(2))? {
-                let r = serde_json::from_value(v)
-                    .map_err(|e| BootstrapError::Protocol(format!("a rank's answer: {e}")))?;
-                return Ok(Some(r));
+            if let Some((rank, v)) = self.session.recv(Duration::from_millis(2))? {
+                return Ok(Some((rank, serde_json::from_value(v).ok())));
             }
             if Instant::now() >= until {
                 return Ok(None);
@@ -520,12 +524,49 @@ struct Job {
     tests: Vec<TestSpec>,
 }
 
+impl Job {
+    /// How long its tests may take: each one's duration, its stall timeout and 30 s (an
+    /// iteration count's time on the slowest link).
+    fn budget(&self) -> Duration {
+        let s: f64 = self.tests.iter().map(|t| t.stall + 30.0 + t.seconds.unwrap_or(0.0)).sum();
+        Duration::from_secs_f64(s.clamp(0.0, 86_400.0))
+    }
+}
+
+/// How long a server's rank has to say it listens.
+const LISTEN_WITHIN: Duration = Duration::from_secs(15);
+/// A bandwidth above this × the slower end's line rate is not a measurement.
+const PLAUSIBLE_VS_LINE: f64 = 1.25;
+/// … and, with no line rate known, above this (MB/s: 8 Tbit/s).
+const PLAUSIBLE_MB_S: f64 = 1_000_000.0;
+
+/// Where a job stands.
+enum JobState {
+    /// Its server's rank was asked to listen; it has until then.
+    Listening { until: Instant },
+    /// Its client's rank was asked to measure; it has until then.
+    Measuring { until: Instant },
+    /// Its results.
+    Done(Vec<TestResult>),
+}
+
+impl JobState {
+    fn until(&self) -> Option<Instant> {
+        match self {
+            JobState::Listening { until } | JobState::Measuring { until } => Some(*until),
+            JobState::Done(_) => None,
+        }
+    }
+}
+
 struct Coordinator<'a> {
     plan: &'a Plan,
     pod: &'a Pod,
     bus: &'a Bus,
     progress: &'a mut dyn RunProgress,
     next_job: u64,
+    /// Each device's line rate, MB/s, where known.
+    line_rates: BTreeMap<Dev, f64>,
 }
 
 /// A pair-direction's figures, for judging: (client, server, one result per test).
@@ -536,72 +577,154 @@ type Probes = BTreeMap<(Dev, Dev), Vec<(u16, bool)>>;
 
 impl Coordinator<'_> {
     /// Runs `jobs` at once: every server listens, then every client measures. The results,
-    /// in the jobs' order.
+    /// in the jobs' order. Rank 0 trusts no rank: an answer counts only from the rank the job
+    /// was given to, for a job of this phase in the state it is in, with figures a link could
+    /// carry; anything else is set aside (and said). A job waits for its server's rank to
+    /// listen at most [`LISTEN_WITHIN`], and for its client's figures at most the time its
+    /// tests hold ([`Job::budget`]): a rank that heartbeats but never answers is named, and
+    /// holds the phase no longer than its own work would have.
     fn phase(&mut self, jobs: &[Job]) -> Result<Vec<Vec<TestResult>>, BootstrapError> {
         let base = self.next_job;
         self.next_job += jobs.len() as u64;
-        let mut results: Vec<Option<Vec<TestResult>>> = vec![None; jobs.len()];
+        let mut states: Vec<JobState> = Vec::with_capacity(jobs.len());
         for (i, j) in jobs.iter().enumerate() {
             let device = self.pod.rail(j.server).device.clone();
             self.bus.send(
                 j.server.host,
                 Cmd::Serve { job: base + i as u64, device, tests: j.tests.clone() },
             )?;
+            states.push(JobState::Listening { until: Instant::now() + LISTEN_WITHIN });
         }
-        let longest: f64 = jobs
-            .iter()
-            .map(|j| j.tests.iter().map(|t| t.stall + 30.0 + t.seconds.unwrap_or(0.0)).sum::<f64>())
-            .fold(0.0, f64::max);
-        let mut waiting = jobs.len();
-        let until = Instant::now() + Duration::from_secs_f64(60.0 + longest);
-        while waiting > 0 {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
+        loop {
+            let next = states.iter().filter_map(JobState::until).min();
+            let Some(next) = next else { break };
+            let now = Instant::now();
+            if now >= next {
+                for (i, st) in states.iter_mut().enumerate() {
+                    if st.until().is_some_and(|u| u <= now) {
+                        *st = JobState::Done(self.silent(&jobs[i], st));
+                    }
+                }
+                continue;
             }
-            let Some(r) = self.bus.recv(left)? else { break };
-            match r {
-                Reply::Listening { job, addr } => {
-                    let i = (job - base) as usize;
-                    let j = &jobs[i];
+            let Some((rank, reply)) = self.bus.recv(next - now)? else { continue };
+            let Some(reply) = reply else {
+                self.progress
+                    .note(&format!("rank {rank}: an answer that does not parse, set aside"));
+                continue;
+            };
+            let job = match &reply {
+                Reply::Listening { job, .. }
+                | Reply::NotServing { job, .. }
+                | Reply::Measured { job, .. } => *job,
+            };
+            let Some(i) = job.checked_sub(base).map(|i| i as usize).filter(|i| *i < jobs.len())
+            else {
+                self.progress.note(&format!(
+                    "rank {rank}: an answer for job {job}, not one of this phase's ({base}–{}), set aside",
+                    base + jobs.len() as u64
+                ));
+                continue;
+            };
+            let j = &jobs[i];
+            let (server, client) =
+                (self.bus.rank_of[j.server.host], self.bus.rank_of[j.client.host]);
+            match (reply, &states[i]) {
+                (Reply::Listening { job, addr }, JobState::Listening { .. }) if rank == server => {
                     let device = self.pod.rail(j.client).device.clone();
                     self.bus.send(
                         j.client.host,
                         Cmd::Measure { job, device, peer: addr, tests: j.tests.clone() },
                     )?;
+                    states[i] = JobState::Measuring { until: Instant::now() + j.budget() };
                 }
-                Reply::NotServing { job, error } => {
-                    let i = (job - base) as usize;
-                    results[i] = Some(vec![
+                (Reply::NotServing { error, .. }, JobState::Listening { .. }) if rank == server => {
+                    states[i] = JobState::Done(vec![
                         TestResult {
                             error: Some(format!("the server side: {error}")),
                             ..Default::default()
                         };
-                        jobs[i].tests.len()
+                        j.tests.len()
                     ]);
-                    waiting -= 1;
                 }
-                Reply::Measured { job, results: r } => {
-                    results[(job - base) as usize] = Some(r);
-                    waiting -= 1;
+                (Reply::Measured { results, .. }, JobState::Measuring { .. }) if rank == client => {
+                    states[i] = JobState::Done(self.plausible(j, results));
                 }
+                (r, _) => self.progress.note(&format!(
+                    "rank {rank}: {} for job {job}, which is not its to answer now, set aside",
+                    match r {
+                        Reply::Listening { .. } => "listening",
+                        Reply::NotServing { .. } => "not serving",
+                        Reply::Measured { .. } => "figures",
+                    }
+                )),
             }
         }
-        Ok(results
+        Ok(states
             .into_iter()
-            .zip(jobs)
-            .map(|(r, j)| {
-                r.unwrap_or_else(|| {
-                    vec![
-                        TestResult {
-                            error: Some("no answer from the ranks".into()),
-                            ..Default::default()
-                        };
-                        j.tests.len()
-                    ]
-                })
+            .map(|s| match s {
+                JobState::Done(r) => r,
+                _ => Vec::new(),
             })
             .collect())
+    }
+
+    /// A job whose rank stayed silent past its deadline: every test failed, naming the rank
+    /// and what it did not do.
+    fn silent(&self, j: &Job, st: &JobState) -> Vec<TestResult> {
+        let (dev, what, within) = match st {
+            JobState::Listening { .. } => (j.server, "listen", LISTEN_WITHIN),
+            _ => (j.client, "send its figures", j.budget()),
+        };
+        let rank = self.bus.rank_of[dev.host];
+        let error = format!(
+            "rank {rank} ({}) did not {what} within {:.0} s, though it still answers heartbeats \
+             (a hung or misbehaving rank)",
+            self.pod.hosts[dev.host].name,
+            within.as_secs_f64()
+        );
+        vec![TestResult { error: Some(error), ..Default::default() }; j.tests.len()]
+    }
+
+    /// The client's results, one per test, each figure one a link could carry: above
+    /// [`PLAUSIBLE_VS_LINE`] × the slower end's line rate (or [`PLAUSIBLE_MB_S`] where no rate
+    /// is known), not a number, or a latency out of order, and the test fails as implausible.
+    fn plausible(&self, j: &Job, mut results: Vec<TestResult>) -> Vec<TestResult> {
+        results.resize_with(j.tests.len(), || TestResult {
+            error: Some("the rank sent fewer results than tests".into()),
+            ..Default::default()
+        });
+        results.truncate(j.tests.len());
+        let line = [j.client, j.server]
+            .iter()
+            .filter_map(|d| self.line_rates.get(d).copied())
+            .reduce(f64::min);
+        let ceiling = line.map_or(PLAUSIBLE_MB_S, |l| l * PLAUSIBLE_VS_LINE);
+        for r in &mut results {
+            let bad = r.figures.iter().find_map(|f| match *f {
+                Figure::Bw { mb_per_s, .. } if !(mb_per_s.is_finite() && mb_per_s >= 0.0) => {
+                    Some(format!("a bandwidth of {mb_per_s} MB/s"))
+                }
+                Figure::Bw { mb_per_s, .. } if mb_per_s > ceiling => Some(format!(
+                    "{mb_per_s:.0} MB/s, above {ceiling:.0} MB/s ({})",
+                    if line.is_some() { "1.25 × the line rate" } else { "any host link" }
+                )),
+                Figure::Lat { min, median, p99, p99_9, .. } => {
+                    let v = [min, median, p99, p99_9];
+                    let ordered = v.windows(2).all(|w| w[0] <= w[1]);
+                    (!(v.iter().all(|x| x.is_finite() && *x >= 0.0) && ordered))
+                        .then(|| format!("latencies out of order or not numbers: {v:?} µs"))
+                }
+                Figure::Bw { .. } => None,
+            });
+            if let Some(why) = bad {
+                *r = TestResult {
+                    error: Some(format!("an implausible figure from the rank: {why}")),
+                    ..Default::default()
+                };
+            }
+        }
+        results
     }
 
     /// A test with the pod's stall time, ACK timeout and depth.
@@ -931,6 +1054,8 @@ impl Coordinator<'_> {
             let f = facts[d.host].devices.get(d.rail)?;
             f.link_gbps.or(pod.link_gbps).map(|g| g * 1e9 / 8.0 / 1_048_576.0)
         };
+        self.line_rates =
+            pod.devices().into_iter().filter_map(|d| Some((d, line_rate(d)?))).collect();
         let pairs: Vec<(Dev, Dev)> =
             pod.pairs().into_iter().filter(|(a, b)| usable[a.host] && usable[b.host]).collect();
         let mut rounds = Vec::new();

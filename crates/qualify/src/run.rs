@@ -23,6 +23,8 @@ pub trait RunProgress {
     /// A performance check measured: its test, the measuring (client) side's device, the
     /// other side's, and what the client got (for `--publish`).
     fn measured(&mut self, _test: &str, _device: &str, _peer: &str, _outcome: &Outcome) {}
+    /// Something the run set aside and the operator should know (a stray answer from a rank).
+    fn note(&mut self, _what: &str) {}
 }
 
 /// A progress sink that ignores everything.

@@ -34,6 +34,10 @@ impl RunProgress for Bar {
     fn measured(&mut self, test: &str, device: &str, peer: &str, out: &perf::session::Outcome) {
         self.records.extend(super::perf::bench_records(test, out, device, peer));
     }
+    fn note(&mut self, what: &str) {
+        let line = format!("podnet qualify: {what}");
+        self.bar.suspend(|| eprintln!("{line}"));
+    }
 }
 
 /// `YYYYmmdd-HHMMSS` (UTC) of a Unix time.

@@ -7,6 +7,7 @@ mod build;
 mod burnin;
 mod decode;
 mod devices;
+mod distrust;
 mod doctor;
 mod doctor_rxe;
 mod emupod;

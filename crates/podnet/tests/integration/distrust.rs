@@ -1,0 +1,110 @@
+//! Issue 43: rank 0 trusts no rank. A real rank 0 (`podnet qualify` across a two-host pod on
+//! soft devices on loopback addresses) against a rank 1 written here that joins as a rank
+//! does and then misbehaves: answers for jobs out of range and of other phases, answers that do
+//! not parse, never listens when asked, and sends figures no link could carry.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+fn plan(dir: &std::path::Path, net: u8) -> std::path::PathBuf {
+    let p = dir.join("pod.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "name = \"rogue\"\n[[perf]]\ntest = \"write-bw\"\nsizes = [65536]\niters = 200\n\
+             [pod]\npairs = \"all\"\nstall_seconds = 2\n\
+             [[pod.hosts]]\nname = \"h0\"\nrails = [{{ device = \"soft:127.0.{net}.1\", tor = \"t0\" }}]\n\
+             [[pod.hosts]]\nname = \"h1\"\nrails = [{{ device = \"soft:127.0.{net}.2\", tor = \"t0\" }}]\n"
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// Rank 1 as a rogue: joins with host h1's facts, then for each command of rank 0 answers
+/// as `answer` says; returns when rank 0 says the run is over (or gives up on it).
+fn rogue(net: u8, port: u16, mut answer: impl FnMut(&Value) -> Vec<Value>) {
+    let world = rendezvous::world::World {
+        rank: 1,
+        size: 2,
+        coordinator: format!("127.0.{net}.1:{port}").parse().unwrap(),
+        launcher: rendezvous::world::Launcher::Flags,
+    };
+    let rails: Vec<topology::Rail> =
+        vec![topology::Rail { device: format!("soft:127.0.{net}.2"), tor: "t0".into() }];
+    let facts = qualify::podrun::host_facts(std::path::Path::new("/sys"), 1, "h1", &rails);
+    let info = serde_json::to_value(qualify::podrun::RankInfo { facts }).unwrap();
+    let t = rendezvous::bootstrap::Timeouts::default();
+    let session = rendezvous::bootstrap::join(&world, "rogue", info, &t, None).expect("joined");
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(150) {
+        let Ok(Some((_, cmd))) = session.recv(Duration::from_millis(200)) else { continue };
+        if cmd["op"] == "done" {
+            return;
+        }
+        for a in answer(&cmd) {
+            let _ = session.send(0, a);
+        }
+    }
+}
+
+#[test]
+fn a_rogue_rank_cannot_crash_rank_0_nor_pass_a_figure_no_link_carries() {
+    let net = 231;
+    let port = 29431;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = plan(dir.path(), net);
+    let reports = dir.path().join("rep");
+    let t0 = Instant::now();
+    let rank0 = Command::new(env!("CARGO_BIN_EXE_podnet"))
+        .args(["qualify", "--plan"])
+        .arg(&plan)
+        .args(["--rank", "0", "--world-size", "2", "--coordinator"])
+        .arg(format!("127.0.{net}.1:{port}"))
+        .arg("--report-dir")
+        .arg(&reports)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut strays_sent = false;
+    rogue(net, port, |cmd| {
+        let job = cmd["job"].as_u64().unwrap_or(0);
+        match cmd["op"].as_str() {
+            // Asked to listen: answers for jobs that are not this phase's, an answer in the
+            // wrong state, one that does not parse — then silence.
+            Some("serve") if !strays_sent => {
+                strays_sent = true;
+                vec![
+                    json!({"reply": "listening", "job": u64::MAX, "addr": "127.0.0.1:1"}),
+                    json!({"reply": "listening", "job": job + 1000, "addr": "127.0.0.1:1"}),
+                    json!({"reply": "not_serving", "job": job.wrapping_sub(1), "error": "x"}),
+                    json!({"reply": "measured", "job": job, "results": []}),
+                    json!({"reply": "what", "job": job}),
+                ]
+            }
+            Some("serve") => vec![],
+            // Asked to measure: 10^12 MB/s on a soft device.
+            Some("measure") => {
+                let n = cmd["tests"].as_array().map_or(1, Vec::len);
+                let r = json!({"figures": [{"kind": "bw", "size": 65536, "mb_per_s": 1e12}],
+                               "error": null, "sent_pkts": 1, "retransmitted_pkts": 0});
+                vec![json!({"reply": "measured", "job": job, "results": vec![r; n]})]
+            }
+            _ => vec![],
+        }
+    });
+    let out = rank0.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(101), "rank 0 panicked: {err}");
+    let report = std::fs::read_to_string(reports.join("report.json"))
+        .unwrap_or_else(|e| panic!("no report ({e}); rank 0 said: {err}"));
+    assert!(report.contains("rank 1 (h1) did not listen within 15 s"), "{report}");
+    assert!(report.contains("implausible figure"), "{report}");
+    assert_eq!(out.status.code(), Some(1), "a failed run: {err}");
+    assert!(err.contains("set aside"), "the stray answers are said: {err}");
+    // Bounded by the work: a silent server costs its listen deadline, not ~90 s per phase.
+    assert!(t0.elapsed() < Duration::from_secs(120), "took {:?}", t0.elapsed());
+}
