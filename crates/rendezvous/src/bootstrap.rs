@@ -14,8 +14,11 @@
 //! `{"finish":{"ok":true}}`.
 //!
 //! What a connection can and cannot do to rank 0 ([`Coordinator`] limits): joiners are handled
-//! concurrently (at most [`MAX_HANDSHAKES`] at once; more are closed at once), each within
-//! [`Timeouts::handshake`] (a silent connection is closed then, and never holds up the others),
+//! concurrently (at most [`MAX_HANDSHAKES`] at once, [`MAX_HANDSHAKES_PER_SOURCE`] from one
+//! address: one beyond either closes the oldest of its address, or the oldest of all), each
+//! within [`HELLO_WITHIN`] and [`Timeouts::handshake`] (a silent connection is closed then, and
+//! never holds up the others: silent connections reopened as fast as they close keep no rank
+//! out),
 //! and every line is capped in size ([`HELLO_LIMIT`], [`LINE_LIMIT`]). A hello is refused when
 //! it runs another podnet version or world size, names a rank outside the world or one already
 //! claimed, or, where the run has a shared [`Secret`], does not prove it: the proof is an
@@ -49,6 +52,12 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The most joiners rank 0 talks to at once; a connection past it is closed at once (a real
 /// rank tries again).
 pub const MAX_HANDSHAKES: usize = 64;
+/// Handshakes under way from one source address, at most: a connection beyond closes that
+/// address's oldest (one host cannot fill the slots the others need).
+pub const MAX_HANDSHAKES_PER_SOURCE: usize = 8;
+/// How long a connection has to answer the challenge with its hello (a rank answers at
+/// once), whatever [`Timeouts::handshake`] allows for the rest.
+pub const HELLO_WITHIN: Duration = Duration::from_secs(3);
 
 /// The longest hello rank 0 reads; a longer one is refused.
 pub const HELLO_LIMIT: usize = 256 << 10;
@@ -622,8 +631,9 @@ fn coordinate(
     members[0] = Some(me);
     let mut conns: Vec<Option<Link>> = (0..n).map(|_| None).collect();
     let (tx, rx) = mpsc::channel::<Joined>();
-    // The connections still in their handshake: a handle to close each at its deadline.
-    let mut pending: Vec<(u64, TcpStream, Instant)> = Vec::new();
+    // The connections still in their handshake: a handle to close each at its deadline, and
+    // its source address.
+    let mut pending: Vec<(u64, TcpStream, Instant, std::net::IpAddr)> = Vec::new();
     let mut next_id = 0u64;
     let mut turned_away: Vec<String> = Vec::new();
     let (mut silent, mut busy) = (0usize, 0usize);
@@ -637,7 +647,7 @@ fn coordinate(
         if now >= deadline {
             let missing = (0..n as u32).filter(|r| members[*r as usize].is_none()).collect();
             let joined = (0..n as u32).filter(|r| members[*r as usize].is_some()).collect();
-            for (_, s, _) in &pending {
+            for (_, s, _, _) in &pending {
                 let _ = s.shutdown(std::net::Shutdown::Both);
             }
             if silent > 0 {
@@ -650,7 +660,8 @@ fn coordinate(
                 note(
                     &mut turned_away,
                     format!(
-                        "{busy} connection(s) closed at once: {MAX_HANDSHAKES} handshakes were under way"
+                        "{busy} connection(s) closed for newer ones: {MAX_HANDSHAKES} handshakes \
+                         ({MAX_HANDSHAKES_PER_SOURCE} from one address) were under way"
                     ),
                 );
             }
@@ -661,13 +672,13 @@ fn coordinate(
             idle = false;
             match j {
                 Joined::Away { id, why } => {
-                    pending.retain(|(i, _, _)| *i != id);
+                    pending.retain(|(i, _, _, _)| *i != id);
                     if let Some(why) = why {
                         note(&mut turned_away, why);
                     }
                 }
                 Joined::Hello { id, member, nonces: pair, addr, link } => {
-                    pending.retain(|(i, _, _)| *i != id);
+                    pending.retain(|(i, _, _, _)| *i != id);
                     let rank = member.rank as usize;
                     if let Some(first) = &members[rank] {
                         let reason = format!(
@@ -690,7 +701,7 @@ fn coordinate(
             }
         }
         // Close the handshakes past their deadline: their threads end, their ranks retry.
-        pending.retain(|(_, s, end)| {
+        pending.retain(|(_, s, end, _)| {
             if now >= *end {
                 let _ = s.shutdown(std::net::Shutdown::Both);
                 silent += 1;
@@ -703,13 +714,25 @@ fn coordinate(
         if let Ok((s, addr)) = listener.accept() {
             {
                 idle = false;
-                if pending.len() >= MAX_HANDSHAKES {
+                // Room for it: the oldest handshake of its address goes when that address
+                // has its share, else the oldest of all when every slot is taken (a rank
+                // answers in milliseconds: the oldest is the one least likely a rank's).
+                let from = addr.ip();
+                let mine = pending.iter().filter(|p| p.3 == from).count();
+                let oldest = if mine >= MAX_HANDSHAKES_PER_SOURCE {
+                    pending.iter().position(|p| p.3 == from)
+                } else if pending.len() >= MAX_HANDSHAKES {
+                    Some(0)
+                } else {
+                    None
+                };
+                if let Some(i) = oldest {
+                    let (_, old, _, _) = pending.remove(i);
+                    let _ = old.shutdown(std::net::Shutdown::Both);
                     busy += 1;
-                    drop(s);
-                    continue;
                 }
                 let _ = s.set_nonblocking(false);
-                let end = (now + t.handshake).min(deadline);
+                let end = (now + t.handshake.min(HELLO_WITHIN)).min(deadline);
                 let _ = s.set_read_timeout(Some(
                     end.saturating_duration_since(now).max(Duration::from_millis(10)),
                 ));
@@ -717,7 +740,7 @@ fn coordinate(
                 let Ok(handle) = s.try_clone() else { continue };
                 let id = next_id;
                 next_id += 1;
-                pending.push((id, handle, end));
+                pending.push((id, handle, end, from));
                 let (tx, secret) = (tx.clone(), secret.cloned());
                 let size = world.size;
                 std::thread::spawn(move || handshake(id, s, addr, size, secret.as_ref(), &tx));
@@ -728,7 +751,7 @@ fn coordinate(
         }
     }
     // Handshakes still under way when the last rank joined: closed.
-    for (_, s, _) in &pending {
+    for (_, s, _, _) in &pending {
         let _ = s.shutdown(std::net::Shutdown::Both);
     }
     let roster: Vec<Member> = members.into_iter().flatten().collect();

@@ -414,3 +414,62 @@ fn a_coordinator_that_never_challenges_is_named_as_such() {
     assert!(e.to_string().contains("connected, but no challenge came within 300ms"), "{e}");
     keep.join().unwrap();
 }
+
+/// A connection to `to` from `from` (any port) that says nothing.
+fn connect_from(from: std::net::IpAddr, to: SocketAddr) -> Option<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).ok()?;
+    s.bind(&SocketAddr::new(from, 0).into()).ok()?;
+    s.connect_timeout(&to.into(), Duration::from_millis(200)).ok()?;
+    Some(s.into())
+}
+
+#[test]
+fn silent_connections_reopened_as_fast_as_they_close_keep_no_rank_out() {
+    let addr = free_addr();
+    let t = fast();
+    let coord =
+        std::thread::spawn(move || join(&world(0, 2, addr), "host0", json!(null), &t, None));
+    std::thread::sleep(Duration::from_millis(100));
+    // Another host keeps 100 silent connections open, opening a new one for each rank 0
+    // closes (more than every slot there is), from the start to well past the join.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let from: std::net::IpAddr = "127.0.0.9".parse().unwrap();
+            let mut open: Vec<TcpStream> = Vec::new();
+            let mut opened = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // Drop the ones rank 0 closed (a read sees the end, or the challenge).
+                open.retain(|s| {
+                    let _ = s.set_nonblocking(true);
+                    let mut b = [0u8; 512];
+                    !matches!(std::io::Read::read(&mut &*s, &mut b), Ok(0))
+                });
+                while open.len() < 100 {
+                    match connect_from(from, addr) {
+                        Some(s) => {
+                            open.push(s);
+                            opened += 1;
+                        }
+                        None => break,
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            opened
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let start = Instant::now();
+    let r1 = join(&world(1, 2, addr), "host1", json!(null), &t, None);
+    let took = start.elapsed();
+    let s0 = coord.join().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let opened = flood.join().unwrap();
+    assert!(r1.is_ok(), "rank 1 was kept out: {:?} ({opened} silent connections opened)", r1.err());
+    assert!(s0.is_ok(), "{:?}", s0.err());
+    assert!(took < Duration::from_secs(2), "rank 1 took {took:?} to get in");
+    assert!(opened >= 100, "the flood opened only {opened}");
+}
