@@ -244,24 +244,146 @@ pub fn plan(src: &Source, profile: Profile) -> Vec<Change> {
     out
 }
 
-fn load(state: &Path) -> Result<State, TuneError> {
-    match std::fs::read(state) {
-        Ok(b) => serde_json::from_slice(&b)
-            .map_err(|e| TuneError::State(state.display().to_string(), e.to_string())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::default()),
-        Err(e) => Err(TuneError::State(state.display().to_string(), e.to_string())),
+/// Whether `path` is one of the settings [`plan`] changes: restore writes nothing else, so
+/// a state file cannot point a write anywhere else (`../x`, an absolute path, a file under
+/// `/etc`).
+pub fn is_tunable(path: &str) -> bool {
+    let name = |s: &str| {
+        !s.is_empty()
+            && s != "."
+            && s != ".."
+            && s.len() <= 64
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.:@".contains(&b))
+    };
+    let number = |s: &str| !s.is_empty() && s.len() <= 10 && s.bytes().all(|b| b.is_ascii_digit());
+    let parts: Vec<&str> = path.split('/').collect();
+    match parts.as_slice() {
+        ["sys", "devices", "system", "cpu", cpu, "cpufreq", "scaling_governor"] => {
+            cpu.strip_prefix("cpu").is_some_and(number)
+        }
+        ["proc", "sys", "kernel", "numa_balancing"]
+        | ["sys", "devices", "system", "cpu", "cpufreq", "boost"]
+        | ["sys", "devices", "system", "cpu", "intel_pstate", "no_turbo"]
+        | ["sys", "kernel", "mm", "transparent_hugepage", "enabled"] => true,
+        ["proc", "irq", irq, "smp_affinity_list"] => number(irq),
+        ["ethtool", nd, ring] => name(nd) && matches!(*ring, "rx-ring" | "tx-ring"),
+        ["proc", "sys", "net", "ipv4", "conf", nd, key] => {
+            name(nd) && matches!(*key, "rp_filter" | "arp_ignore" | "arp_announce")
+        }
+        _ => false,
     }
 }
 
-fn save(state: &Path, s: &State) -> Result<(), TuneError> {
-    let err = |e: String| TuneError::State(state.display().to_string(), e);
-    if let Some(d) = state.parent() {
-        std::fs::create_dir_all(d).map_err(|e| err(e.to_string()))?;
+/// A value tune could have saved: a short line of text.
+fn is_value(v: &str) -> bool {
+    v.len() <= 256 && !v.contains(['\n', '\0'])
+}
+
+/// The effective user (the owner of `/proc/self`).
+fn euid() -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
+}
+
+/// Refuses a state file another user could plant, replace or change: its folder must be
+/// writable by its owner only (this user or root), and the file, if there, a regular file
+/// (not a link) of this user or root, writable by its owner only.
+fn check_place(state: &Path) -> Result<(), TuneError> {
+    use std::os::unix::fs::MetadataExt;
+    let err = |why: String| TuneError::State(state.display().to_string(), why);
+    let me = euid();
+    let trusted = |uid: u32| uid == 0 || Some(uid) == me;
+    let dir = match state.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => Path::new(".").to_path_buf(),
+    };
+    if let Ok(m) = std::fs::metadata(&dir)
+        && (m.mode() & 0o022 != 0 || !trusted(m.uid()))
+    {
+        return Err(err(format!(
+            "the state file's folder {} can be written by others (mode {:o}, owner {}): \
+             whoever can write there decides what tune restores as root; give --state a \
+             path in a folder only you can write (the default: /var/lib/podnet)",
+            dir.display(),
+            m.mode() & 0o7777,
+            m.uid()
+        )));
     }
-    let tmp = state.with_extension("tmp");
+    match std::fs::symlink_metadata(state) {
+        Ok(m) if !m.file_type().is_file() => {
+            Err(err("not a regular file (a link, or something else): refused".into()))
+        }
+        Ok(m) if m.mode() & 0o022 != 0 || !trusted(m.uid()) => Err(err(format!(
+            "writable by others or owned by another user (mode {:o}, owner {}): refused",
+            m.mode() & 0o7777,
+            m.uid()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn load(state: &Path) -> Result<State, TuneError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    check_place(state)?;
+    let err = |e: String| TuneError::State(state.display().to_string(), e);
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(state);
+    let s: State = match f {
+        Ok(f) => {
+            let mut b = Vec::new();
+            f.take(16 << 20).read_to_end(&mut b).map_err(|e| err(e.to_string()))?;
+            serde_json::from_slice(&b).map_err(|e| err(e.to_string()))?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
+        Err(e) => return Err(err(e.to_string())),
+    };
+    // Only the settings tune changes, with values it could have read: a state file that
+    // names anything else was not written by tune.
+    if let Some(bad) = s.saved.iter().find(|x| !is_tunable(&x.path) || !is_value(&x.original)) {
+        return Err(err(format!(
+            "names {:?}, which is not a setting podnet tune changes (or a value it could have \
+             saved): the file was not written by tune; nothing restored",
+            bad.path
+        )));
+    }
+    Ok(s)
+}
+
+/// Writes the state: a private temporary file (created, never opened through a link, mode
+/// 0600) synced and renamed into place, in a folder made 0700 where tune creates it.
+fn save(state: &Path, s: &State) -> Result<(), TuneError> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let err = |e: String| TuneError::State(state.display().to_string(), e);
+    if let Some(d) = state.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(d)
+            .map_err(|e| err(e.to_string()))?;
+    }
+    check_place(state)?;
     let text = serde_json::to_string_pretty(s).map_err(|e| err(e.to_string()))?;
-    std::fs::write(&tmp, text).map_err(|e| err(e.to_string()))?;
-    std::fs::rename(&tmp, state).map_err(|e| err(e.to_string()))
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let name =
+        state.file_name().map_or_else(|| "state".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = state.with_file_name(format!(".{name}.{}.{stamp}.tmp", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .map_err(|e| err(format!("{}: {e}", tmp.display())))?;
+    let written = f.write_all(text.as_bytes()).and_then(|()| f.sync_all());
+    drop(f);
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, state)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err(e.to_string()));
+    }
+    Ok(())
 }
 
 /// Applies `profile`: the state file first (the original of every setting about to change,
@@ -271,7 +393,7 @@ fn save(state: &Path, s: &State) -> Result<(), TuneError> {
 pub fn apply(src: &Source, profile: Profile, state: &Path) -> Result<Vec<Change>, TuneError> {
     let changes = plan(src, profile);
     let before = load(state)?;
-    let existed = state.exists();
+    let existed = state.symlink_metadata().is_ok();
     let mut next = before.clone();
     for c in &changes {
         if !next.saved.iter().any(|s| s.path == c.path) {
@@ -466,6 +588,80 @@ mod tests {
             before.into_iter().filter(|(f, _)| !f.contains(&last)).collect();
         let diff: Vec<_> = after.iter().filter(|f| !before.contains(f)).collect();
         assert!(diff.is_empty(), "not as it was: {diff:?}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn every_setting_tune_plans_is_one_restore_will_write() {
+        for tree in ["mlx5-problems", "clean", "clean-b", "rxe-guest", "vm-recorded"] {
+            let root =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/doctor").join(tree);
+            let src = Source::recorded(&root).unwrap();
+            for profile in [Profile::Latency, Profile::Throughput] {
+                for c in plan(&src, profile) {
+                    assert!(is_tunable(&c.path), "{tree}: {}", c.path);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn restore_writes_nothing_but_the_settings_tune_makes() {
+        let root = copy("mlx5-problems");
+        let src = Source::recorded(&root).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let state = dir.path().join("state.json");
+        for path in [
+            "../victim".to_string(),
+            victim.display().to_string(),
+            "proc/sys/../../../victim".into(),
+            "etc/passwd".into(),
+            "proc/irq/1/../../../x".into(),
+            "ethtool/../x/rx-ring".into(),
+        ] {
+            let s = State { saved: vec![Saved { path: path.clone(), original: "owned".into() }] };
+            std::fs::write(&state, serde_json::to_string(&s).unwrap()).unwrap();
+            let e = restore(&src, &state).unwrap_err();
+            assert!(e.to_string().contains("not a setting podnet tune changes"), "{path}: {e}");
+        }
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(!root.join("etc/passwd").exists());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_state_file_others_could_plant_or_a_link_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = copy("mlx5-problems");
+        let src = Source::recorded(&root).unwrap();
+        let before = snapshot(&root);
+        // A folder anyone can write (as /tmp): refused before anything changes.
+        let open = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = apply(&src, Profile::Latency, &open.path().join("s.json")).unwrap_err();
+        assert!(e.to_string().contains("can be written by others"), "{e}");
+        assert_eq!(snapshot(&root), before, "nothing changed");
+        // The state path a link planted to a file elsewhere: neither followed nor replaced.
+        let mine = tempfile::tempdir().unwrap();
+        let elsewhere = mine.path().join("elsewhere");
+        std::fs::write(&elsewhere, "precious").unwrap();
+        let state = mine.path().join("s.json");
+        std::os::unix::fs::symlink(&elsewhere, &state).unwrap();
+        let e = apply(&src, Profile::Latency, &state).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "precious");
+        std::fs::remove_file(&state).unwrap();
+        // A link planted where the old temporary file went: tune's own temporary file is
+        // private and new each time, the link is never written through.
+        std::os::unix::fs::symlink(&elsewhere, mine.path().join("s.tmp")).unwrap();
+        apply(&src, Profile::Latency, &state).unwrap();
+        assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "precious");
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(&state).unwrap().mode() & 0o777, 0o600);
+        restore(&src, &state).unwrap();
+        assert_eq!(snapshot(&root), before);
         let _ = std::fs::remove_dir_all(&root);
     }
 }

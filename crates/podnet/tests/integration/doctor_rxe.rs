@@ -69,7 +69,7 @@ fn tune_applies_and_restores_in_the_rxe_guest_and_rolls_back_a_refused_change() 
     let p = env!("CARGO_BIN_EXE_podnet");
     let script = format!(
         r#"set -u
-st=$OUT/tune.json
+st=$(mktemp -d)/tune.json  # a private folder: tune refuses one others can write
 ethtool -G eth0 rx 128 || echo "cannot shrink eth0's ring"
 # A file's value, or a ring's size as `ethtool -g` shows it now.
 snap() {{ for f in $paths; do case $f in
