@@ -77,13 +77,39 @@ impl Source {
         self.root.join(rel)
     }
 
-    /// Also writes everything read into `dir` (created; it must be empty or absent).
+    /// Also writes everything read into `dir`: a folder created here, private to this user
+    /// (0700, its files 0600: a kernel log the host restricts stays restricted), or an empty
+    /// one of this user's that no one else can write (made 0700). Nothing is written through
+    /// a link.
     pub fn recording_into(mut self, dir: &Path) -> Result<Source, DoctorError> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
         let io = |e| DoctorError::Record(dir.to_path_buf(), e);
-        if dir.exists() && std::fs::read_dir(dir).map_err(io)?.next().is_some() {
-            return Err(DoctorError::RecordNotEmpty(dir.to_path_buf()));
+        let refuse = |why: &str| {
+            DoctorError::Record(dir.to_path_buf(), std::io::Error::other(why.to_string()))
+        };
+        match std::fs::symlink_metadata(dir) {
+            Ok(m) if m.is_dir() => {
+                if std::fs::read_dir(dir).map_err(io)?.next().is_some() {
+                    return Err(DoctorError::RecordNotEmpty(dir.to_path_buf()));
+                }
+                let me = std::fs::metadata("/proc/self").map(|p| p.uid()).ok();
+                if Some(m.uid()) != me || m.mode() & 0o022 != 0 {
+                    return Err(refuse(
+                        "an empty folder another user owns or can write: give a new path, \
+                         podnet creates the folder itself",
+                    ));
+                }
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                    .map_err(io)?;
+            }
+            Ok(_) => return Err(refuse("not a folder (a link or a file): give a new path")),
+            Err(_) => {
+                if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(parent).map_err(io)?;
+                }
+                std::fs::DirBuilder::new().mode(0o700).create(dir).map_err(io)?;
+            }
         }
-        std::fs::create_dir_all(dir).map_err(io)?;
         self.record = Some(dir.to_path_buf());
         Ok(self)
     }
@@ -101,11 +127,10 @@ impl Source {
         Some(text.trim().to_string()).filter(|s| !s.is_empty())
     }
 
-    /// The bytes of the file at `rel` (PCI config space), at most 4 KiB.
+    /// The bytes of the file at `rel` (PCI config space), at most 4 KiB; only a regular file
+    /// (a FIFO or a device in a recorded tree is refused, not waited on).
     pub fn read_bytes(&self, rel: &str) -> Option<Vec<u8>> {
-        use std::io::Read;
-        let mut b = Vec::new();
-        std::fs::File::open(self.at(rel)).ok()?.take(4096).read_to_end(&mut b).ok()?;
+        let b = read_regular(&self.at(rel), 4096, true)?;
         self.keep(rel, &b);
         (!b.is_empty()).then_some(b)
     }
@@ -124,8 +149,12 @@ impl Source {
         if let Some(r) = &self.record {
             // Each entry as a folder, so that the recording lists the same names even where
             // nothing under an entry is read.
+            use std::os::unix::fs::DirBuilderExt;
             for n in &names {
-                let _ = std::fs::create_dir_all(r.join(rel).join(n));
+                let _ = std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(r.join(rel).join(n));
             }
         }
         names
@@ -207,16 +236,28 @@ impl Source {
     }
 
     fn keep(&self, rel: &str, bytes: &[u8]) {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         if let Some(r) = &self.record {
             let p = r.join(rel);
             if let Some(d) = p.parent() {
-                let _ = std::fs::create_dir_all(d);
+                let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(d);
             }
             // A path recorded as a folder (listed) and read as a file: the file wins.
-            if p.is_dir() {
+            if p.symlink_metadata().is_ok_and(|m| m.is_dir()) {
                 let _ = std::fs::remove_dir(&p);
             }
-            let _ = std::fs::write(p, bytes);
+            // Private, and never written through a link.
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&p);
+            if let Ok(mut f) = f {
+                let _ = f.write_all(bytes);
+            }
         }
     }
 }
@@ -266,9 +307,31 @@ fn run_bounded(argv: &[&str], limit: std::time::Duration) -> Option<String> {
     Some(String::from_utf8_lossy(&v).into_owned())
 }
 
+/// A recorded kernel log or command output: a regular file of at most [`LOG_MAX`] bytes.
 fn read_file(p: &Path) -> Option<String> {
-    let b = std::fs::read(p).ok()?;
-    (b.len() <= LOG_MAX).then(|| String::from_utf8_lossy(&b).into_owned())
+    let b = read_regular(p, LOG_MAX, false)?;
+    Some(String::from_utf8_lossy(&b).into_owned())
+}
+
+/// The bytes of `p` if it is a regular file (opened non-blocking: a FIFO answers at once,
+/// and is refused), at most `cap` of them (`truncate`), else none if it holds more: a link
+/// to `/dev/zero` or an endless file costs at most `cap` bytes.
+fn read_regular(p: &Path, cap: usize, truncate: bool) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(p).ok()?;
+    if !f.metadata().ok()?.file_type().is_file() {
+        return None;
+    }
+    let mut b = Vec::new();
+    f.take(cap as u64 + 1).read_to_end(&mut b).ok()?;
+    if b.len() > cap {
+        if !truncate {
+            return None;
+        }
+        b.truncate(cap);
+    }
+    Some(b)
 }
 
 /// Every record in the kernel's ring buffer, from `/dev/kmsg` read without blocking: each
@@ -314,5 +377,31 @@ impl host::SysFs for SysView<'_> {
 
     fn link_name(&self, rel: &str) -> Option<String> {
         self.0.link_name(&format!("sys/{rel}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_planted_in_a_recording_is_not_written_through() {
+        let tree =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/doctor/mlx5-problems");
+        let dir = tempfile::tempdir().unwrap();
+        let rec = dir.path().join("rec");
+        let src = Source::recorded(&tree).unwrap().recording_into(&rec).unwrap();
+        // Planted after the folder was checked and made.
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        std::os::unix::fs::symlink(&victim, rec.join("kmsg")).unwrap();
+        assert!(src.kernel_log().is_some());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        // What is written is the user's alone.
+        use std::os::unix::fs::MetadataExt;
+        assert!(src.read("proc/sys/kernel/numa_balancing").is_some());
+        let m = std::fs::metadata(rec.join("proc/sys/kernel/numa_balancing")).unwrap();
+        assert_eq!(m.mode() & 0o777, 0o600);
+        assert_eq!(std::fs::metadata(rec.join("proc/sys")).unwrap().mode() & 0o777, 0o700);
     }
 }

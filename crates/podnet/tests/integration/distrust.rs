@@ -108,3 +108,122 @@ fn a_rogue_rank_cannot_crash_rank_0_nor_pass_a_figure_no_link_carries() {
     // Bounded by the work: a silent server costs its listen deadline, not ~90 s per phase.
     assert!(t0.elapsed() < Duration::from_secs(120), "took {:?}", t0.elapsed());
 }
+
+/// A copy of a recorded host to spoil.
+fn spoilable(tree: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let from = crate::util::testdata(&format!("doctor/{tree}"));
+    let ok = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", from.display()))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    dir
+}
+
+/// `podnet args…`, killed after `limit`: (exit code, stdout, stderr, how long).
+fn bounded(args: &[&str], limit: Duration) -> (Option<i32>, String, String, Duration) {
+    let t0 = Instant::now();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_podnet"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while t0.elapsed() < limit && c.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let o = c.wait_with_output().unwrap();
+    let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (o.status.code(), s(&o.stdout), s(&o.stderr), t0.elapsed())
+}
+
+fn mkfifo(p: &std::path::Path) {
+    let _ = std::fs::remove_file(p);
+    assert!(Command::new("mkfifo").arg(p).status().unwrap().success());
+}
+
+#[test]
+fn recorded_trees_that_never_end_are_read_bounded() {
+    // The kernel log and a command's output linked to /dev/zero, a PCI config space a FIFO;
+    // then the kernel log a FIFO.
+    let dir = spoilable("mlx5-problems");
+    let root = dir.path();
+    for f in ["kmsg", "cmd/ethtool-g-ens1f0np0", "cmd/ethtool-S-ens1f0np0"] {
+        std::fs::remove_file(root.join(f)).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", root.join(f)).unwrap();
+    }
+    mkfifo(&root.join("sys/bus/pci/devices/0000:3a:00.0/config"));
+    let r = root.to_str().unwrap();
+    let limit = Duration::from_secs(30);
+    let (code, out, err, took) = bounded(&["doctor", "--root", r], limit);
+    assert!(matches!(code, Some(0 | 1)), "{code:?} after {took:?}: {err}");
+    assert!(out.contains("errors"), "{out}");
+    mkfifo(&root.join("kmsg"));
+    let (code, _, err, took) = bounded(&["doctor", "--root", r], limit);
+    assert!(matches!(code, Some(0 | 1)), "a FIFO as kmsg: {code:?} after {took:?}: {err}");
+    let other = spoilable("clean");
+    let rs = [r, other.path().to_str().unwrap()];
+    let (code, _, err, took) = bounded(&["doctor", "--compare", rs[0], rs[1]], limit);
+    assert!(matches!(code, Some(0 | 1)), "--compare: {code:?} after {took:?}: {err}");
+    let sys = root.join("sys");
+    let proc = root.join("proc");
+    let args = [
+        "agent",
+        "--print",
+        "--interval",
+        "0.2",
+        "--sysfs-root",
+        sys.to_str().unwrap(),
+        "--procfs-root",
+        proc.to_str().unwrap(),
+    ];
+    let (code, out, err, took) = bounded(&args, limit);
+    assert_eq!(code, Some(0), "the agent: after {took:?}: {err}");
+    assert!(out.contains("podnet_pcie_link_width"), "{out}");
+}
+
+#[test]
+fn a_recording_is_private_and_writes_through_no_link() {
+    let parent = tempfile::tempdir().unwrap();
+    let rec = parent.path().join("rec");
+    let (code, _, err, _) = bounded(
+        &[
+            "doctor",
+            "--root",
+            crate::util::testdata("doctor/mlx5-problems").to_str().unwrap(),
+            "--record",
+            rec.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(matches!(code, Some(0 | 1)), "{err}");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&rec).unwrap().mode() & 0o777, 0o700);
+    let kmsg = std::fs::metadata(rec.join("kmsg")).unwrap();
+    assert_eq!(kmsg.mode() & 0o077, 0, "the kernel log is readable by others");
+    // A recording folder that exists but is another's to write, or a link: refused.
+    let open = parent.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let link = parent.path().join("link");
+    std::os::unix::fs::symlink(parent.path().join("elsewhere"), &link).unwrap();
+    for bad in [&open, &link] {
+        let (code, _, err, _) = bounded(
+            &[
+                "doctor",
+                "--root",
+                crate::util::testdata("doctor/clean").to_str().unwrap(),
+                "--record",
+                bad.to_str().unwrap(),
+            ],
+            Duration::from_secs(30),
+        );
+        assert_eq!(code, Some(2), "{}: {err}", bad.display());
+    }
+    assert!(!parent.path().join("elsewhere").exists());
+}
