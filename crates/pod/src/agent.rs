@@ -53,6 +53,9 @@ pub const DOWN_GRACE: Duration = Duration::from_secs(2);
 /// An unchanged report is broadcast again this often (a host that comes up has everyone's
 /// again at once: each host republishes when it sees one come up).
 pub const REPUBLISH: Duration = Duration::from_secs(30);
+/// A host of the plan never heard from this long after the agent started is a finding
+/// (`host-down`, "never heard from"): not started, another port or secret, or no path to it.
+pub const NEVER_HEARD_AFTER: Duration = Duration::from_secs(3);
 /// Bytes of a UD receive's GRH area.
 const GRH: usize = 40;
 /// Receives posted per rail.
@@ -1286,6 +1289,15 @@ impl<'a> Control<'a> {
         let mut health: BTreeMap<u16, Health> =
             self.m.members().iter().map(|(h, x)| (*h, x.health)).collect();
         health.insert(me as u16, Health::Alive);
+        // Hosts of the plan never heard from, once the pod has had time to form: down.
+        let unheard: Vec<u16> = if self.start.elapsed() >= NEVER_HEARD_AFTER {
+            (0..self.inner.cfg.pod.hosts.len() as u16).filter(|h| !health.contains_key(h)).collect()
+        } else {
+            Vec::new()
+        };
+        for h in &unheard {
+            health.insert(*h, Health::Down);
+        }
         // The reports of the hosts not down, by version: what localization reads.
         let key: Vec<(u16, u64)> = self
             .decoded
@@ -1298,7 +1310,17 @@ impl<'a> Control<'a> {
                 .iter()
                 .filter_map(|(h, _)| Some((*h, self.decoded.get(h)?.1.clone())))
                 .collect();
-            let found = locate::locate(&self.inner.cfg.pod, me, &health, &reports);
+            let mut found = locate::locate(&self.inner.cfg.pod, me, &health, &reports);
+            let pod = &self.inner.cfg.pod;
+            let secs = self.start.elapsed().as_secs();
+            for f in found.iter_mut().filter(|f| f.kind == "host-down") {
+                if unheard.iter().any(|h| pod.hosts[usize::from(*h)].name == f.component) {
+                    f.evidence = format!(
+                        "never heard from in the {secs} s since this agent started: its agent not \
+                         running, on another --pod-port or with another secret, or no path to it"
+                    );
+                }
+            }
             self.located = Some(Located { health: health.clone(), key, reports, found });
         }
         health

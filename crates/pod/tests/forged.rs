@@ -314,3 +314,18 @@ fn forged_channel_handshakes_allocate_nothing() {
     assert_eq!(s.channels.accepted, 0, "forged handshakes were given QPs");
     assert!(s.refused.unknown_sender > 0, "{:?}", s.refused);
 }
+
+#[test]
+fn hosts_of_the_plan_never_heard_from_are_a_finding() {
+    // Host 0 alone: the two others never start.
+    let agents = start_only(6, None, &[0]);
+    std::thread::sleep(pod::agent::NEVER_HEARD_AFTER + Duration::from_secs(1));
+    let s = agents[0].status();
+    let down: Vec<&str> = s
+        .findings
+        .iter()
+        .filter(|f| f.kind == "host-down" && f.evidence.contains("never heard from"))
+        .map(|f| f.component.as_str())
+        .collect();
+    assert_eq!(down, ["h2", "h3"], "{:?}", s.findings);
+}

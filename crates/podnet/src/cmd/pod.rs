@@ -419,8 +419,10 @@ fn print_status(out: &mut impl Write, v: &serde_json::Value) -> std::io::Result<
     )?;
     let findings = v["findings"].as_array().cloned().unwrap_or_default();
     writeln!(out, "\nFINDINGS")?;
-    if findings.is_empty() {
+    if findings.is_empty() && down == 0 {
         writeln!(out, "  none: every member alive, every probed path answering")?;
+    } else if findings.is_empty() {
+        writeln!(out, "  none yet, though {down} member(s) are down")?;
     }
     for f in &findings {
         writeln!(
