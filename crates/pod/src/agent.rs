@@ -405,6 +405,23 @@ impl PodAgent {
                 pod.hosts.len()
             )));
         }
+        // Probes and handshakes go to a soft device's RoCE port, 4791: a rail on another port
+        // would never be reached (a host down for good, falsely).
+        for h in &pod.hosts {
+            for r in &h.rails {
+                if let Ok(verbs::DeviceName::Soft { port, .. }) = r.device_name()
+                    && port != verbs::ROCE_PORT
+                {
+                    return Err(Error::Plan(format!(
+                        "host {:?}, rail {:?}: the pod monitor reaches soft devices on the RoCE \
+                         port {}; give soft:<IP> without a port",
+                        h.name,
+                        r.device,
+                        verbs::ROCE_PORT
+                    )));
+                }
+            }
+        }
         let rails: Vec<RailIo> = (0..pod.hosts[me].rails.len())
             .map(|r| open_rail(pod, me, r, &cfg.probe))
             .collect::<Result<_, _>>()?;

@@ -329,3 +329,11 @@ fn hosts_of_the_plan_never_heard_from_are_a_finding() {
         .collect();
     assert_eq!(down, ["h2", "h3"], "{:?}", s.findings);
 }
+
+#[test]
+fn a_rail_on_another_udp_port_is_refused_not_watched_as_down_forever() {
+    let mut pod = plan(7);
+    pod.hosts[1].rails[0].device = format!("soft:{}:5000", ip(7, 2));
+    let e = PodAgent::start(AgentConfig::new(pod, 0), Arc::new(NoObserver)).unwrap_err();
+    assert!(e.to_string().contains("without a port"), "{e}");
+}

@@ -328,3 +328,29 @@ fn every_suspect_is_named_by_its_component() {
         assert_eq!((s.kind.as_str(), s.component.clone()), (s.at.kind(), s.at.name(&p)));
     }
 }
+
+#[test]
+fn one_device_written_two_ways_is_one_device() {
+    let plan = |a: &str, b: &str, same_host: bool| -> Pod {
+        let mut p = pod(2, 1, 2, PairSet::All);
+        let rail = |d: &str, t: &str| Rail { device: d.into(), tor: t.into() };
+        if same_host {
+            p.hosts[0].rails = vec![rail(a, "t0"), rail(b, "t1")];
+        } else {
+            p.hosts[0].rails = vec![rail(a, "t0")];
+            p.hosts[1].rails = vec![rail(b, "t0")];
+        }
+        p
+    };
+    for (a, b) in [
+        ("soft:10.1.0.1", "soft:10.1.0.1:4791"),
+        ("soft:10.1.0.1", "soft:::ffff:10.1.0.1"),
+        ("soft:[::ffff:10.1.0.1]:4791", "soft:10.1.0.1"),
+    ] {
+        for same_host in [true, false] {
+            let e = plan(a, b, same_host).validate().unwrap_err();
+            assert_eq!(e.0, "device", "{a} {b}: {e:?}");
+        }
+    }
+    assert!(plan("soft:10.1.0.1", "soft:10.1.0.2", false).validate().is_ok());
+}

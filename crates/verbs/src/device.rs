@@ -101,28 +101,49 @@ impl DeviceName {
             }
             return Ok(DeviceName::Rdma(name.to_string()));
         };
+        if addr.contains('%') {
+            return Err(bad(
+                "a scoped (link-local) address: a soft device cannot name an interface; give a \
+                 global or unique-local address",
+            ));
+        }
         if let Ok(ip) = addr.parse::<IpAddr>() {
             return unicast(ip).map(|ip| DeviceName::Soft { ip, port: ROCE_PORT }).map_err(bad);
         }
         let (host, port) = if let Some(v6) = addr.strip_prefix('[') {
             let (h, p) = v6.split_once(']').ok_or(bad("unclosed '[' in an IPv6 address"))?;
-            (h, p.strip_prefix(':').unwrap_or(p))
+            match p {
+                "" => (h, None),
+                _ => (h, Some(p.strip_prefix(':').ok_or(bad("after ']' only ':<udp-port>'"))?)),
+            }
         } else {
-            addr.rsplit_once(':').ok_or(bad("not an IP address"))?
+            let (h, p) = addr.rsplit_once(':').ok_or(bad("not an IP address"))?;
+            (h, Some(p))
         };
         let ip = host.parse::<IpAddr>().map_err(|_| bad("not an IP address"))?;
         let ip = unicast(ip).map_err(bad)?;
-        let port = if port.is_empty() {
-            ROCE_PORT
-        } else {
-            port.parse::<u16>().ok().filter(|p| *p != 0).ok_or(bad("bad UDP port"))?
+        let port = match port {
+            None => ROCE_PORT,
+            Some("") => return Err(bad("a ':' with no UDP port after it")),
+            Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or(bad("bad UDP port"))?,
         };
         Ok(DeviceName::Soft { ip, port })
     }
 }
 
-/// A soft device is one unicast address: the address a peer sends to and the one it binds.
+/// A soft device is one unicast address: the address a peer sends to and the one it binds,
+/// in its canonical form (an IPv4-mapped IPv6 address is the IPv4 address: `soft:::ffff:IP`
+/// is `soft:IP`, the same device).
 fn unicast(ip: IpAddr) -> Result<IpAddr, &'static str> {
+    let ip = ip.to_canonical();
+    if let IpAddr::V6(v6) = ip
+        && v6.is_unicast_link_local()
+    {
+        return Err(
+            "a link-local address needs a scope (an interface), which a soft device cannot name: \
+             give a global or unique-local address",
+        );
+    }
     if ip.is_unspecified() {
         return Err(
             "the unspecified address is every interface's, not one device's: name the address to use",
@@ -193,7 +214,18 @@ mod tests {
             assert!(!DeviceName::parse(rdma).unwrap().is_soft());
         }
         let long = "m".repeat(64);
-        for bad in ["soft:", "soft:1.2.3", "soft:1.2.3.4:0", "soft:[::1", "soft:x:1", "", "a b"] {
+        for bad in [
+            "soft:",
+            "soft:1.2.3",
+            "soft:1.2.3.4:0",
+            "soft:[::1",
+            "soft:x:1",
+            "",
+            "a b",
+            "soft:1.2.3.4:",
+            "soft:[fd00::1]:",
+            "soft:[fd00::1]x",
+        ] {
             assert!(DeviceName::parse(bad).is_err(), "{bad}");
         }
         // Each with the reason that fits it.
@@ -206,12 +238,21 @@ mod tests {
             ("soft:224.0.0.1", "multicast"),
             ("soft:ff02::1", "multicast"),
             ("soft:255.255.255.255", "broadcast"),
+            ("soft:fe80::1", "link-local"),
+            ("soft:[fe80::1]:4791", "link-local"),
+            ("soft:fe80::1%eth0", "scoped"),
+            ("soft:1.2.3.4:", "no UDP port"),
         ] {
             let e = DeviceName::parse(bad).unwrap_err().to_string();
             assert!(e.contains(why), "{bad}: {e}");
         }
         for bad in ["mlx5_0/1", "host:mlx5_0", long.as_str()] {
             assert!(DeviceName::parse(bad).is_err(), "{bad}");
+        }
+        // One device, however it is written: the default port, an IPv4-mapped address.
+        let one = DeviceName::parse("soft:10.1.0.1").unwrap();
+        for same in ["soft:10.1.0.1:4791", "soft:::ffff:10.1.0.1", "soft:[::ffff:10.1.0.1]:4791"] {
+            assert_eq!(DeviceName::parse(same).unwrap(), one, "{same}");
         }
         // Display gives back a name that parses to the same device.
         for n in ["soft:127.0.0.1", "soft:[fd00::1]:9", "soft:10.0.0.1:5000", "soft", "mlx5_0"] {
