@@ -20,6 +20,18 @@ pub enum GpuError {
         "no CUDA driver library (libcuda.so.1) on this host: GPU memory needs the NVIDIA driver"
     )]
     NoDriver,
+    /// The driver library lacks an entry point podnet calls (an older driver, or not
+    /// NVIDIA's library).
+    #[error(
+        "the CUDA driver library ({library}) has no {symbol}: a driver older than podnet needs \
+         (CUDA 12.2), or not NVIDIA's library"
+    )]
+    OldDriver {
+        /// The library loaded.
+        library: String,
+        /// The first entry point missing.
+        symbol: &'static str,
+    },
     /// The host has fewer GPUs.
     #[error("GPU {asked} does not exist: this host has {count} CUDA device(s)")]
     NoDevice {
@@ -48,7 +60,7 @@ impl From<GpuError> for std::io::Error {
         let kind = match e {
             GpuError::Unsupported(_) => std::io::ErrorKind::Unsupported,
             GpuError::NoDriver | GpuError::NoDevice { .. } => std::io::ErrorKind::NotFound,
-            GpuError::Driver { .. } => std::io::ErrorKind::Other,
+            GpuError::Driver { .. } | GpuError::OldDriver { .. } => std::io::ErrorKind::Other,
         };
         std::io::Error::new(kind, e)
     }
@@ -70,10 +82,63 @@ pub fn driver_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
-/// Loads the driver and initializes it (`cuInit`), once the library is known to be there.
+/// Every driver entry point podnet calls (what `crates/cuda-stub` implements): the loader
+/// panics on the first call to one the library lacks, so each is looked up first.
+const ENTRY_POINTS: &[&str] = &[
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDeviceGetPCIBusId",
+    "cuDeviceGetAttribute",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxSetCurrent",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoH_v2",
+    "cuStreamCreate",
+    "cuStreamSynchronize",
+    "cuStreamDestroy_v2",
+    "cuMemGetHandleForAddressRange",
+    "cuGetErrorName",
+    "cuGetErrorString",
+];
+
+/// The library the loader will take (the first of its names that loads), and the first of
+/// [`ENTRY_POINTS`] it lacks.
+fn missing_entry_point() -> Option<(String, &'static str)> {
+    for name in cudarc::get_lib_name_candidates("cuda") {
+        // SAFETY: loading the library runs its initializers, as the loader itself would on
+        // the first call; no symbol is called here, only looked up.
+        let Ok(lib) = (unsafe { libloading::Library::new(&name) }) else { continue };
+        for sym in ENTRY_POINTS {
+            // SAFETY: the symbol is only looked up, never called through this type.
+            let found = unsafe { lib.get::<unsafe extern "C" fn()>(sym.as_bytes()) };
+            if found.is_err() {
+                return Some((name, sym));
+            }
+        }
+        return None;
+    }
+    None
+}
+
+/// Loads the driver and initializes it (`cuInit`), once the library is known to be there
+/// with every entry point podnet calls.
 fn init() -> Result<(), GpuError> {
     if !driver_present() {
         return Err(GpuError::NoDriver);
+    }
+    static CHECKED: std::sync::OnceLock<Option<(String, &'static str)>> =
+        std::sync::OnceLock::new();
+    if let Some((library, symbol)) = CHECKED.get_or_init(missing_entry_point).clone() {
+        return Err(GpuError::OldDriver { library, symbol });
     }
     result::init().map_err(driver("cuInit"))
 }

@@ -57,6 +57,11 @@ fn progress(size: Option<u64>, quiet_stdout: bool) -> Option<ProgressBar> {
 }
 
 pub(crate) fn analyze(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        args.grace.is_finite() && (0.0..=3_600_000.0).contains(&args.grace),
+        "--grace must be a number of milliseconds from 0 to 3600000, not {}",
+        args.grace
+    );
     let Opened { name, mut reader, size, bytes_read } = open(&args.file)?;
     let progress = progress(size, false);
     let cfg = capture::analyze::Config {
@@ -190,6 +195,9 @@ pub(crate) fn record(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     if args.snaplen < 128 {
         anyhow::bail!("--snaplen {} is shorter than RoCEv2's headers", args.snaplen);
     }
+    if let Some(d) = args.duration {
+        super::world::secs("--duration", d)?;
+    }
     let mut sniffer = capture::live::Sniffer::open(
         &host::default_root(),
         &args.interface,
@@ -216,7 +224,7 @@ pub(crate) fn record(args: &RecordArgs) -> anyhow::Result<ExitCode> {
         args.write.display()
     );
     let start = Instant::now();
-    let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d.max(0.0)));
+    let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d.clamp(0.0, 1e7)));
     let mut buf = vec![0u8; args.snaplen as usize];
     let (mut frames, mut bytes) = (0u64, 0u64);
     let tty = io::stderr().is_terminal();

@@ -23,8 +23,7 @@ pub(crate) fn run(args: &PingpongArgs) -> anyhow::Result<ExitCode> {
         bail!("--mtu must be 256, 512, 1024, 2048 or 4096, not {}", args.mtu);
     };
     let timeout = match args.timeout {
-        Some(t) if t.is_finite() && t > 0.0 => Some(Duration::from_secs_f64(t)),
-        Some(t) => bail!("--timeout must be a positive number of seconds, not {t}"),
+        Some(t) => Some(super::world::secs("--timeout", t)?),
         None => None,
     };
     let progress = if args.events { Progress::Event } else { Progress::Busy };

@@ -11,9 +11,10 @@ use crate::cli::WorldArgs;
 
 /// `v` seconds, or an error naming the flag.
 pub(crate) fn secs(name: &str, v: f64) -> anyhow::Result<Duration> {
+    let shown = if v.is_finite() && v.abs() >= 1e7 { format!("{v:e}") } else { v.to_string() };
     ensure!(
         v.is_finite() && v > 0.0 && v < 1e7,
-        "{name} must be a positive number of seconds, not {v}"
+        "{name} must be a positive number of seconds below 10^7, not {shown}"
     );
     Ok(Duration::from_secs_f64(v))
 }

@@ -291,3 +291,28 @@ fn packets_bound_for_the_gpu_are_copied_in_batches() {
     assert!(f[3] < 300 * 16 / 4, "{} device-to-host copies for 4800 packets", f[3]);
     let _ = std::fs::remove_dir_all(stub);
 }
+
+/// A driver library without `cuInit` (or an older one, missing an entry point podnet calls):
+/// one line naming it and exit 2, not the loader's panic.
+#[test]
+fn a_driver_library_missing_an_entry_point_is_named_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = dir.path().join("cuda.c");
+    std::fs::write(&c, "int cuDeviceGetCount(int *n) { *n = 1; return 0; }\n").unwrap();
+    let ok = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(dir.path().join("libcuda.so.1"))
+        .arg(&c)
+        .status()
+        .expect("cc");
+    assert!(ok.success(), "cc failed");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_podnet"))
+        .args(["perf", "write-bw", "--use_cuda"])
+        .env("LD_LIBRARY_PATH", dir.path())
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("has no cuInit"), "{err}");
+}
