@@ -15,6 +15,7 @@
 #   iproute2, tcpdump, nftables, python3, util-linux
 #                                the guest's network, captures, loss rules, and helpers
 #   ethtool                      doctor's and tune's NIC settings, read and set in the guest
+#   time                         GNU time: a test's bound on capture analyze's peak memory
 set -euo pipefail
 "$(dirname "$0")/build-deps.sh"
 # command  package
@@ -49,6 +50,8 @@ for pkg in ibverbs-providers rdma-core; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
 done
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+# `time` is a shell keyword too: look for GNU time's file.
+[ -x /usr/bin/time ] || need+=(time)
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 if [ ${#need[@]} -gt 0 ]; then

@@ -194,7 +194,7 @@ impl Flow {
         Flow {
             key: Some(key),
             udp_src_port,
-            ring: vec![Slot::default(); RING],
+            ring: Vec::new(),
             bucket_ns: 1_000_000,
             sample_every: 1,
             ..Flow::default()
@@ -294,6 +294,30 @@ impl Flow {
             let d = psn.diff(g.start);
             d >= 0 && (d as u32) < g.len
         })
+    }
+
+    /// The ring's slot for `psn` (empty where the ring is still smaller than the PSNs it
+    /// would need: a flow's memory grows with its requests, up to [`RING`] slots).
+    pub(super) fn slot(&self, psn: u32) -> Slot {
+        match self.ring.len() {
+            0 => Slot::default(),
+            n => self.ring[psn as usize % n],
+        }
+    }
+
+    /// Keeps `s` in the ring at its PSN, growing the ring (doubling, re-placing what it
+    /// holds) while the flow's requests outnumber its slots.
+    pub(super) fn set_slot(&mut self, s: Slot) {
+        let want = (self.requests as usize).next_power_of_two().clamp(8, RING);
+        if self.ring.len() < want {
+            let mut grown = vec![Slot::default(); want];
+            for old in self.ring.iter().filter(|o| o.valid) {
+                grown[old.psn as usize % want] = *old;
+            }
+            self.ring = grown;
+        }
+        let n = self.ring.len();
+        self.ring[s.psn as usize % n] = s;
     }
 
     pub(super) fn add_goodput(&mut self, rel_ns: u64, bytes: u64) {

@@ -17,7 +17,8 @@ impl Analyzer {
             self.undecodable += 1;
             return;
         };
-        let ts = r.ts_ns.unwrap_or(0);
+        // Capture time never runs backwards here (a clock step is counted in `frame`).
+        let ts = r.ts_ns.map_or(self.last_ns, |t| t.max(self.last_ns));
         let rel = ts.saturating_sub(self.first_ns.unwrap_or(ts));
         let b = &h.bth;
         let op = b.opcode;
@@ -28,7 +29,10 @@ impl Analyzer {
         };
         let key =
             FlowKey { src: r.edge.ip.src, dst: r.edge.ip.dst, dest_qp: b.dest_qp.get(), src_qp };
-        let fi = self.flow(key, r.edge.udp.src_port);
+        let Some(fi) = self.flow(key, r.edge.udp.src_port) else {
+            self.untracked += 1;
+            return;
+        };
         let payload = r.payload_len.unwrap_or(0) as u64;
         let f = &mut self.flows[fi];
         if f.transport.is_none() && op != Opcode::CNP {
@@ -123,7 +127,6 @@ impl Analyzer {
             f.mtu_guess = f.mtu_guess.max(payload as u32);
         }
         let mark = |frame| Mark { t: rel as f64 / 1e9, psn: psn.get(), frame };
-        let slot = (psn.get() as usize) % RING;
         let mut fresh = true;
         match f.next {
             None => {
@@ -140,7 +143,7 @@ impl Analyzer {
                     f.next = Some(psn.add(1));
                 } else {
                     // Backwards: a duplicate, an out-of-order arrival, or a resend.
-                    let s = f.ring[slot];
+                    let s = f.slot(psn.get());
                     if s.valid && s.psn == psn.get() && ip_id.is_some() && s.ip_id == ip_id {
                         f.duplicates += 1;
                         return;
@@ -166,7 +169,7 @@ impl Analyzer {
                             f.filled.remove(k);
                             f.lost_before = f.lost_before.saturating_sub(1);
                         }
-                        f.ring[slot] = Slot { psn: psn.get(), ts, ip_id, valid: true };
+                        f.set_slot(Slot { psn: psn.get(), ts, ip_id, valid: true });
                         return;
                     }
                     let gap = f.in_gap(psn);
@@ -263,7 +266,7 @@ impl Analyzer {
             };
             f.remote.push_back(Remote { psn, ts, frame: r.frame, op: h.bth.opcode, rkey, va, len });
         }
-        f.ring[slot] = Slot { psn: psn.get(), ts, ip_id, valid: true };
+        f.set_slot(Slot { psn: psn.get(), ts, ip_id, valid: true });
         if fresh {
             // A message is counted once, not again for each resend of its first packet.
             if o.is_first_or_only()
@@ -295,26 +298,34 @@ impl Analyzer {
         Some(best)
     }
 
-    /// The flows other than `i`, not yet paired, from `src` to `dst` and of `transport`.
+    /// The flows other than `i`, not yet paired, from `src` to `dst` and of `transport`: the
+    /// latest [`MAX_PAIR_CANDIDATES`] of them.
     pub(super) fn unpaired(
         &self,
         i: usize,
         (src, dst): (IpAddr, IpAddr),
         transport: Option<Transport>,
     ) -> impl Iterator<Item = usize> + '_ {
-        self.flows.iter().enumerate().filter_map(move |(j, g)| {
-            let fits = j != i
-                && g.peer.is_none()
-                && g.transport == transport
-                && g.key.is_some_and(|k| k.src == src && k.dst == dst);
-            fits.then_some(j)
-        })
+        let there = self.by_ends.get(&(src, dst));
+        there.into_iter().flat_map(|s| s.iter().rev()).take(MAX_PAIR_CANDIDATES).copied().filter(
+            move |&j| {
+                let g = &self.flows[j];
+                j != i && g.peer.is_none() && g.transport == transport
+            },
+        )
     }
 
-    /// Makes flows `a` and `b` the two directions of one connection.
     pub(super) fn link(&mut self, a: usize, b: usize) {
         self.flows[a].peer = Some(b);
         self.flows[b].peer = Some(a);
+        // Paired flows are no one's candidates any more.
+        for i in [a, b] {
+            if let Some(k) = self.flows[i].key
+                && let Some(v) = self.by_ends.get_mut(&(k.src, k.dst))
+            {
+                v.remove(&i);
+            }
+        }
     }
 
     pub(super) fn response(
@@ -360,7 +371,7 @@ impl Analyzer {
                 let newly = f.acknowledge(psn);
                 f.acked_packets += newly;
                 if newly > 0 {
-                    let s = f.ring[(psn.get() as usize) % RING];
+                    let s = f.slot(psn.get());
                     if s.valid && s.psn == psn.get() && o == Operation::Acknowledge {
                         sample(&mut f.ack_latency, ts.saturating_sub(s.ts));
                     }

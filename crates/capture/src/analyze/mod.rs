@@ -38,6 +38,7 @@ mod report;
 mod text;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 use wire::Transport;
 
@@ -71,6 +72,10 @@ const RING: usize = 1024;
 /// Requests with an RETH or AtomicETH remembered per flow (READ and atomic latency, the
 /// evidence for an access error).
 const MAX_REMOTE: usize = 256;
+/// Flows tracked, at most: the records of flows beyond are counted, not analyzed.
+pub const MAX_FLOWS: usize = 250_000;
+/// Unpaired flows a response flow is matched against, at most (the latest).
+const MAX_PAIR_CANDIDATES: usize = 1024;
 /// Goodput buckets per flow; past this the bucket doubles.
 const MAX_BUCKETS: usize = 256;
 /// Evidence frames kept per finding.
@@ -92,6 +97,12 @@ pub struct Analyzer {
     undecodable: u64,
     first_ns: Option<u64>,
     last_ns: u64,
+    /// Unpaired flows by (source, destination), in the order they came.
+    by_ends: HashMap<(IpAddr, IpAddr), std::collections::BTreeSet<usize>>,
+    /// Records of flows past [`MAX_FLOWS`], not analyzed.
+    untracked: u64,
+    /// Frames whose timestamp went back before an earlier frame's (taken as that time).
+    backwards: u64,
 }
 
 impl Analyzer {
@@ -107,6 +118,9 @@ impl Analyzer {
             undecodable: 0,
             first_ns: None,
             last_ns: 0,
+            by_ends: HashMap::new(),
+            untracked: 0,
+            backwards: 0,
         }
     }
 
@@ -115,23 +129,33 @@ impl Analyzer {
         self.frames += 1;
         if let Some(t) = ts_ns {
             self.first_ns.get_or_insert(t);
+            if t < self.last_ns {
+                self.backwards += 1;
+            }
             self.last_ns = self.last_ns.max(t);
         }
     }
 
-    fn flow(&mut self, key: FlowKey, sport: u16) -> usize {
+    /// The flow of `key`, made if new; `None` past [`MAX_FLOWS`].
+    fn flow(&mut self, key: FlowKey, sport: u16) -> Option<usize> {
         if let Some((k, i)) = self.last
             && k == key
         {
-            return i;
+            return Some(i);
         }
         let n = self.flows.len();
-        let i = *self.index.entry(key).or_insert(n);
-        if i == n {
-            self.flows.push(Flow::new(key, sport));
-        }
+        let i = match self.index.get(&key) {
+            Some(i) => *i,
+            None if n >= MAX_FLOWS => return None,
+            None => {
+                self.index.insert(key, n);
+                self.flows.push(Flow::new(key, sport));
+                self.by_ends.entry((key.src, key.dst)).or_default().insert(n);
+                n
+            }
+        };
         self.last = Some((key, i));
-        i
+        Some(i)
     }
 
     /// Takes every record of one decoded frame.
@@ -144,21 +168,28 @@ impl Analyzer {
         let start = self.first_ns.unwrap_or(0);
         let end = self.last_ns;
         // Flows never paired by a response: pair a lone flow with the one reverse flow of its
-        // transport (UC, or RC with no response captured), for CNPs and the report.
-        for i in 0..self.flows.len() {
-            if self.flows[i].peer.is_some() {
-                continue;
+        // transport (UC, or RC with no response captured), for CNPs and the report — where
+        // each is the only unpaired flow of its transport each way.
+        let mut groups: HashMap<(IpAddr, IpAddr, Option<Transport>), Vec<usize>> = HashMap::new();
+        for (i, f) in self.flows.iter().enumerate() {
+            if f.peer.is_none()
+                && f.transport != Some(Transport::Ud)
+                && let Some(k) = f.key
+            {
+                groups.entry((k.src, k.dst, f.transport)).or_default().push(i);
             }
-            let Some(k) = self.flows[i].key else { continue };
-            let t = self.flows[i].transport;
-            if t == Some(Transport::Ud) {
-                continue;
+        }
+        let mut lone: Vec<(usize, usize)> = Vec::new();
+        for (&(src, dst, t), there) in &groups {
+            if let ([a], Some([b])) =
+                (there.as_slice(), groups.get(&(dst, src, t)).map(Vec::as_slice))
+                && a < b
+            {
+                lone.push((*a, *b));
             }
-            let back: Vec<usize> = self.unpaired(i, (k.dst, k.src), t).collect();
-            let alongside = self.unpaired(i, (k.src, k.dst), t).next();
-            if let ([only], None) = (back.as_slice(), alongside) {
-                self.link(i, *only);
-            }
+        }
+        for (a, b) in lone {
+            self.link(a, b);
         }
         let mut order: Vec<usize> = (0..self.flows.len()).collect();
         order.sort_by_key(|&i| self.flows[i].first_frame);
@@ -194,6 +225,8 @@ impl Analyzer {
             roce: self.roce,
             undecodable: self.undecodable,
             duration_s: end.saturating_sub(start) as f64 / 1e9,
+            untracked: self.untracked,
+            clock_steps_back: self.backwards,
             connections,
             findings,
         }

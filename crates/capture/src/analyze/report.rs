@@ -268,6 +268,12 @@ pub struct Report {
     pub undecodable: u64,
     /// From the first frame to the last, seconds (0 without timestamps).
     pub duration_s: f64,
+    /// RoCEv2 packets of flows past the flows tracked ([`super::MAX_FLOWS`]): counted, not
+    /// analyzed.
+    pub untracked: u64,
+    /// Frames whose timestamp went back before an earlier frame's (a clock step in the
+    /// capture): each taken at the latest time seen.
+    pub clock_steps_back: u64,
     /// Every connection.
     pub connections: Vec<Connection>,
     /// What went wrong, worst first.

@@ -30,6 +30,22 @@ impl Report {
                 String::new()
             }
         );
+        if self.untracked > 0 {
+            let _ = writeln!(
+                o,
+                "{} RoCEv2 packets of flows past the first {} were counted, not analyzed",
+                self.untracked,
+                super::MAX_FLOWS
+            );
+        }
+        if self.clock_steps_back > 0 {
+            let _ = writeln!(
+                o,
+                "{} frames' timestamps went back in time (the capture's clock stepped): each was \
+                 taken at the latest time before it",
+                self.clock_steps_back
+            );
+        }
         for c in &self.connections {
             let _ = writeln!(o, "\n#{} {}", c.id, c.transport);
             for d in &c.directions {
@@ -101,9 +117,18 @@ impl Report {
                     }
                 }
                 let gp = &d.goodput.mbit_s;
-                if gp.iter().any(|&x| x > 0.0) {
+                let span = d.seconds[1] - d.seconds[0];
+                if gp.iter().any(|&x| x > 0.0) && span * 1e3 < d.goodput.bucket_ms {
+                    // Shorter than one bucket (a packet or a burst): no rate to speak of.
+                    let _ = writeln!(
+                        o,
+                        "    goodput: {} bytes within {} (shorter than a {} ms bucket: no rate)",
+                        d.bytes,
+                        seconds(span.max(0.0)),
+                        d.goodput.bucket_ms
+                    );
+                } else if gp.iter().any(|&x| x > 0.0) {
                     let peak = gp.iter().copied().fold(0.0, f64::max);
-                    let span = (d.seconds[1] - d.seconds[0]).max(1e-9);
                     // First transmissions only: what the buckets hold.
                     let mean = gp.iter().sum::<f64>() * (d.goodput.bucket_ms / 1e3) / span;
                     let _ = writeln!(

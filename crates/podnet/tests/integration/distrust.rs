@@ -123,20 +123,26 @@ fn spoilable(tree: &str) -> tempfile::TempDir {
     dir
 }
 
-/// `podnet args…`, killed after `limit`: (exit code, stdout, stderr, how long).
+/// `podnet args…`, killed after `limit`: (exit code, stdout, stderr, how long). Its output is
+/// read as it comes (a full pipe must not stall it).
 fn bounded(args: &[&str], limit: Duration) -> (Option<i32>, String, String, Duration) {
     let t0 = Instant::now();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_podnet"))
+    let c = Command::new(env!("CARGO_BIN_EXE_podnet"))
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    while t0.elapsed() < limit && c.try_wait().unwrap().is_none() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = c.kill();
+    let pid = c.id().to_string();
+    let (done, stop) = std::sync::mpsc::channel::<()>();
+    let killer = std::thread::spawn(move || {
+        if stop.recv_timeout(limit).is_err() {
+            let _ = Command::new("kill").args(["-9", &pid]).status();
+        }
+    });
     let o = c.wait_with_output().unwrap();
+    let _ = done.send(());
+    let _ = killer.join();
     let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     (o.status.code(), s(&o.stdout), s(&o.stderr), t0.elapsed())
 }
@@ -226,4 +232,88 @@ fn a_recording_is_private_and_writes_through_no_link() {
         assert_eq!(code, Some(2), "{}: {err}", bad.display());
     }
     assert!(!parent.path().join("elsewhere").exists());
+}
+
+/// A RoCEv2 SEND_ONLY frame on QP `qp` at PSN `psn`, from 10.1.x.y.
+fn send_only(src: std::net::Ipv4Addr, qp: u32, psn: u32) -> Vec<u8> {
+    use wire::frame::{FrameBuilder, IpParams, Link};
+    use wire::{Opcode, Psn, Qpn, bth, roce};
+    let b = FrameBuilder {
+        link: Link::Ethernet { src: [2, 0, 0, 0, 0, 1], dst: [2, 0, 0, 0, 0, 2], vlans: vec![] },
+        ip: IpParams::V4 { src, dst: "10.9.0.2".parse().unwrap(), tos: 2, ttl: 64, id: 1 },
+        src_port: 0xc000,
+        dst_port: 4791,
+        udp_checksum: false,
+    };
+    let r = roce::Repr::with_zeroed_headers(bth::Repr {
+        ack_req: true,
+        ..bth::Repr::new(Opcode(0x04), Qpn::new(qp), Psn::new(psn))
+    });
+    b.build(&r, &[7u8; 64]).unwrap()
+}
+
+#[test]
+fn capture_analyze_is_linear_in_flows_and_says_what_it_could_not_make_sense_of() {
+    let dir = tempfile::tempdir().unwrap();
+    // 120,000 flows of one packet each (a QP each, from three hosts): the whole file 12 MB.
+    let frames: Vec<(Vec<u8>, u32)> = (0..120_000u32)
+        .map(|i| {
+            let src = std::net::Ipv4Addr::new(10, 9, 1, (i % 3) as u8 + 1);
+            let f = send_only(src, 0x100 + i, 1);
+            let len = f.len() as u32;
+            (f, len)
+        })
+        .collect();
+    let many = dir.path().join("many.pcap");
+    crate::util::write_pcap(&many, 1, &frames);
+    let (code, out, err, took) =
+        bounded(&["capture", "analyze", many.to_str().unwrap()], Duration::from_secs(60));
+    assert!(matches!(code, Some(0 | 1)), "{code:?} after {took:?}: {err}");
+    assert!(took < Duration::from_secs(30), "120,000 flows took {took:?}");
+    assert!(out.contains("120000 RoCEv2 packets"), "{}", &out[..out.len().min(500)]);
+    // Its peak memory: a flow holds what it saw, not a ring sized for a long one.
+    let rss = peak_rss_kib(&["capture", "analyze", "--json", many.to_str().unwrap()]);
+    assert!(rss < 1_500_000, "{rss} KiB for 120,000 one-packet flows");
+    // A one-packet flow has no rate; timestamps going backwards are said and not believed.
+    let back = dir.path().join("back.pcap");
+    let src = std::net::Ipv4Addr::new(10, 9, 1, 1);
+    // Frames at 2 ms, then 1 ms and 1.1 ms: the clock stepped back between the first two.
+    write_pcap_at(
+        &back,
+        &[
+            (send_only(src, 5, 1), 2_000),
+            (send_only(src, 6, 1), 1_000),
+            (send_only(src, 6, 2), 1_100),
+        ],
+    );
+    let (_, out, err, _) =
+        bounded(&["capture", "analyze", back.to_str().unwrap()], Duration::from_secs(30));
+    assert!(out.contains("went back in time"), "{out}{err}");
+    assert!(out.contains("no rate"), "{out}");
+    assert!(!out.contains("Mbit/s over"), "an impossible rate: {out}");
+}
+
+/// A pcap file (Ethernet) of `frames`, each at its µs after a fixed start.
+fn write_pcap_at(path: &std::path::Path, frames: &[(Vec<u8>, u64)]) {
+    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+    let file = std::fs::File::create(path).unwrap();
+    let header = PcapHeader { datalink: 1u32.into(), ..Default::default() };
+    let mut w = PcapWriter::with_header(file, header).unwrap();
+    for (data, us) in frames {
+        let ts = Duration::from_micros(1_700_000_000_000_000 + us);
+        w.write_packet(&PcapPacket::new(ts, data.len() as u32, data)).unwrap();
+    }
+}
+
+/// The peak resident memory of `podnet args…`, KiB (GNU time's %M).
+fn peak_rss_kib(args: &[&str]) -> u64 {
+    let o = Command::new("/usr/bin/time")
+        .args(["-f", "%M"])
+        .arg(env!("CARGO_BIN_EXE_podnet"))
+        .args(args)
+        .stdout(Stdio::null())
+        .output()
+        .expect("/usr/bin/time (apt-get install time)");
+    let err = String::from_utf8_lossy(&o.stderr);
+    err.lines().last().and_then(|l| l.trim().parse().ok()).unwrap_or_else(|| panic!("{err}"))
 }
