@@ -73,6 +73,46 @@ pub fn versions(
     v
 }
 
+/// The ports of one adapter (PCI functions of one bus and device: a dual-port ConnectX's
+/// `.0` and `.1`) run one firmware image: when they report different versions, an update
+/// was applied to one function and the adapter not reset since (or a port came back from a
+/// recovery on another image) — the ports then behave differently under the same load.
+pub fn adapters(src: &Source, devices: &[RdmaDevice], out: &mut Vec<Finding>) {
+    let mut by_adapter: std::collections::BTreeMap<String, Vec<(String, String)>> =
+        std::collections::BTreeMap::new();
+    for d in devices {
+        let Some(pci) = &d.pci else { continue };
+        let Some((adapter, _function)) = pci.rsplit_once('.') else { continue };
+        if let Some(fw) = src.read(&format!("sys/class/infiniband/{}/fw_ver", d.name)) {
+            by_adapter.entry(adapter.to_string()).or_default().push((d.name.clone(), fw));
+        }
+    }
+    for (adapter, ports) in by_adapter {
+        let first = &ports[0].1;
+        if ports.iter().all(|(_, fw)| fw == first) {
+            continue;
+        }
+        let list: Vec<String> = ports.iter().map(|(n, fw)| format!("{n} {fw}")).collect();
+        out.push(Finding {
+            severity: Severity::Warning,
+            kind: "firmware-mismatch".into(),
+            component: format!("adapter {adapter}"),
+            seen: format!("the ports of one adapter run different firmware: {}", list.join(", ")),
+            why: "one adapter runs one image: a port on another version was updated without \
+                  the adapter being reset (or recovered onto another image), and the two ports \
+                  behave differently under the same load"
+                .into(),
+            fix: format!(
+                "mlxfwreset -d {adapter}.0 reset (or reboot) to run the flashed image on every port"
+            ),
+            evidence: ports
+                .iter()
+                .map(|(n, fw)| format!("sys/class/infiniband/{n}/fw_ver: {fw}"))
+                .collect(),
+        });
+    }
+}
+
 /// With several RDMA netdevs, each one's IPv4 address needs a rule that routes what leaves
 /// from it out of its own netdev (`ip rule add from ADDR table N`): else replies and
 /// connections from one rail leave through whichever netdev the main table picks.

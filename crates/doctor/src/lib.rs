@@ -217,6 +217,7 @@ pub fn diagnose(src: &Source) -> Report {
     checks::acs(src, &devices, &mut findings);
     checks::netdevs(src, &devices, &mut findings);
     checks::nic(src, &devices, &mut findings);
+    checks::adapters(src, &devices, &mut findings);
     let log = src.kernel_log().map(|l| kmsg::recognise(&l));
     if let Some(l) = &log {
         findings.extend(l.events.iter().map(|e| Finding {

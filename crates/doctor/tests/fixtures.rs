@@ -224,3 +224,28 @@ fn a_report_fits_the_line_it_is_sent_on() {
     assert!(last.seen.starts_with(&format!("{left} of {} findings", r.findings.len())), "{last:?}");
     assert_eq!(f.versions, r.versions);
 }
+
+#[test]
+fn the_two_ports_of_one_adapter_on_different_firmware_are_a_finding() {
+    // The clean dual-port host, one port's firmware updated and the adapter not reset.
+    let dir = tempfile::tempdir().unwrap();
+    let ok = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", tree("clean").display()))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let r = diagnose(&Source::recorded(dir.path()).unwrap());
+    assert!(!r.findings.iter().any(|f| f.kind == "firmware-mismatch"), "{:?}", r.findings);
+    std::fs::write(dir.path().join("sys/class/infiniband/mlx5_1/fw_ver"), "22.41.1000\n").unwrap();
+    let r = diagnose(&Source::recorded(dir.path()).unwrap());
+    let f = r.findings.iter().find(|f| f.kind == "firmware-mismatch");
+    let f = f.unwrap_or_else(|| panic!("not found: {:?}", r.findings));
+    assert_eq!(f.severity, Severity::Warning);
+    assert!(
+        f.seen.contains("mlx5_0 22.39.1002") && f.seen.contains("mlx5_1 22.41.1000"),
+        "{}",
+        f.seen
+    );
+}
