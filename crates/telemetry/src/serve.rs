@@ -32,8 +32,14 @@ pub trait Pages: Send + Sync + 'static {
 pub mod limits {
     use std::time::Duration;
 
-    /// Connections served at once; more are answered 503 and closed.
+    /// Connections served at once. One more closes the oldest connection that has not sent
+    /// a whole request yet (idle, or sending its headers slowly); with every slot serving a
+    /// request it is answered 503 and closed.
     pub const CONNECTIONS: usize = 64;
+    /// Connections from one address, at most; one more closes that address's oldest that
+    /// has not sent a whole request (else 503): one host cannot take the slots a scraper
+    /// elsewhere needs.
+    pub const PER_SOURCE: usize = 16;
     /// Request line and headers, bytes.
     pub const HEADER_BYTES: usize = 8 << 10;
     /// Headers in a request.
@@ -64,6 +70,34 @@ pub fn serve(listener: std::net::TcpListener, pages: Arc<dyn Pages>) -> std::io:
     rt.block_on(accept(listener, pages))
 }
 
+/// A connection being served: where from, since when, whether it has sent a whole request,
+/// and its task (aborted to close it).
+struct Open {
+    ip: std::net::IpAddr,
+    since: std::time::Instant,
+    requested: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::AbortHandle,
+}
+
+/// Closes the oldest connection among `open` that `pick` allows and has sent no whole
+/// request; whether there was one.
+fn evict_idle(open: &mut Vec<Open>, pick: impl Fn(&Open) -> bool) -> bool {
+    use std::sync::atomic::Ordering;
+    let oldest = open
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| pick(c) && !c.requested.load(Ordering::Relaxed))
+        .min_by_key(|(_, c)| c.since)
+        .map(|(i, _)| i);
+    match oldest {
+        Some(i) => {
+            open.swap_remove(i).task.abort();
+            true
+        }
+        None => false,
+    }
+}
+
 async fn accept(listener: std::net::TcpListener, pages: Arc<dyn Pages>) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let slots = Arc::new(tokio::sync::Semaphore::new(limits::CONNECTIONS));
@@ -74,29 +108,63 @@ async fn accept(listener: std::net::TcpListener, pages: Arc<dyn Pages>) -> std::
         .max_buf_size(limits::HEADER_BYTES.max(8192) * 2)
         .max_headers(limits::HEADERS)
         .keep_alive(false);
+    let mut open: Vec<Open> = Vec::new();
     loop {
-        let stream = match listener.accept().await {
-            Ok((s, _)) => s,
+        let (stream, from) = match listener.accept().await {
+            Ok(x) => x,
             // Out of descriptors or memory: wait for connections to end.
             Err(_) => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // Full: say so if the socket takes it at once, and close.
+        open.retain(|c| !c.task.is_finished());
+        let ip = from.ip();
+        // Room for it: its address's oldest idle connection goes when the address has its
+        // share; the oldest idle of all when every slot is taken.
+        let mine = open.iter().filter(|c| c.ip == ip).count();
+        let room = if mine >= limits::PER_SOURCE {
+            evict_idle(&mut open, |c| c.ip == ip)
+        } else if slots.available_permits() == 0 {
+            evict_idle(&mut open, |_| true)
+        } else {
+            true
+        };
+        // An evicted connection's slot comes back once its task is dropped (at once, on
+        // this thread's next turn).
+        let slot = if room {
+            tokio::time::timeout(Duration::from_millis(100), slots.clone().acquire_owned())
+                .await
+                .ok()
+                .and_then(Result::ok)
+        } else {
+            None
+        };
+        let Some(slot) = slot else {
+            // Every slot serves a request: say so if the socket takes it at once, and close.
             let _ = stream.try_write(
                 b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
             );
             continue;
         };
         let pages = pages.clone();
-        let service = hyper::service::service_fn(move |req| respond(pages.clone(), req));
+        let requested = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = requested.clone();
+        let service = hyper::service::service_fn(move |req| {
+            seen.store(true, std::sync::atomic::Ordering::Relaxed);
+            respond(pages.clone(), req)
+        });
         let conn = http.serve_connection(TokioIo::new(stream), service);
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             // A client that errs, stalls or goes away is its own problem.
             let _ = tokio::time::timeout(limits::CONNECTION_TIME, conn).await;
             drop(slot);
+        });
+        open.push(Open {
+            ip,
+            since: std::time::Instant::now(),
+            requested,
+            task: task.abort_handle(),
         });
     }
 }
