@@ -53,6 +53,10 @@ pub const DOWN_GRACE: Duration = Duration::from_secs(2);
 /// An unchanged report is broadcast again this often (a host that comes up has everyone's
 /// again at once: each host republishes when it sees one come up).
 pub const REPUBLISH: Duration = Duration::from_secs(30);
+/// Announces to hosts not heard of, at most this many a second.
+pub const JOINS_PER_SECOND: usize = 64;
+/// A host that never answered is announced to at least this often.
+pub const JOIN_BACKOFF_MAX: Duration = Duration::from_secs(32);
 /// A host of the plan never heard from this long after the agent started is a finding
 /// (`host-down`, "never heard from"): not started, another port or secret, or no path to it.
 pub const NEVER_HEARD_AFTER: Duration = Duration::from_secs(3);
@@ -901,6 +905,8 @@ struct Control<'a> {
     ctl_addrs: Vec<Vec<SocketAddr>>,
     /// Membership datagrams refused.
     refused: RefusedCounts,
+    /// Hosts never heard of: when each is announced to next, and how long it waits then.
+    join_backoff: BTreeMap<u16, (Instant, Duration)>,
 }
 
 impl<'a> Control<'a> {
@@ -944,7 +950,7 @@ impl<'a> Control<'a> {
         // wake-up.
         let epoch = lock(&inner.prober).epoch();
         m.align(epoch, cfg.probe.period);
-        let _ = m.join(&seeds, start);
+        // The first announces go out on the first wake-up, paced (see `join_missing`).
         let unreachable: BTreeSet<usize> = (0..n).filter(|&h| h != me).collect();
         lock(&inner.prober).set_down(&unreachable.iter().copied().collect::<Vec<_>>());
         Control {
@@ -957,7 +963,7 @@ impl<'a> Control<'a> {
             start,
             rx: vec![0u8; 65536],
             next_report: epoch,
-            next_join: start + Duration::from_secs(1),
+            next_join: start,
             control_bytes: 0,
             spray: 0,
             unreachable,
@@ -978,6 +984,7 @@ impl<'a> Control<'a> {
             seal: Sealer::new(Purpose::Membership, cfg.key.as_ref(), me as u16, n),
             ctl_addrs: plan_addrs,
             refused: RefusedCounts::default(),
+            join_backoff: BTreeMap::new(),
         }
     }
 
@@ -1013,15 +1020,7 @@ impl<'a> Control<'a> {
         }
         let _ = self.m.handle_timeouts(now);
         if now >= self.next_join && self.m.members().len() + 1 < self.inner.cfg.pod.hosts.len() {
-            // Hosts not heard of yet (started later, or the first announce was lost).
-            let missing: Vec<Id> = self
-                .seeds
-                .iter()
-                .filter(|s| !self.m.members().contains_key(&s.host))
-                .cloned()
-                .collect();
-            let _ = self.m.join(&missing, now);
-            self.next_join = now + Duration::from_secs(1);
+            self.join_missing(now);
         }
         self.transmit();
         let members_moved = self.member_events(now);
@@ -1060,6 +1059,31 @@ impl<'a> Control<'a> {
         }
         let data = data.to_vec();
         let _ = self.m.handle_from(sender, &data, now);
+    }
+
+    /// Announces this host to hosts not heard of yet (started later, or the first announce
+    /// was lost): each again after 1 s, then 2, 4 … up to [`JOIN_BACKOFF_MAX`] while it stays
+    /// silent, at most [`JOINS_PER_SECOND`] a second in all — a host in a plan of thousands
+    /// whose others never came spends little on them.
+    fn join_missing(&mut self, now: Instant) {
+        let members = self.m.members();
+        let backoff = &mut self.join_backoff;
+        backoff.retain(|h, _| !members.contains_key(h));
+        let due: Vec<Id> = self
+            .seeds
+            .iter()
+            .filter(|s| !members.contains_key(&s.host))
+            .filter(|s| backoff.get(&s.host).is_none_or(|(at, _)| *at <= now))
+            .take(JOINS_PER_SECOND)
+            .cloned()
+            .collect();
+        for s in &due {
+            let (at, every) = backoff.entry(s.host).or_insert((now, Duration::from_millis(500)));
+            *every = (*every * 2).min(JOIN_BACKOFF_MAX);
+            *at = now + *every;
+        }
+        let _ = self.m.join(&due, now);
+        self.next_join = now + Duration::from_secs(1);
     }
 
     /// The next thing due: a membership timer, a probe round or a report.

@@ -337,3 +337,33 @@ fn a_rail_on_another_udp_port_is_refused_not_watched_as_down_forever() {
     let e = PodAgent::start(AgentConfig::new(pod, 0), Arc::new(NoObserver)).unwrap_err();
     assert!(e.to_string().contains("without a port"), "{e}");
 }
+
+#[test]
+fn a_lone_agent_in_a_plan_of_ten_thousand_spends_little_on_the_missing() {
+    // Host 0 on loopback; 9,999 others at loopback addresses nothing answers from (a
+    // datagram to each leaves: it is counted).
+    let hosts: Vec<serde_json::Value> = (0..10_000u32)
+        .map(|i| {
+            let dev = if i == 0 {
+                format!("soft:{}", ip(8, 1))
+            } else {
+                format!("soft:127.80.{}.{}", i / 250, i % 250 + 1)
+            };
+            serde_json::json!({"name": format!("h{i}"), "rails": [{"device": dev, "tor": format!("t{}", i / 16)}]})
+        })
+        .collect();
+    let pod: topology::Pod =
+        serde_json::from_value(serde_json::json!({"pairs": "rail-aligned", "hosts": hosts}))
+            .unwrap();
+    let mut cfg = AgentConfig::new(pod, 0);
+    cfg.control_port = PORT;
+    let a = PodAgent::start(cfg, Arc::new(NoObserver)).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let (b0, t0) = (a.status().cost.control_bytes, Instant::now());
+    std::thread::sleep(Duration::from_secs(4));
+    let spent = a.status().cost.control_bytes - b0;
+    let per_s = spent as f64 / t0.elapsed().as_secs_f64();
+    // 64 announces a second at most (two copies each): ~20 KB/s, not a copy to each of
+    // 9,999 hosts every second (~3 MB/s).
+    assert!(per_s < 100_000.0, "{per_s:.0} membership bytes/s toward hosts that never answer");
+}
