@@ -160,6 +160,53 @@ fn latency_svg(r: &Report) -> Option<String> {
     Some(s)
 }
 
+/// Devices a matrix is drawn for, at most: a larger one is summarized (its worst cells), the
+/// JSON report keeping every cell.
+pub const MAX_DRAWN: usize = 64;
+/// Rows of a long table shown (the latency figures, the passed checks); the JSON report keeps
+/// them all.
+pub const MAX_ROWS: usize = 2000;
+/// The worst cells a summarized matrix lists.
+const WORST: usize = 25;
+
+/// A matrix too large to draw: its size, and its worst cells against the median of their
+/// kind.
+fn matrix_summary(m: &crate::report::Matrix) -> String {
+    let mut cells: Vec<(f64, usize, usize, f64)> = Vec::new();
+    for (i, row) in m.cells.iter().enumerate() {
+        for (j, v) in row.iter().enumerate() {
+            if let Some(v) = v {
+                let ratio =
+                    m.ratios.get(i).and_then(|r| r.get(j)).copied().flatten().unwrap_or(1.0);
+                // Worst first: the lowest ratio of a bandwidth, the highest of a latency.
+                let key = if m.higher_is_better { ratio } else { -ratio };
+                cells.push((key, i, j, *v));
+            }
+        }
+    }
+    let n = cells.len();
+    cells.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut h = format!(
+        "<p>{} devices, {n} pairs measured: too many to draw (the JSON report has every cell); \
+         the {} worst against the median of their kind:</p>\n<table><tr><th>from</th><th>to</th>\
+         <th>{}</th><th>ratio</th></tr>\n",
+        m.devices.len(),
+        WORST.min(n),
+        esc(&m.unit)
+    );
+    for (key, i, j, v) in cells.into_iter().take(WORST) {
+        let ratio = if m.higher_is_better { key } else { -key };
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{v:.2}</td><td>{ratio:.2}</td></tr>",
+            esc(&m.devices[i]),
+            esc(&m.devices[j])
+        );
+    }
+    h.push_str("</table>\n");
+    h
+}
+
 /// A pod matrix: each cell the figure, coloured by its ratio to the median of the pairs of
 /// its kind — same ToR or across the spines — (blue at the median and better, through
 /// yellow, to red at half of it or worse; latency the other way round), with the scale to
@@ -167,6 +214,9 @@ fn latency_svg(r: &Report) -> Option<String> {
 fn pod_matrix_svg(m: &crate::report::Matrix) -> Option<String> {
     let d = &m.devices;
     let med = m.median?;
+    if d.len() > MAX_DRAWN {
+        return None;
+    }
     let (cell, left, top) = (52, 110, 110);
     let (w, h) = (left + cell * d.len() + 220, top + cell * d.len() + 20);
     let mut s = format!(
@@ -266,7 +316,7 @@ fn pod_matrix_svg(m: &crate::report::Matrix) -> Option<String> {
 /// The pair matrix: a cell per pair, coloured by its worst check.
 fn matrix_svg(r: &Report) -> Option<String> {
     let d = &r.devices;
-    if d.len() < 2 || r.pairs.is_empty() {
+    if d.len() < 2 || r.pairs.is_empty() || d.len() > MAX_DRAWN {
         return None;
     }
     let (cell, left, top) = (44, 170, 150);
@@ -375,6 +425,8 @@ pub fn render(r: &Report) -> String {
         if let Some(svg) = pod_matrix_svg(m) {
             let _ =
                 write!(h, "<figure><figcaption>{}</figcaption>\n{svg}</figure>\n", esc(&m.title));
+        } else if m.devices.len() > MAX_DRAWN {
+            let _ = write!(h, "<h3>{}</h3>\n{}", esc(&m.title), matrix_summary(m));
         }
     }
     let failed: Vec<_> = r.checks.iter().filter(|c| c.status == Status::Fail).collect();
@@ -439,8 +491,14 @@ pub fn render(r: &Report) -> String {
         h.push_str("</table>\n");
     }
     for (title, svg) in [
-        ("Bandwidth vs message size", bandwidth_svg(r)),
-        ("Latency percentiles per pair", latency_svg(r)),
+        (
+            "Bandwidth vs message size",
+            if r.bandwidth.len() <= MAX_ROWS { bandwidth_svg(r) } else { None },
+        ),
+        (
+            "Latency percentiles per pair",
+            if r.latency.len() <= 4 * MAX_DRAWN { latency_svg(r) } else { None },
+        ),
         ("Pairs (green: passed, red: a check failed, grey: skipped)", matrix_svg(r)),
     ] {
         if let Some(svg) = svg {
@@ -449,7 +507,7 @@ pub fn render(r: &Report) -> String {
     }
     if !r.latency.is_empty() {
         h.push_str("<h2>Latency (us)</h2>\n<table><tr><th>#</th><th>pair</th><th>test</th><th>size</th><th>min</th><th>median</th><th>p99</th><th>p99.9</th></tr>\n");
-        for (i, l) in r.latency.iter().enumerate() {
+        for (i, l) in r.latency.iter().enumerate().take(MAX_ROWS) {
             let _ = writeln!(
                 h,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td></tr>",
@@ -466,7 +524,17 @@ pub fn render(r: &Report) -> String {
         h.push_str("</table>\n");
     }
     h.push_str("<h2>Every check</h2>\n<table id=\"checks\"><tr><th>status</th><th>check</th><th>measured</th><th>threshold</th><th>detail</th></tr>\n");
+    // Every failed check (they are listed above too), and the others up to MAX_ROWS.
+    let mut shown = 0usize;
+    let hidden =
+        r.checks.iter().filter(|c| c.status != Status::Fail).count().saturating_sub(MAX_ROWS);
     for c in &r.checks {
+        if c.status != Status::Fail {
+            shown += 1;
+            if shown > MAX_ROWS {
+                continue;
+            }
+        }
         let m = c.measured.map(|m| format!("{m:.2} {}", c.unit)).unwrap_or_default();
         let _ = writeln!(
             h,
@@ -478,6 +546,60 @@ pub fn render(r: &Report) -> String {
             st = c.status.as_str()
         );
     }
-    h.push_str("</table>\n</body></html>\n");
+    h.push_str("</table>\n");
+    if hidden > 0 {
+        let _ = writeln!(h, "<p>{hidden} more checks that did not fail: in report.json.</p>");
+    }
+    h.push_str("</body></html>\n");
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Check, Matrix};
+
+    #[test]
+    fn a_thousand_device_report_is_summarized_not_drawn_cell_by_cell() {
+        let n = 1000;
+        let mut r = Report::new("big");
+        r.devices = (0..n).map(|i| format!("h{i}.r0")).collect();
+        let cells: Vec<Vec<Option<f64>>> = (0..n)
+            .map(|i| (0..n).map(|j| (i != j).then_some(100.0 + (i * j % 7) as f64)).collect())
+            .collect();
+        let mut ratios = cells.clone();
+        ratios[3][7] = Some(0.31);
+        r.matrices.push(Matrix {
+            title: "write-bw".into(),
+            unit: "MB/s".into(),
+            higher_is_better: true,
+            devices: r.devices.clone(),
+            cells,
+            median: Some(100.0),
+            ratios,
+        });
+        for i in 0..20_000 {
+            let mut c = Check::skipped(&format!("perf/write-bw/{i}"), "");
+            c.status = Status::Pass;
+            r.checks.push(c);
+        }
+        let html = render(&r);
+        assert!(html.len() < 3 << 20, "{} bytes of HTML", html.len());
+        assert!(html.contains("too many to draw"), "the matrix is summarized");
+        assert!(html.contains("<td>h3.r0</td><td>h7.r0</td>"), "its worst cell is named first");
+        assert!(html.contains("18000 more checks that did not fail"), "what is not shown is said");
+        // A small one is still drawn.
+        let mut small = Report::new("small");
+        small.devices = (0..4).map(|i| format!("h{i}")).collect();
+        small.matrices.push(Matrix {
+            title: "w".into(),
+            unit: "MB/s".into(),
+            higher_is_better: true,
+            devices: small.devices.clone(),
+            cells: vec![vec![Some(1.0); 4]; 4],
+            median: Some(1.0),
+            ratios: vec![vec![Some(1.0); 4]; 4],
+        });
+        assert!(render(&small).contains("<svg"));
+    }
 }

@@ -423,6 +423,24 @@ impl Plan {
         for p in &plan.perf {
             check_perf(&file, plan.pod.is_some(), p)?;
         }
+        // The work the plan asks for, before any of it starts: a measurement is one test at
+        // one size on one pair-direction.
+        let pairs = match &plan.pod {
+            Some(pod) => pod.pairs().len(),
+            None => plan.pairs().len(),
+        };
+        let per_pair: usize = plan.perf.iter().map(|p| p.sizes.len().max(1)).sum();
+        let measurements = pairs.saturating_mul(2).saturating_mul(per_pair);
+        if measurements > MAX_MEASUREMENTS {
+            return Err(invalid(
+                if plan.pod.is_some() { "pairs" } else { "devices" },
+                format!(
+                    "{measurements} measurements ({pairs} pairs, both ways, × {per_pair} \
+                     test sizes): more than a run finishes (at most {MAX_MEASUREMENTS}); \
+                     measure fewer sizes, or sample the pairs (`pod.pairs = \"sampled\"`)"
+                ),
+            ));
+        }
         if plan.retries > 1 {
             return Err(invalid("retries", format!("`retries` = {}: 0 or 1", plan.retries)));
         }
@@ -460,6 +478,11 @@ impl Plan {
         }
     }
 }
+
+/// Sizes one `[[perf]]` entry may sweep (perftest's `-a` sweep is 23).
+pub const MAX_SIZES: usize = 64;
+/// Measurements a plan may ask for in all (each test size on each pair-direction).
+pub const MAX_MEASUREMENTS: usize = 200_000;
 
 /// Checks one `[[perf]]` entry: a known test, thresholds that apply to it (and to a pod or
 /// not), positive figures, sizes, iterations and durations in range.
@@ -533,6 +556,15 @@ fn check_perf(file: &config::TomlFile<'_>, pod: bool, p: &PerfCheck) -> Result<(
     }
     if p.sizes.iter().any(|s| *s == 0 || *s > 1 << 30) {
         return Err(invalid("sizes", "`perf.sizes`: each between 1 and 2^30 bytes".into()));
+    }
+    if p.sizes.len() > MAX_SIZES {
+        return Err(invalid(
+            "sizes",
+            format!("`perf.sizes`: {} sizes, at most {MAX_SIZES} per test", p.sizes.len()),
+        ));
+    }
+    if p.iters.is_some_and(|n| n > 1_000_000_000) {
+        return Err(invalid("iters", "`perf.iters`: at most 10^9".into()));
     }
     if p.iters == Some(0) {
         return Err(invalid("iters", "`perf.iters` must be at least 1".into()));
@@ -634,6 +666,28 @@ mod tests {
         let e = bad(&format!("{base}[integrity]\nseconds = \"ten\"\n"));
         assert!(
             e.starts_with("p.toml:4:") && e.contains("seconds") || e.contains("invalid type"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_plan_whose_work_is_absurd_is_refused_before_it_starts() {
+        let sizes: Vec<String> = (1..=100_000).map(|i| i.to_string()).collect();
+        let many = format!(
+            "name = \"x\"\ndevices = [\"soft:127.0.0.1\", \"soft:127.0.0.2\"]\n[[perf]]\ntest = \"write-bw\"\nsizes = [{}]\n",
+            sizes.join(", ")
+        );
+        let e = Plan::parse(&many, "many").unwrap_err().to_string();
+        assert!(e.contains("100000 sizes, at most 64"), "{e}");
+        let devices: Vec<String> =
+            (0..1000).map(|i| format!("\"soft:127.0.{}.{}\"", 2 + i / 200, 1 + i % 200)).collect();
+        let all = format!(
+            "name = \"x\"\ndevices = [{}]\n[[perf]]\ntest = \"write-bw\"\nsizes = [4096, 65536]\n",
+            devices.join(", ")
+        );
+        let e = Plan::parse(&all, "all").unwrap_err().to_string();
+        assert!(
+            e.contains("1998000 measurements") && e.contains("more than a run finishes"),
             "{e}"
         );
     }
