@@ -411,49 +411,22 @@ pub fn run(
         rank_of[*h] = rank as u32;
     }
     let bus = Bus { session: session.clone(), worker: worker.clone(), local, rx, rank_of };
-    let mut coord =
-        Coordinator { plan, pod, bus: &bus, progress, next_job: 0, line_rates: BTreeMap::new() };
+    let mut coord = Coordinator {
+        plan,
+        pod,
+        bus: &bus,
+        progress,
+        next_job: 0,
+        line_rates: BTreeMap::new(),
+        silent_ranks: BTreeMap::new(),
+    };
     let report = coord.run(&facts, sys);
     // A host lost mid-run (frozen, killed, cut off) stops the run; the report still says
-    // which, as the suspect, rather than leaving nothing behind.
+    // which, as the suspect, rather than leaving nothing behind — and which ranks it had
+    // waited on meanwhile, beside it.
     if let Err(BootstrapError::Lost(f)) = &report {
-        let host = places.get(f.rank as usize).map(|h| &pod.hosts[*h]);
-        let name = host.map_or_else(|| format!("rank {}", f.rank), |h| h.name.clone());
-        let mut r = Report::new(&plan.name);
-        r.checks.push(
-            Measurement::new(format!("pod/{name}/reachable"))
-                .want(Threshold::Unset(format!("{f}: the run stopped there")))
-                .judge(None),
-        );
-        let evidence = format!(
-            "{f}: the host stopped answering the rendezvous mid-run (frozen, killed or cut off on \
-             its control path); the figures measured before it are not in this report"
-        );
-        let mut s = match places.get(f.rank as usize) {
-            Some(h) => topology::Suspect::on(pod, topology::Component::Host(*h), 1.0, evidence),
-            None => topology::Suspect {
-                kind: "host".into(),
-                component: name.clone(),
-                confidence: 1.0,
-                evidence,
-                pairs: Vec::new(),
-                checks: Vec::new(),
-                // A rank with no place in the plan (none is lost before it has one).
-                at: topology::Component::Host(usize::MAX),
-            },
-        };
-        s.checks = vec![format!("pod/{name}/reachable")];
-        r.suspects.push(s);
-        r.hosts = facts;
-        r.devices = pod.devices().into_iter().map(|d| pod.name(d)).collect();
-        r.pod = Some(PodSummary {
-            pair_set: pod.pairs.as_str().into(),
-            pairs: 0,
-            all_pairs: pod.all_pairs(),
-            coverage: 0.0,
-            devices_covered: 0,
-            devices: pod.devices().len(),
-        });
+        let silent = std::mem::take(&mut coord.silent_ranks);
+        let r = lost_report(plan, pod, &places, facts, f, &silent);
         return Ok(PodRun::Report(Box::new(r)));
     }
     let verdict = match &report {
@@ -475,6 +448,74 @@ pub fn run(
         progress.note(&format!("the run's end: {e} (the report stands)"));
     }
     Ok(PodRun::Report(Box::new(report)))
+}
+
+/// The report of a run that stopped when rank `f.rank` was lost: it as the suspect, and each
+/// rank in `silent` (it heartbeat, but did not do what it was asked) beside it.
+fn lost_report(
+    plan: &Plan,
+    pod: &Pod,
+    places: &[usize],
+    facts: Vec<HostFacts>,
+    f: &rendezvous::bootstrap::Failure,
+    silent: &BTreeMap<u32, String>,
+) -> Report {
+    let name_of = |rank: u32| {
+        places
+            .get(rank as usize)
+            .map_or_else(|| format!("rank {rank}"), |h| pod.hosts[*h].name.clone())
+    };
+    let name = name_of(f.rank);
+    let mut r = Report::new(&plan.name);
+    r.checks.push(
+        Measurement::new(format!("pod/{name}/reachable"))
+            .want(Threshold::Unset(format!("{f}: the run stopped there")))
+            .judge(None),
+    );
+    let evidence = format!(
+        "{f}: the host stopped answering the rendezvous mid-run (frozen, killed or cut off on \
+         its control path); the figures measured before it are not in this report"
+    );
+    let mut s = match places.get(f.rank as usize) {
+        Some(h) => topology::Suspect::on(pod, topology::Component::Host(*h), 1.0, evidence),
+        None => topology::Suspect {
+            kind: "host".into(),
+            component: name.clone(),
+            confidence: 1.0,
+            evidence,
+            pairs: Vec::new(),
+            checks: Vec::new(),
+            // A rank with no place in the plan (none is lost before it has one).
+            at: topology::Component::Host(usize::MAX),
+        },
+    };
+    s.checks = vec![format!("pod/{name}/reachable")];
+    r.suspects.push(s);
+    for (rank, what) in silent.iter().filter(|(r, _)| **r != f.rank) {
+        let Some(&h) = places.get(*rank as usize) else { continue };
+        let other = name_of(*rank);
+        let check = format!("pod/{other}/answers");
+        r.checks.push(
+            Measurement::new(check.clone())
+                .want(Threshold::Unset(format!("rank {rank} ({other}) {what}")))
+                .judge(None),
+        );
+        let evidence = format!("rank {rank} ({other}) {what}: a hung or misbehaving rank");
+        let mut s = topology::Suspect::on(pod, topology::Component::Host(h), 0.8, evidence);
+        s.checks = vec![check];
+        r.suspects.push(s);
+    }
+    r.hosts = facts;
+    r.devices = pod.devices().into_iter().map(|d| pod.name(d)).collect();
+    r.pod = Some(PodSummary {
+        pair_set: pod.pairs.as_str().into(),
+        pairs: 0,
+        all_pairs: pod.all_pairs(),
+        coverage: 0.0,
+        devices_covered: 0,
+        devices: pod.devices().len(),
+    });
+    r
 }
 
 /// Rank 0's way to the ranks, itself included.
@@ -542,10 +583,10 @@ const PLAUSIBLE_MB_S: f64 = 1_000_000.0;
 
 /// Where a job stands.
 enum JobState {
-    /// Its server's rank was asked to listen; it has until then.
-    Listening { until: Instant },
-    /// Its client's rank was asked to measure; it has until then.
-    Measuring { until: Instant },
+    /// Its server's rank was asked to listen (then); it has until then.
+    Listening { asked: Instant, until: Instant },
+    /// Its client's rank was asked to measure (then); it has until then.
+    Measuring { asked: Instant, until: Instant },
     /// Its results.
     Done(Vec<TestResult>),
 }
@@ -553,11 +594,15 @@ enum JobState {
 impl JobState {
     fn until(&self) -> Option<Instant> {
         match self {
-            JobState::Listening { until } | JobState::Measuring { until } => Some(*until),
+            JobState::Listening { until, .. } | JobState::Measuring { until, .. } => Some(*until),
             JobState::Done(_) => None,
         }
     }
 }
+
+/// A rank waited on this long when another is lost is named beside it (a rank that answers
+/// heartbeats but not its work, not the one that died, is what held the run).
+const SILENT_AT_LOSS: Duration = Duration::from_secs(5);
 
 struct Coordinator<'a> {
     plan: &'a Plan,
@@ -567,6 +612,8 @@ struct Coordinator<'a> {
     next_job: u64,
     /// Each device's line rate, MB/s, where known.
     line_rates: BTreeMap<Dev, f64>,
+    /// Ranks that heartbeat but did not do what they were asked, and what.
+    silent_ranks: BTreeMap<u32, String>,
 }
 
 /// A pair-direction's figures, for judging: (client, server, one result per test).
@@ -593,7 +640,8 @@ impl Coordinator<'_> {
                 j.server.host,
                 Cmd::Serve { job: base + i as u64, device, tests: j.tests.clone() },
             )?;
-            states.push(JobState::Listening { until: Instant::now() + LISTEN_WITHIN });
+            let asked = Instant::now();
+            states.push(JobState::Listening { asked, until: asked + LISTEN_WITHIN });
         }
         loop {
             let next = states.iter().filter_map(JobState::until).min();
@@ -607,7 +655,15 @@ impl Coordinator<'_> {
                 }
                 continue;
             }
-            let Some((rank, reply)) = self.bus.recv(next - now)? else { continue };
+            let got = match self.bus.recv(next - now) {
+                Ok(got) => got,
+                Err(BootstrapError::Lost(f)) => {
+                    self.waiting_at_loss(jobs, &states, f.rank);
+                    return Err(BootstrapError::Lost(f));
+                }
+                Err(e) => return Err(e),
+            };
+            let Some((rank, reply)) = got else { continue };
             let Some(reply) = reply else {
                 self.progress
                     .note(&format!("rank {rank}: an answer that does not parse, set aside"));
@@ -636,7 +692,8 @@ impl Coordinator<'_> {
                         j.client.host,
                         Cmd::Measure { job, device, peer: addr, tests: j.tests.clone() },
                     )?;
-                    states[i] = JobState::Measuring { until: Instant::now() + j.budget() };
+                    let asked = Instant::now();
+                    states[i] = JobState::Measuring { asked, until: asked + j.budget() };
                 }
                 (Reply::NotServing { error, .. }, JobState::Listening { .. }) if rank == server => {
                     states[i] = JobState::Done(vec![
@@ -669,14 +726,42 @@ impl Coordinator<'_> {
             .collect())
     }
 
+    /// Rank `lost` was lost: the ranks other jobs had waited on for [`SILENT_AT_LOSS`] or
+    /// more are kept as silent too (the report names them beside the lost one).
+    fn waiting_at_loss(&mut self, jobs: &[Job], states: &[JobState], lost: u32) {
+        for (j, st) in jobs.iter().zip(states) {
+            let (dev, what, asked) = match st {
+                JobState::Listening { asked, .. } => (j.server, "had not listened", *asked),
+                JobState::Measuring { asked, .. } => (j.client, "had not sent its figures", *asked),
+                JobState::Done(_) => continue,
+            };
+            let rank = self.bus.rank_of[dev.host];
+            if rank != lost && asked.elapsed() >= SILENT_AT_LOSS {
+                self.silent_ranks.entry(rank).or_insert_with(|| {
+                    format!(
+                        "{what} {:.0} s after rank 0 asked, when rank {lost} was lost, though it \
+                         answers heartbeats",
+                        asked.elapsed().as_secs_f64()
+                    )
+                });
+            }
+        }
+    }
+
     /// A job whose rank stayed silent past its deadline: every test failed, naming the rank
     /// and what it did not do.
-    fn silent(&self, j: &Job, st: &JobState) -> Vec<TestResult> {
+    fn silent(&mut self, j: &Job, st: &JobState) -> Vec<TestResult> {
         let (dev, what, within) = match st {
             JobState::Listening { .. } => (j.server, "listen", LISTEN_WITHIN),
             _ => (j.client, "send its figures", j.budget()),
         };
         let rank = self.bus.rank_of[dev.host];
+        self.silent_ranks.entry(rank).or_insert_with(|| {
+            format!(
+                "did not {what} within {:.0} s, though it answers heartbeats",
+                within.as_secs_f64()
+            )
+        });
         let error = format!(
             "rank {rank} ({}) did not {what} within {:.0} s, though it still answers heartbeats \
              (a hung or misbehaving rank)",

@@ -166,6 +166,9 @@ async fn accept(listener: std::net::TcpListener, pages: Arc<dyn Pages>) -> std::
             requested,
             task: task.abort_handle(),
         });
+        // Let the connections already taken read their requests before the next is taken:
+        // under a flood of new connections a scraper's is read, not evicted unread.
+        tokio::task::yield_now().await;
     }
 }
 

@@ -9,26 +9,37 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 fn plan(dir: &std::path::Path, net: u8) -> std::path::PathBuf {
+    plan_of(dir, net, 2)
+}
+
+/// A pod of `n` hosts h0… on soft:127.0.`net`.1…, all pairs, one short WRITE test.
+fn plan_of(dir: &std::path::Path, net: u8, n: u8) -> std::path::PathBuf {
     let p = dir.join("pod.toml");
-    std::fs::write(
-        &p,
-        format!(
-            "name = \"rogue\"\n[[perf]]\ntest = \"write-bw\"\nsizes = [65536]\niters = 200\n\
-             [pod]\npairs = \"all\"\nstall_seconds = 2\n\
-             [[pod.hosts]]\nname = \"h0\"\nrails = [{{ device = \"soft:127.0.{net}.1\", tor = \"t0\" }}]\n\
-             [[pod.hosts]]\nname = \"h1\"\nrails = [{{ device = \"soft:127.0.{net}.2\", tor = \"t0\" }}]\n"
-        ),
-    )
-    .unwrap();
+    let mut text =
+        "name = \"rogue\"\n[[perf]]\ntest = \"write-bw\"\nsizes = [65536]\niters = 200\n\
+                    [pod]\npairs = \"all\"\nstall_seconds = 2\n"
+            .to_string();
+    for i in 0..n {
+        text += &format!(
+            "[[pod.hosts]]\nname = \"h{i}\"\nrails = [{{ device = \"soft:127.0.{net}.{}\", tor = \"t0\" }}]\n",
+            i + 1
+        );
+    }
+    std::fs::write(&p, text).unwrap();
     p
 }
 
 /// Rank 1 as a rogue: joins with host h1's facts, then for each command of rank 0 answers
 /// as `answer` says; returns when rank 0 says the run is over (or gives up on it).
-fn rogue(net: u8, port: u16, mut answer: impl FnMut(&Value) -> Vec<Value>) {
+fn rogue(net: u8, port: u16, answer: impl FnMut(&Value) -> Vec<Value>) {
+    rogue_of(net, port, 2, answer);
+}
+
+/// [`rogue`] in a world of `size` ranks.
+fn rogue_of(net: u8, port: u16, size: u32, mut answer: impl FnMut(&Value) -> Vec<Value>) {
     let world = rendezvous::world::World {
         rank: 1,
-        size: 2,
+        size,
         coordinator: format!("127.0.{net}.1:{port}").parse().unwrap(),
         launcher: rendezvous::world::Launcher::Flags,
     };
@@ -40,7 +51,12 @@ fn rogue(net: u8, port: u16, mut answer: impl FnMut(&Value) -> Vec<Value>) {
     let session = rendezvous::bootstrap::join(&world, "rogue", info, &t, None).expect("joined");
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(150) {
-        let Ok(Some((_, cmd))) = session.recv(Duration::from_millis(200)) else { continue };
+        let cmd = match session.recv(Duration::from_millis(200)) {
+            Ok(Some((_, cmd))) => cmd,
+            Ok(None) => continue,
+            // Rank 0 ended the run (or lost another rank): done.
+            Err(_) => return,
+        };
         if cmd["op"] == "done" {
             return;
         }
@@ -316,4 +332,58 @@ fn peak_rss_kib(args: &[&str]) -> u64 {
         .expect("/usr/bin/time (apt-get install time)");
     let err = String::from_utf8_lossy(&o.stderr);
     err.lines().last().and_then(|l| l.trim().parse().ok()).unwrap_or_else(|| panic!("{err}"))
+}
+
+#[test]
+fn a_rank_that_heartbeats_but_never_answers_is_named_beside_a_rank_that_dies() {
+    // h1 (a rogue: it joins and heartbeats, and answers nothing) and h2 (honest, killed
+    // 12 s in): the report names h2 as lost and h1 as the rank that held the run.
+    let net = 232;
+    let port = 29432;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = plan_of(dir.path(), net, 3);
+    let reports = dir.path().join("rep");
+    let coordinator = format!("127.0.{net}.1:{port}");
+    let rank = |r: &str, report: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_podnet"));
+        c.args(["qualify", "--plan"]).arg(&plan);
+        c.args(["--rank", r, "--world-size", "3", "--coordinator", &coordinator]);
+        if report {
+            c.arg("--report-dir").arg(&reports);
+        }
+        c.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
+    };
+    let rank0 = rank("0", true);
+    let mut rank2 = rank("2", false);
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(12));
+        let _ = rank2.kill();
+        let _ = rank2.wait();
+    });
+    rogue_of(net, port, 3, |_| vec![]);
+    killer.join().unwrap();
+    let out = rank0.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let report = std::fs::read_to_string(reports.join("report.json"))
+        .unwrap_or_else(|e| panic!("no report ({e}); rank 0 said: {err}"));
+    let v: Value = serde_json::from_str(&report).unwrap();
+    let suspects: Vec<(String, String)> = v["suspects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["component"].as_str().unwrap_or("").to_string(),
+                s["evidence"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        suspects.iter().any(|(c, e)| c == "h2" && e.contains("stopped answering")),
+        "{suspects:?}"
+    );
+    assert!(
+        suspects.iter().any(|(c, e)| c == "h1" && e.contains("answers heartbeats")),
+        "the silent rank is named: {suspects:?}"
+    );
 }
