@@ -895,6 +895,10 @@ struct Control<'a> {
     members_seen: u64,
     calm: bool,
     located: Option<Located>,
+    /// Moves each time localization runs again; what [`Control::settle`] last settled, and
+    /// whether findings were still waiting out their settling time then.
+    located_gen: u64,
+    settled: (u64, bool),
     path_names: BTreeMap<(usize, Dev), String>,
     events: VecDeque<EventRecord>,
     lag_window: VecDeque<(Instant, Duration)>,
@@ -978,6 +982,8 @@ impl<'a> Control<'a> {
             members_seen: u64::MAX,
             calm: false,
             located: None,
+            located_gen: 0,
+            settled: (u64::MAX, true),
             path_names: BTreeMap::new(),
             events: VecDeque::new(),
             lag_window: VecDeque::new(),
@@ -1363,6 +1369,7 @@ impl<'a> Control<'a> {
                 }
             }
             self.located = Some(Located { health: health.clone(), key, reports, found });
+            self.located_gen += 1;
         }
         health
     }
@@ -1401,15 +1408,23 @@ impl<'a> Control<'a> {
     /// The findings that have been seen for their settling time; events for those that came
     /// and went.
     fn settle(&mut self, now: Instant) {
+        // Nothing new to settle: the same findings, every one shown already.
+        if self.settled == (self.located_gen, false) {
+            return;
+        }
         let Some(located) = &self.located else { return };
         let cfg = &self.inner.cfg;
+        // By (kind, component), in sets: a pod of thousands of hosts has thousands of
+        // findings (every host never heard from), compared each report.
+        let key = |f: &Finding| (f.kind.clone(), f.component.clone());
         let raw = located.found.clone();
-        self.first_seen.retain(|k, _| raw.iter().any(|f| (&f.kind, &f.component) == (&k.0, &k.1)));
+        let raw_keys: BTreeSet<(String, String)> = raw.iter().map(key).collect();
+        let is_all = raw.len();
+        self.first_seen.retain(|k, _| raw_keys.contains(k));
         let now_findings: Vec<Finding> = raw
             .into_iter()
             .filter(|f| {
-                let key = (f.kind.clone(), f.component.clone());
-                let since = *self.first_seen.entry(key).or_insert(now);
+                let since = *self.first_seen.entry(key(f)).or_insert(now);
                 let settle = match f.kind.as_str() {
                     "host-down" => Duration::ZERO,
                     "link" => cfg.settle * 5,
@@ -1419,16 +1434,17 @@ impl<'a> Control<'a> {
                 now.duration_since(since) >= settle
             })
             .collect();
-        let same = |f: &Finding, g: &Finding| g.kind == f.kind && g.component == f.component;
+        let was: BTreeSet<(String, String)> = self.findings.iter().map(key).collect();
+        let is: BTreeSet<(String, String)> = now_findings.iter().map(key).collect();
         let new: Vec<String> = now_findings
             .iter()
-            .filter(|f| !self.findings.iter().any(|g| same(f, g)))
+            .filter(|f| !was.contains(&key(f)))
             .map(|f| format!("{}: {} — {}", f.kind, f.component, f.evidence))
             .collect();
         let cleared: Vec<String> = self
             .findings
             .iter()
-            .filter(|g| !now_findings.iter().any(|f| same(f, g)))
+            .filter(|g| !is.contains(&key(g)))
             .map(|g| format!("{}: {}", g.kind, g.component))
             .collect();
         for text in new {
@@ -1437,7 +1453,9 @@ impl<'a> Control<'a> {
         for text in cleared {
             self.record("finding-cleared", text);
         }
+        let waiting = now_findings.len() < is_all;
         self.findings = now_findings;
+        self.settled = (self.located_gen, waiting);
     }
 }
 

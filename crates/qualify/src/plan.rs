@@ -425,11 +425,14 @@ impl Plan {
         }
         // The work the plan asks for, before any of it starts: a measurement is one test at
         // one size on one pair-direction.
-        let pairs = match &plan.pod {
-            Some(pod) => pod.pairs().len(),
-            None => plan.pairs().len(),
-        };
         let per_pair: usize = plan.perf.iter().map(|p| p.sizes.len().max(1)).sum();
+        let pairs = match &plan.pod {
+            Some(pod) => pod.pair_count(),
+            None => match &plan.pairs {
+                Pairs::All(_) => plan.devices.len() * plan.devices.len().saturating_sub(1) / 2,
+                Pairs::List(l) => l.len(),
+            },
+        };
         let measurements = pairs.saturating_mul(2).saturating_mul(per_pair);
         if measurements > MAX_MEASUREMENTS {
             return Err(invalid(

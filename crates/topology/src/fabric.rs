@@ -330,11 +330,16 @@ impl Pod {
     /// The ToRs, in order of first appearance, with their devices.
     pub fn tors(&self) -> Vec<(String, Vec<Dev>)> {
         let mut out: Vec<(String, Vec<Dev>)> = Vec::new();
+        // Each ToR's place in `out` (a pod of thousands of devices under hundreds of ToRs).
+        let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         for d in self.devices() {
             let t = &self.rail(d).tor;
-            match out.iter_mut().find(|(n, _)| n == t) {
-                Some((_, v)) => v.push(d),
-                None => out.push((t.clone(), vec![d])),
+            match at.get(t.as_str()) {
+                Some(&i) => out[i].1.push(d),
+                None => {
+                    at.insert(t.as_str(), out.len());
+                    out.push((t.clone(), vec![d]));
+                }
             }
         }
         out

@@ -91,6 +91,48 @@ impl Pod {
         out
     }
 
+    /// How many pairs [`Pod::pairs`] gives, without making them (O(devices)): exact for every
+    /// set but `sampled`, whose figure is its bound (each device and at most
+    /// `2 × peers_per_tor` peers).
+    pub fn pair_count(&self) -> usize {
+        let choose2 = |k: usize| k * k.saturating_sub(1) / 2;
+        // Pairs under one ToR across hosts: all under it, less those of one host.
+        let same_tor = || {
+            let mut by_tor: std::collections::HashMap<
+                &str,
+                (usize, std::collections::HashMap<usize, usize>),
+            > = std::collections::HashMap::new();
+            for d in self.devices() {
+                let e = by_tor.entry(self.rail(d).tor.as_str()).or_default();
+                e.0 += 1;
+                *e.1.entry(d.host).or_default() += 1;
+            }
+            by_tor
+                .values()
+                .map(|(k, per)| choose2(*k) - per.values().map(|&m| choose2(m)).sum::<usize>())
+                .sum::<usize>()
+        };
+        match self.pairs {
+            PairSet::All => self.all_pairs(),
+            PairSet::SameTor => same_tor(),
+            PairSet::CrossTor => self.all_pairs() - same_tor(),
+            PairSet::RailAligned => {
+                // Host h's rail r pairs with every other host's rail r.
+                let mut per_rail: Vec<usize> = Vec::new();
+                for h in &self.hosts {
+                    for r in 0..h.rails.len() {
+                        if per_rail.len() <= r {
+                            per_rail.resize(r + 1, 0);
+                        }
+                        per_rail[r] += 1;
+                    }
+                }
+                per_rail.into_iter().map(choose2).sum()
+            }
+            PairSet::Sampled => self.devices().len().saturating_mul(2 * self.peers_per_tor),
+        }
+    }
+
     /// Every possible pair across hosts (what `all` measures): the denominator of coverage.
     pub fn all_pairs(&self) -> usize {
         let n: Vec<usize> = self.hosts.iter().map(|h| h.rails.len()).collect();

@@ -354,3 +354,20 @@ fn one_device_written_two_ways_is_one_device() {
     }
     assert!(plan("soft:10.1.0.1", "soft:10.1.0.2", false).validate().is_ok());
 }
+
+#[test]
+fn the_pair_count_is_the_pairs_without_making_them() {
+    for set in
+        [PairSet::All, PairSet::SameTor, PairSet::CrossTor, PairSet::RailAligned, PairSet::Sampled]
+    {
+        for (hosts, rails, per) in [(2, 1, 2), (8, 2, 2), (12, 2, 4), (9, 3, 3)] {
+            let p = pod(hosts, rails, per, set);
+            let n = p.pairs().len();
+            if set == PairSet::Sampled {
+                assert!(n <= p.pair_count(), "{set:?} {hosts}x{rails}: {n} > {}", p.pair_count());
+            } else {
+                assert_eq!(p.pair_count(), n, "{set:?} {hosts}x{rails}/{per}");
+            }
+        }
+    }
+}
