@@ -112,13 +112,48 @@ struct Check {
     /// The host that sealed the datagram being read (none: not known).
     sender: Option<u16>,
     implausible: u64,
+    /// Per host: the identity's incarnation and the highest of foca's own incarnations seen
+    /// for it.
+    foca: std::collections::HashMap<u16, (u64, u16)>,
+}
+
+/// foca's own incarnation of a member rises by one each time it refutes a suspicion: a jump
+/// past the highest seen for the same identity by more than this is refused.
+pub const MAX_FOCA_STEP: u16 = 64;
+/// … and, for an identity not seen yet, a value above this.
+pub const MAX_FOCA_FIRST: u16 = 4096;
+
+impl Check {
+    /// Whether foca's incarnation `inc` of `id` is one an honest peer could have reached;
+    /// the highest is kept.
+    fn foca_plausible(&mut self, id: &Id, inc: u16) -> bool {
+        let ok = match self.foca.get(&id.host) {
+            Some(&(ours, seen)) if ours == id.incarnation => {
+                inc <= seen.saturating_add(MAX_FOCA_STEP)
+            }
+            // An older identity of the host: foca takes the newer one regardless.
+            Some(&(ours, _)) if ours > id.incarnation => true,
+            _ => inc <= MAX_FOCA_FIRST,
+        };
+        if ok {
+            let e = self.foca.entry(id.host).or_insert((id.incarnation, inc));
+            if id.incarnation > e.0 {
+                *e = (id.incarnation, inc);
+            } else if id.incarnation == e.0 {
+                e.1 = e.1.max(inc);
+            }
+        }
+        ok
+    }
 }
 
 impl Checked {
-    fn check(&self, ids: &[&Id]) -> Result<(), postcard::Error> {
+    fn check(&self, ids: &[&Id], foca: Option<(&Id, u16)>) -> Result<(), postcard::Error> {
         let now = crate::seal::unix_us() / 1000;
         let mut c = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
-        if ids.iter().all(|id| c.bounds.plausible(id, now)) {
+        if ids.iter().all(|id| c.bounds.plausible(id, now))
+            && foca.is_none_or(|(id, inc)| c.foca_plausible(id, inc))
+        {
             Ok(())
         } else {
             c.implausible += 1;
@@ -150,7 +185,7 @@ impl foca::Codec<Id> for Checked {
         };
         let mut ids = vec![&h.src, &h.dst];
         ids.extend(named);
-        self.check(&ids)?;
+        self.check(&ids, Some((&h.src, h.src_incarnation)))?;
         let sender = self.shared.lock().unwrap_or_else(PoisonError::into_inner).sender;
         if sender.is_some_and(|s| s != h.src.host) {
             self.shared.lock().unwrap_or_else(PoisonError::into_inner).implausible += 1;
@@ -169,7 +204,7 @@ impl foca::Codec<Id> for Checked {
 
     fn decode_member(&mut self, buf: impl bytes::Buf) -> Result<foca::Member<Id>, Self::Error> {
         let m = self.inner.decode_member(buf)?;
-        self.check(&[m.id()])?;
+        self.check(&[m.id()], Some((m.id(), m.incarnation())))?;
         Ok(m)
     }
 }
@@ -1013,5 +1048,22 @@ mod tests {
         let later = t0 + 2 * SEEN_FOR;
         m0.handle_from(1, &data, later).unwrap();
         assert!(m0.poll_transmit().is_some_and(|(to, _)| to.host == 1), "answered");
+    }
+
+    #[test]
+    fn foca_incarnations_cannot_jump_past_what_refutations_reach() {
+        let mut c = Check::default();
+        let h1 = id(1);
+        // The highest at once (a suspicion the host could never refute): refused.
+        assert!(!c.foca_plausible(&h1, u16::MAX));
+        assert!(c.foca_plausible(&h1, 3));
+        // One refutation at a time, or a few missed: taken; a leap: refused.
+        assert!(c.foca_plausible(&h1, 4));
+        assert!(c.foca_plausible(&h1, 4 + MAX_FOCA_STEP));
+        assert!(!c.foca_plausible(&h1, 4 + 3 * MAX_FOCA_STEP));
+        // A renewed identity (a new incarnation of ours) starts again from a small figure.
+        let renewed = Id { incarnation: h1.incarnation + 1, ..h1.clone() };
+        assert!(c.foca_plausible(&renewed, 0));
+        assert!(!c.foca_plausible(&renewed, MAX_FOCA_STEP + 1));
     }
 }
