@@ -11,11 +11,13 @@ pub mod component;
 pub mod fabric;
 pub mod locate;
 pub mod pairs;
+pub mod shape;
 
 pub use component::Component;
 pub use fabric::{Bisection, Dev, Host, Incast, Link, Pod, PodProgress, Rail};
 pub use locate::{DEVICE_SHARE, PairOutcome, Suspect, attribute, attribute_with_spines};
 pub use pairs::{PairSet, bisection, incasts, rounds};
+pub use shape::{Shape, Uplink};
 
 #[cfg(test)]
 mod tests;
