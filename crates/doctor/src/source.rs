@@ -92,8 +92,7 @@ impl Source {
                 if std::fs::read_dir(dir).map_err(io)?.next().is_some() {
                     return Err(DoctorError::RecordNotEmpty(dir.to_path_buf()));
                 }
-                let me = std::fs::metadata("/proc/self").map(|p| p.uid()).ok();
-                if Some(m.uid()) != me || m.mode() & 0o022 != 0 {
+                if Some(m.uid()) != euid() || m.mode() & 0o022 != 0 {
                     return Err(refuse(
                         "an empty folder another user owns or can write: give a new path, \
                          podnet creates the folder itself",
@@ -307,24 +306,26 @@ fn run_bounded(argv: &[&str], limit: std::time::Duration) -> Option<String> {
     Some(String::from_utf8_lossy(&v).into_owned())
 }
 
+/// The effective user (the owner of `/proc/self`): whose folders and files doctor and tune
+/// trust.
+pub(crate) fn euid() -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
+}
+
 /// A recorded kernel log or command output: a regular file of at most [`LOG_MAX`] bytes.
 fn read_file(p: &Path) -> Option<String> {
     let b = read_regular(p, LOG_MAX, false)?;
     Some(String::from_utf8_lossy(&b).into_owned())
 }
 
-/// The bytes of `p` if it is a regular file (opened non-blocking: a FIFO answers at once,
-/// and is refused), at most `cap` of them (`truncate`), else none if it holds more: a link
-/// to `/dev/zero` or an endless file costs at most `cap` bytes.
+/// The bytes of `p` if it is a regular file ([`host::open_regular`]), at most `cap` of them
+/// (`truncate`), else none if it holds more: a link to `/dev/zero` or an endless file costs
+/// at most `cap` bytes.
 fn read_regular(p: &Path, cap: usize, truncate: bool) -> Option<Vec<u8>> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(p).ok()?;
-    if !f.metadata().ok()?.file_type().is_file() {
-        return None;
-    }
     let mut b = Vec::new();
-    f.take(cap as u64 + 1).read_to_end(&mut b).ok()?;
+    host::open_regular(p).ok()?.take(cap as u64 + 1).read_to_end(&mut b).ok()?;
     if b.len() > cap {
         if !truncate {
             return None;

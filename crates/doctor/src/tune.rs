@@ -279,19 +279,13 @@ fn is_value(v: &str) -> bool {
     v.len() <= 256 && !v.contains(['\n', '\0'])
 }
 
-/// The effective user (the owner of `/proc/self`).
-fn euid() -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
-}
-
 /// Refuses a state file another user could plant, replace or change: its folder must be
 /// writable by its owner only (this user or root), and the file, if there, a regular file
 /// (not a link) of this user or root, writable by its owner only.
 fn check_place(state: &Path) -> Result<(), TuneError> {
     use std::os::unix::fs::MetadataExt;
     let err = |why: String| TuneError::State(state.display().to_string(), why);
-    let me = euid();
+    let me = crate::source::euid();
     let trusted = |uid: u32| uid == 0 || Some(uid) == me;
     let dir = match state.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),

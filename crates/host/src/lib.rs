@@ -42,6 +42,13 @@ pub fn read(p: &Path) -> Option<String> {
 /// writes would block the open), a device such as `/dev/zero` behind a link — and a file
 /// past `cap` is refused after reading `cap + 1` bytes, never read to its end.
 pub fn read_capped(p: &Path, cap: usize) -> std::io::Result<String> {
+    read_open_capped(open_regular(p)?, cap)
+}
+
+/// The regular file at `p`, opened for reading, non-blocking; what is not a regular file (a
+/// FIFO — the non-blocking open does not wait for a writer —, a device such as `/dev/zero`
+/// behind a link, a folder) is refused without a read.
+pub fn open_regular(p: &Path) -> std::io::Result<std::fs::File> {
     use std::io::{Error, ErrorKind};
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(p)?;
@@ -50,7 +57,7 @@ pub fn read_capped(p: &Path, cap: usize) -> std::io::Result<String> {
         let what = if t.is_dir() { "a folder" } else { "not a regular file" };
         return Err(Error::new(ErrorKind::InvalidData, format!("{what} where a file should be")));
     }
-    read_open_capped(f, cap)
+    Ok(f)
 }
 
 /// At most `cap` bytes of a file already open non-blocking, or why not: no `fstat` (a

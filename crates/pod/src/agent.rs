@@ -1051,20 +1051,21 @@ impl<'a> Control<'a> {
     /// one of that host's own addresses, not a copy or a replay, and every identity in it
     /// one an honest member could have; refused and counted otherwise.
     fn receive(&mut self, len: usize, from: SocketAddr, now: Instant) {
-        let (sender, data) = match self.seal.open(&self.rx[..len], seal::unix_us()) {
-            Ok(x) => x,
-            Err(e) => {
-                self.refused.count(e);
-                return;
+        // The buffer is taken out while its datagram is handled (no copy per datagram).
+        let rx = std::mem::take(&mut self.rx);
+        match self.seal.open(&rx[..len], seal::unix_us()) {
+            Ok((sender, data)) => {
+                let at_home =
+                    self.ctl_addrs[usize::from(sender)].iter().any(|a| a.ip() == from.ip());
+                if at_home {
+                    let _ = self.m.handle_from(sender, data, now);
+                } else {
+                    self.refused.unknown_sender += 1;
+                }
             }
-        };
-        let at_home = self.ctl_addrs[usize::from(sender)].iter().any(|a| a.ip() == from.ip());
-        if !at_home {
-            self.refused.unknown_sender += 1;
-            return;
+            Err(e) => self.refused.count(e),
         }
-        let data = data.to_vec();
-        let _ = self.m.handle_from(sender, &data, now);
+        self.rx = rx;
     }
 
     /// Announces this host to hosts not heard of yet (started later, or the first announce

@@ -96,13 +96,18 @@ impl std::fmt::Debug for Key {
 }
 
 impl Key {
-    /// The first [`TAG`] bytes of the HMAC of `parts`, in order.
-    pub fn tag(&self, parts: &[&[u8]]) -> [u8; TAG] {
+    /// The HMAC of `parts`, in order.
+    fn mac(&self, parts: &[&[u8]]) -> Hmac<Sha256> {
         let mut m = hmac_of(&self.0);
         for p in parts {
             m.update(p);
         }
-        let full: [u8; 32] = m.finalize().into_bytes().into();
+        m
+    }
+
+    /// The first [`TAG`] bytes of the HMAC of `parts`, in order.
+    pub fn tag(&self, parts: &[&[u8]]) -> [u8; TAG] {
+        let full: [u8; 32] = self.mac(parts).finalize().into_bytes().into();
         let mut t = [0u8; TAG];
         t.copy_from_slice(&full[..TAG]);
         t
@@ -110,11 +115,7 @@ impl Key {
 
     /// Whether `tag` is the tag of `parts` (compared in constant time).
     pub fn verify(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
-        let mut m = hmac_of(&self.0);
-        for p in parts {
-            m.update(p);
-        }
-        m.verify_truncated_left(tag).is_ok()
+        self.mac(parts).verify_truncated_left(tag).is_ok()
     }
 }
 

@@ -376,11 +376,10 @@ impl ChanIo {
             self.refused.malformed += 1;
             return;
         };
-        let from = match &h {
-            Hello::Connect { from, .. } | Hello::Accept { from, .. } => *from,
-        };
-        let rail = match &h {
-            Hello::Connect { rail, .. } | Hello::Accept { rail, .. } => usize::from(*rail),
+        let (from, rail) = match &h {
+            Hello::Connect { from, rail, .. } | Hello::Accept { from, rail, .. } => {
+                (*from, usize::from(*rail))
+            }
         };
         let expected = probe::rail_addr(pod, Dev { host: usize::from(from), rail });
         if from != sender || expected.is_none() || src != expected {

@@ -185,11 +185,7 @@ impl Monitor {
     /// Starts the pod monitor of `podnet agent --pod`.
     pub(crate) fn start(args: &AgentArgs) -> anyhow::Result<Option<Monitor>> {
         let Some(path) = &args.pod else { return Ok(None) };
-        let env_secret = std::env::var_os(rendezvous::bootstrap::SECRET_ENV);
-        let secret = rendezvous::bootstrap::Secret::from_sources(
-            args.secret_file.as_deref(),
-            env_secret.as_ref().map(|v| v.as_encoded_bytes()),
-        )?;
+        let secret = crate::cmd::world::secret_from(args.secret_file.as_deref())?;
         let cfg = agent_config(path, &args.pod_opts, secret.as_ref())?;
         let me = cfg.me;
         let o = &args.pod_opts;

@@ -44,9 +44,11 @@ pub(crate) fn resolve(w: &WorldArgs) -> anyhow::Result<World> {
 
 /// The run's shared secret, from --secret-file or PODNET_SECRET.
 pub(crate) fn secret(w: &WorldArgs) -> anyhow::Result<Option<Secret>> {
+    secret_from(w.secret_file.as_deref())
+}
+
+/// The shared secret from `file` (a `--secret-file`) or PODNET_SECRET, or none.
+pub(crate) fn secret_from(file: Option<&std::path::Path>) -> anyhow::Result<Option<Secret>> {
     let env_secret = std::env::var_os(SECRET_ENV);
-    Ok(Secret::from_sources(
-        w.secret_file.as_deref(),
-        env_secret.as_ref().map(|v| v.as_encoded_bytes()),
-    )?)
+    Ok(Secret::from_sources(file, env_secret.as_ref().map(|v| v.as_encoded_bytes()))?)
 }

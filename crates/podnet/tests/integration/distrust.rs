@@ -294,31 +294,18 @@ fn capture_analyze_is_linear_in_flows_and_says_what_it_could_not_make_sense_of()
     let back = dir.path().join("back.pcap");
     let src = std::net::Ipv4Addr::new(10, 9, 1, 1);
     // Frames at 2 ms, then 1 ms and 1.1 ms: the clock stepped back between the first two.
-    write_pcap_at(
-        &back,
-        &[
-            (send_only(src, 5, 1), 2_000),
-            (send_only(src, 6, 1), 1_000),
-            (send_only(src, 6, 2), 1_100),
-        ],
-    );
+    let frames = [
+        (send_only(src, 5, 1), 2_000),
+        (send_only(src, 6, 1), 1_000),
+        (send_only(src, 6, 2), 1_100),
+    ];
+    let stamped = frames.iter().map(|(f, us)| (f.as_slice(), f.len() as u32, *us));
+    crate::util::write_pcap_stamped(&back, 1, stamped);
     let (_, out, err, _) =
         bounded(&["capture", "analyze", back.to_str().unwrap()], Duration::from_secs(30));
     assert!(out.contains("went back in time"), "{out}{err}");
     assert!(out.contains("no rate"), "{out}");
     assert!(!out.contains("Mbit/s over"), "an impossible rate: {out}");
-}
-
-/// A pcap file (Ethernet) of `frames`, each at its µs after a fixed start.
-fn write_pcap_at(path: &std::path::Path, frames: &[(Vec<u8>, u64)]) {
-    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
-    let file = std::fs::File::create(path).unwrap();
-    let header = PcapHeader { datalink: 1u32.into(), ..Default::default() };
-    let mut w = PcapWriter::with_header(file, header).unwrap();
-    for (data, us) in frames {
-        let ts = Duration::from_micros(1_700_000_000_000_000 + us);
-        w.write_packet(&PcapPacket::new(ts, data.len() as u32, data)).unwrap();
-    }
 }
 
 /// The peak resident memory of `podnet args…`, KiB (GNU time's %M).

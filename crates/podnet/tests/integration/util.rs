@@ -79,13 +79,23 @@ pub(crate) fn decode_json_and_summary(path: &Path) -> (Vec<serde_json::Value>, S
 
 /// Writes Ethernet frames (each with its original length) to a pcap file.
 pub(crate) fn write_pcap(path: &Path, linktype: u32, frames: &[(Vec<u8>, u32)]) {
+    let stamped = frames.iter().enumerate().map(|(i, (d, orig))| (d.as_slice(), *orig, i as u64));
+    write_pcap_stamped(path, linktype, stamped);
+}
+
+/// A pcap file of `frames` (bytes, original length, µs after a fixed start, each).
+pub(crate) fn write_pcap_stamped<'a>(
+    path: &Path,
+    linktype: u32,
+    frames: impl Iterator<Item = (&'a [u8], u32, u64)>,
+) {
     use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
     let file = std::fs::File::create(path).unwrap();
     let header = PcapHeader { datalink: linktype.into(), ..Default::default() };
     let mut w = PcapWriter::with_header(file, header).unwrap();
-    for (i, (data, orig)) in frames.iter().enumerate() {
-        let ts = std::time::Duration::from_micros(1_700_000_000_000_000 + i as u64);
-        w.write_packet(&PcapPacket::new(ts, *orig, data)).unwrap();
+    for (data, orig, us) in frames {
+        let ts = std::time::Duration::from_micros(1_700_000_000_000_000 + us);
+        w.write_packet(&PcapPacket::new(ts, orig, data)).unwrap();
     }
 }
 
