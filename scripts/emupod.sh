@@ -9,11 +9,15 @@
 # MTU on a link is silent loss, as on a fabric of NICs. podnet runs on soft devices bound to
 # the rail addresses (`soft:10.<rail+1>.<host>.1`).
 #
-#   scripts/emupod.sh up NAME [HOSTS [RAILS [HOSTS_PER_TOR [SPINES [RATE [SPINE_RATE]]]]]]
+#   scripts/emupod.sh up NAME [HOSTS [RAILS [HOSTS_PER_TOR [SPINES [RATE [SPINE_RATE [MTU [SEED]]]]]]]]
 #                                     (defaults 4 2 2 2 200mbit, SPINE_RATE = RATE x
 #                                     HOSTS_PER_TOR: a ToR-spine link carries all of its
 #                                     ToR's hosts, so that two flows hashed onto one spine
-#                                     do not halve a pair's figure; root)
+#                                     do not halve a pair's figure; MTU 4200, the hosts'
+#                                     links' (the fabric's links take at least 4200);
+#                                     SEED 1, the routers' ECMP hash seed; root.
+#                                     `podnet pod shape --seed N --emupod` prints these for
+#                                     a shape drawn from a seed)
 #   scripts/emupod.sh down NAME        removes every namespace of the pod
 #   scripts/emupod.sh hostfile NAME [RAIL]
 #                                     the hosts' addresses on RAIL (default 0), one a line
@@ -32,6 +36,10 @@
 #       flows onto it, as when a spine's forwarding fails under a routing protocol that has
 #       not noticed), or again
 #   scripts/emupod.sh plan NAME        the pod's [[pod.hosts]] for a `podnet qualify` plan
+#   scripts/emupod.sh route NAME SRC DST SPORT
+#       the spine a RoCE packet from address SRC to DST with UDP source port SPORT crosses
+#       (the ECMP hash of SRC's ToR; a ToR-to-ToR path takes one spine each way): its
+#       index, or "local" under one ToR
 #
 # Names: namespaces NAME-h<i>, NAME-t<k>, NAME-s<j>; addresses 10.<rail+1>.<host>.1/31 on
 # hosts (.0 on the ToR), 172.<16+spine>.<tor>.1/31 on ToRs (.0 on the spine).
@@ -101,15 +109,15 @@ tbf() { # NS DEV RATE
   ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst "$burst" latency 1000ms
 }
 
-wire() { # NS_A DEV_A ADDR_A NS_B DEV_B ADDR_B RATE: a veth between two namespaces, up, limited
+wire() { # NS_A DEV_A ADDR_A NS_B DEV_B ADDR_B RATE MTU: a veth between two namespaces, up, limited
   ip link add "$2" netns "$1" type veth peer name "$5" netns "$4"
   ip -n "$1" addr add "$3" dev "$2"
   ip -n "$4" addr add "$6" dev "$5"
   # Jumbo frames, as RoCE fabrics run them: the soft devices' path MTU is 4096 (a quarter
   # of the packets a 1500-byte fabric needs, and on 2 cores the fabric's forwarding is the
   # cost).
-  ip -n "$1" link set "$2" mtu 4200 up
-  ip -n "$4" link set "$5" mtu 4200 up
+  ip -n "$1" link set "$2" mtu "$8" up
+  ip -n "$4" link set "$5" mtu "$8" up
   # Each end knows the other's MAC from the start, as a settled fabric does: the first
   # packets of a flow do not wait for ARP at a hop (the kernel keeps only ~200 KB of them
   # meanwhile, and a RoCE burst is larger).
@@ -149,6 +157,10 @@ spine_routes() { # SPINE TOR: the hosts under the ToR, through it
 
 up() {
   local hosts=${1:-4} rails=${2:-2} per=${3:-2} spines=${4:-2} rate=${5:-200mbit} srate=${6:-}
+  local mtu=${7:-4200} seed=${8:-1} fmtu
+  [[ $mtu =~ ^[0-9]+$ ]] && [ "$mtu" -ge 1280 ] && [ "$mtu" -le 9000 ] || { echo "emupod: MTU 1280-9000" >&2; exit 2; }
+  [[ $seed =~ ^[0-9]+$ ]] && [ "$seed" -le 4294967295 ] || { echo "emupod: SEED 0-4294967295" >&2; exit 2; }
+  fmtu=$(( mtu > 4200 ? mtu : 4200 ))
   if [ -z "$srate" ]; then
     [[ $rate =~ ^([0-9]+)([a-z]*)$ ]] || { echo "emupod: RATE is a number and a tc unit (200mbit)" >&2; exit 2; }
     srate=$(( ${BASH_REMATCH[1]} * per ))${BASH_REMATCH[2]}
@@ -162,8 +174,8 @@ up() {
   local racks=$(( (hosts + per - 1) / per )) tors
   tors=$((racks * rails))
   mkdir -p /run/emupod
-  printf 'HOSTS=%d RAILS=%d PER=%d SPINES=%d RATE=%s SRATE=%s RACKS=%d TORS=%d\n' \
-    "$hosts" "$rails" "$per" "$spines" "$rate" "$srate" "$racks" "$tors" > "$state"
+  printf 'HOSTS=%d RAILS=%d PER=%d SPINES=%d RATE=%s SRATE=%s RACKS=%d TORS=%d MTU=%d SEED=%d\n' \
+    "$hosts" "$rails" "$per" "$spines" "$rate" "$srate" "$racks" "$tors" "$mtu" "$seed" > "$state"
   load
   # Failed or interrupted half-way: take down what was made.
   trap 'down_ns; exit 130' INT TERM
@@ -177,7 +189,7 @@ up() {
     ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.fib_multipath_hash_policy=1 \
       net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2 net.ipv4.conf.all.rp_filter=0 \
       net.ipv4.conf.default.rp_filter=0
-    ip netns exec "$ns" sysctl -qw net.ipv4.fib_multipath_hash_seed=1 2>/dev/null || true
+    ip netns exec "$ns" sysctl -qw net.ipv4.fib_multipath_hash_seed="$seed" 2>/dev/null || true
     # No ICMP unreachables (and so no "fragmentation needed"): a fabric of NICs drops silently.
     ip netns exec "$ns" nft -f - <<'NFT'
 table inet emupod {
@@ -192,7 +204,7 @@ NFT
     ip netns exec "$h" sysctl -qw net.ipv4.ip_forward=0
     for ((r = 0; r < rails; r++)); do
       k=$(( (i / per) * rails + r ))
-      wire "$h" "r$r" "10.$((r + 1)).$i.1/31" "$(nsof t$k)" "h$i" "10.$((r + 1)).$i.0/31" "$rate"
+      wire "$h" "r$r" "10.$((r + 1)).$i.1/31" "$(nsof t$k)" "h$i" "10.$((r + 1)).$i.0/31" "$rate" "$mtu"
       # A table per rail, chosen by source address; the rail's own subnet by default.
       ip -n "$h" rule add from "10.$((r + 1)).$i.1" table $((10 + r))
       host_routes "$i" "$r"
@@ -201,14 +213,14 @@ NFT
   # ToRs to every spine; ECMP up, one route down per host.
   for ((k = 0; k < tors; k++)); do
     for ((j = 0; j < spines; j++)); do
-      wire "$(nsof t$k)" "s$j" "172.$((16 + j)).$k.1/31" "$(nsof s$j)" "t$k" "172.$((16 + j)).$k.0/31" "$srate"
+      wire "$(nsof t$k)" "s$j" "172.$((16 + j)).$k.1/31" "$(nsof s$j)" "t$k" "172.$((16 + j)).$k.0/31" "$srate" "$fmtu"
     done
     tor_routes "$k"
     for ((j = 0; j < spines; j++)); do spine_routes "$j" "$k"; done
   done
   trap - INT TERM ERR
   [ -n "$(cg cpuset 0)" ] || echo "emupod: no cpuset cgroup controller here: the hosts are not on one CPU, and a flow may be reordered between CPUs (the receiver then goes back N)" >&2
-  echo "emupod $name: $hosts hosts x $rails rails, $tors ToRs ($per hosts each), $spines spines, links $rate (ToR-spine $srate)"
+  echo "emupod $name: $hosts hosts x $rails rails, $tors ToRs ($per hosts each), $spines spines, links $rate (ToR-spine $srate), MTU $mtu, ECMP seed $seed"
 }
 
 down_ns() {
@@ -322,6 +334,17 @@ case $cmd in
       done
       printf ']\n'
     done
+    ;;
+  route)
+    load
+    [ $# -eq 3 ] || usage
+    [[ $1 =~ ^10\.([0-9]+)\.([0-9]+)\.1$ ]] || { echo "emupod: SRC is a host's rail address, 10.<rail+1>.<host>.1" >&2; exit 2; }
+    r=$(( BASH_REMATCH[1] - 1 )) i=${BASH_REMATCH[2]}
+    [ "$r" -lt "$RAILS" ] && [ "$i" -lt "$HOSTS" ] || { echo "emupod: no host address $1" >&2; exit 2; }
+    [[ $3 =~ ^[0-9]+$ ]] && [ "$3" -le 65535 ] || { echo "emupod: SPORT 0-65535" >&2; exit 2; }
+    k=$(( (i / PER) * RAILS + r ))
+    via=$(ip -n "$(nsof t$k)" route get "$2" from "$1" iif "h$i" ipproto udp sport "$3" dport 4791 | head -1)
+    if [[ $via =~ dev\ s([0-9]+) ]]; then echo "${BASH_REMATCH[1]}"; else echo local; fi
     ;;
   hostfile)
     load

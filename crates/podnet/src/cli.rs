@@ -585,6 +585,52 @@ pub(crate) enum PodCommand {
         podnet pod status --agent 10.0.0.5:9464"
     )]
     Status(PodStatusArgs),
+
+    /// A leaf-spine pod's shape drawn from a seed: to emulate it and to qualify it.
+    ///
+    /// A seed draws racks (2-4), hosts per ToR (2-4), rails (1-2), spines (2-4), the ToRs'
+    /// uplink against their hosts (1:1 non-blocking, 2:1, 3:1, or each spine link as fast as
+    /// all of a ToR's hosts), the host link rate (100, 200, 500 or 1000 Mbit/s), the hosts'
+    /// MTU (1500 or 9000) and the fabric's ECMP hash seed; the same seed, the same shape.
+    /// `--emupod` prints the arguments of `scripts/emupod.sh up NAME` that build it, `--plan`
+    /// the qualify plan for it (the emulated pod's thresholds, the shape's link rates, spines
+    /// and ACK timeout, its hosts), `--json` the shape itself.
+    #[command(after_help = "Examples:\n  podnet pod shape --seed 7\n  \
+        scripts/emupod.sh up p7 $(podnet pod shape --seed 7 --emupod)\n  \
+        podnet pod shape --seed 7 --uplink 1:1 --plan > pod.toml")]
+    Shape(PodShapeArgs),
+}
+
+/// `podnet pod shape` flags.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct PodShapeArgs {
+    /// The seed the shape is drawn from.
+    #[arg(long, value_name = "N")]
+    pub(crate) seed: u64,
+
+    /// The ToRs' uplink against their hosts, instead of the drawn one: 1:1, 2:1, 3:1 or
+    /// each-link-all.
+    #[arg(long, value_name = "RATIO", value_parser = parse_uplink)]
+    pub(crate) uplink: Option<topology::Uplink>,
+
+    /// Print the arguments of `scripts/emupod.sh up NAME` that build the shape.
+    #[arg(long, conflicts_with_all = ["plan", "json"])]
+    pub(crate) emupod: bool,
+
+    /// Print the qualify plan for the shape.
+    #[arg(long, conflicts_with = "json")]
+    pub(crate) plan: bool,
+
+    /// Print the shape as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+fn parse_uplink(s: &str) -> Result<topology::Uplink, String> {
+    topology::Uplink::ALL
+        .into_iter()
+        .find(|u| u.as_str() == s)
+        .ok_or_else(|| format!("{s:?}: one of 1:1, 2:1, 3:1, each-link-all"))
 }
 
 /// `podnet pod status` flags.

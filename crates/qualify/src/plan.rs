@@ -583,9 +583,100 @@ fn check_perf(file: &config::TomlFile<'_>, pod: bool, p: &PerfCheck) -> Result<(
     Ok(())
 }
 
+/// The qualify plan for a pod of `shape` as `scripts/emupod.sh` builds it (`podnet pod
+/// shape --plan`): the thresholds of testdata/qualify/emupod.toml (chosen from measurement
+/// on emulated pods, BENCHMARKS.md), the pod's settings from its shape — the link rate, the
+/// spines, a spine link's rate where it is oversubscribed, an ACK timeout for its slowest
+/// link ([`topology::Shape::qp_timeout`]) — and its hosts.
+pub fn for_shape(shape: &topology::Shape) -> String {
+    use std::fmt::Write as _;
+    let pod = shape.pod();
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "# An emulated pod drawn from seed {seed}: {racks} racks x {per} hosts, {rails} rail(s), \
+         {spines} spines,\n# uplinks {uplink:?}, {rate} Mbit/s host links ({srate} Mbit/s \
+         to each spine), MTU {mtu}.\n# scripts/emupod.sh up NAME {args}",
+        seed = shape.seed,
+        racks = shape.racks,
+        per = shape.hosts_per_tor,
+        rails = shape.rails,
+        spines = shape.spines,
+        uplink = shape.uplink,
+        rate = shape.host_mbit,
+        srate = shape.spine_link_mbit(),
+        mtu = shape.mtu,
+        args = shape.emupod_args().join(" ")
+    );
+    let _ = writeln!(t, "name = \"emulated pod (seed {})\"\n\n[pod]", shape.seed);
+    let _ = writeln!(t, "pairs = \"{}\"\nseed = {}", pod.pairs.as_str(), pod.seed);
+    if let Some(g) = pod.link_gbps {
+        let _ = writeln!(t, "link_gbps = {g}");
+    }
+    if let Some(n) = pod.spines {
+        let _ = writeln!(t, "spines = {n}");
+    }
+    if let Some(g) = pod.spine_link_gbps {
+        let _ = writeln!(t, "spine_link_gbps = {g}");
+    }
+    let _ = writeln!(
+        t,
+        "progress = \"event\"\nsource_ports = {}\nstall_seconds = {}\nqp_timeout = {}",
+        pod.source_ports, pod.stall_seconds, pod.qp_timeout
+    );
+    if let Some(d) = pod.tx_depth {
+        let _ = writeln!(t, "tx_depth = {d}");
+    }
+    let _ = writeln!(
+        t,
+        "\n[pod.bisection]\nseconds = 1\nmin_vs_line_rate = 0.5\n\n[pod.incast]\nsenders = {}\n\
+         seconds = 1\nmax_unfairness = 0.5\nmax_retransmitted = 0.25\n",
+        topology::shape::INCAST_SENDERS
+    );
+    t.push_str(
+        "[[perf]]\ntest = \"write-bw\"\nsizes = [65536]\nseconds = 0.5\nmin_bw_vs_line_rate = 0.5\n\
+         min_bw_vs_pod_median = 0.75\n\n[[perf]]\ntest = \"send-lat\"\nsizes = [2]\nseconds = 0.3\n\
+         max_median_us_vs_pod_median = 5.0\nmax_p99_9_us_vs_median = 400\n",
+    );
+    for h in &pod.hosts {
+        let _ = write!(t, "\n[[pod.hosts]]\nname = \"{}\"\nrails = [", h.name);
+        for (k, r) in h.rails.iter().enumerate() {
+            let sep = if k > 0 { ", " } else { "" };
+            let _ = write!(t, "{sep}{{ device = \"{}\", tor = \"{}\" }}", r.device, r.tor);
+        }
+        t.push_str("]\n");
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shapes_plan_is_its_pod_with_the_emulated_pods_thresholds() {
+        // The emulated pod's plan, with the hosts scripts/emupod.sh plan appends.
+        let emu = format!(
+            "{}\n[[pod.hosts]]\nname = \"h0\"\nrails = [{{ device = \"soft:10.1.0.1\", tor = \"t0\" }}]\n\
+             [[pod.hosts]]\nname = \"h1\"\nrails = [{{ device = \"soft:10.1.1.1\", tor = \"t0\" }}]\n",
+            include_str!("../../../testdata/qualify/emupod.toml")
+        );
+        let emu = Plan::parse(&emu, "emupod.toml").unwrap();
+        for seed in 0..40 {
+            let shape = topology::Shape::draw(seed);
+            let text = for_shape(&shape);
+            let plan = Plan::parse(&text, "shape.toml").unwrap_or_else(|e| panic!("{e}\n{text}"));
+            let mut want = shape.pod();
+            let pod = plan.pod.clone().unwrap();
+            // What the shape does not decide is testdata/qualify/emupod.toml's.
+            let emu_pod = emu.pod.clone().unwrap();
+            want.bisection = emu_pod.bisection.clone();
+            want.incast = emu_pod.incast.clone();
+            assert_eq!(pod, want, "seed {seed}");
+            assert_eq!(plan.perf, emu.perf, "seed {seed}: the thresholds drifted");
+            assert_eq!(pod.validate(), Ok(()));
+        }
+    }
 
     #[test]
     fn the_default_plan_parses() {

@@ -175,6 +175,9 @@ pub struct Report {
     pub hosts: Vec<HostFacts>,
     /// A pod run: each round, its pairs, traffic and wall time.
     pub rounds: Vec<RoundReport>,
+    /// A pod run: the pair-directions that failed beside other flows on a ToR's spine links
+    /// and passed apart from them — collisions of the schedule, not faults.
+    pub contention: Vec<Contention>,
     /// A pod run: the pair matrices.
     pub matrices: Vec<Matrix>,
     /// A pod run: the pair set and its coverage.
@@ -221,6 +224,22 @@ pub struct HostFacts {
     pub version: String,
     /// Its devices, by rail.
     pub devices: Vec<DeviceFacts>,
+}
+
+/// A pair-direction that failed beside other flows on a ToR's spine links, and passed
+/// measured again with no other pair on them: an ECMP collision of the schedule.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Contention {
+    /// The flow: `h0.r0->h4.r0`.
+    pub flow: String,
+    /// The flows of its phase that shared a ToR's spine links with it.
+    pub beside: Vec<String>,
+    /// Which: `t0's spine links`.
+    pub links: String,
+    /// Its failed checks in the first run, with their figures.
+    pub first: Vec<String>,
+    /// The same checks measured apart.
+    pub apart: Vec<String>,
 }
 
 /// A round of a pod run.
@@ -359,6 +378,7 @@ impl Report {
             suspects: Vec::new(),
             hosts: Vec::new(),
             rounds: Vec::new(),
+            contention: Vec::new(),
             matrices: Vec::new(),
             pod: None,
         }
@@ -489,6 +509,25 @@ impl Report {
                     r.packets,
                     r.seconds
                 );
+            }
+            if !self.contention.is_empty() {
+                let _ = writeln!(
+                    t,
+                    "contention: {} flow(s) failed beside others on a ToR's spine links and \
+                     passed apart (ECMP collisions of the schedule, not faults)",
+                    self.contention.len()
+                );
+                for c in &self.contention {
+                    let _ = writeln!(
+                        t,
+                        "  {} beside {} over {}: {}; apart: {}",
+                        c.flow,
+                        c.beside.join(", "),
+                        c.links,
+                        c.first.join(", "),
+                        c.apart.join(", ")
+                    );
+                }
             }
             let _ = writeln!(t);
         }

@@ -9,6 +9,9 @@
 //!                            # and this many under other ToRs
 //! link_gbps = 0.2            # a soft device's nominal link rate (RDMA devices: the port's)
 //! # spines = 2               # spines every ToR links to (ECMP paths per cross-ToR pair)
+//! # spine_link_gbps = 0.1    # a ToR-spine link's rate, where the fabric is oversubscribed
+//!                            # (a cross-ToR pair is judged against the slower of its host
+//!                            # links and one spine link; unset: non-blocking)
 //! source_ports = 4           # each cross-ToR pair probed over this many UDP source ports
 //! progress = "event"         # the soft devices' progress: busy (default) or event
 //! stall_seconds = 5          # no completion for this long: the measurement fails
@@ -21,12 +24,14 @@
 //!
 //! [pod.bisection]            # half the hosts to the other half at once
 //! size = 65536
-//! min_vs_line_rate = 0.5     # aggregate >= 0.5 x flows x link rate
+//! min_vs_line_rate = 0.5     # aggregate >= 0.5 x what the flows could carry
+//! qps = 4                    # QPs per flow, each its own ECMP hash
 //!
 //! [pod.incast]               # per ToR: senders elsewhere to one device under it at once
 //! senders = 4
 //! max_unfairness = 0.5       # every sender within 50 % of the fair share
 //! max_retransmitted = 0.25   # retransmitted packets per packet sent, at most
+//! qps = 4                    # QPs per sender, each its own ECMP hash
 //! ```
 //!
 //! Rank k of the run plays `hosts[k]` (or the host of its host name when every host name
@@ -95,9 +100,14 @@ pub struct Bisection {
     /// Seconds of traffic.
     #[serde(default = "default_seconds")]
     pub seconds: f64,
-    /// The aggregate must reach this share of flows × link rate.
+    /// The aggregate must reach this share of what the flows could carry at once (each
+    /// flow's line rate; across an oversubscribed fabric, no more than a ToR's uplinks).
     #[serde(default = "default_bisection_share")]
     pub min_vs_line_rate: f64,
+    /// QPs per flow, each its own UDP source port and so its own ECMP hash (a flow of one
+    /// QP may share a spine link with another: the aggregate would judge the hash).
+    #[serde(default = "default_qps")]
+    pub qps: usize,
 }
 
 /// The incast round, one per ToR.
@@ -119,6 +129,11 @@ pub struct Incast {
     /// Retransmitted packets per packet sent, at most, for every sender.
     #[serde(default = "default_retransmitted")]
     pub max_retransmitted: f64,
+    /// QPs per sender, each its own UDP source port and so its own ECMP hash, sharing the
+    /// sender's operations in flight (two senders under one ToR hashed onto one spine link
+    /// would judge the hash).
+    #[serde(default = "default_qps")]
+    pub qps: usize,
 }
 
 fn default_size() -> usize {
@@ -129,6 +144,9 @@ fn default_seconds() -> f64 {
 }
 fn default_bisection_share() -> f64 {
     0.5
+}
+fn default_qps() -> usize {
+    4
 }
 fn default_senders() -> usize {
     4
@@ -189,6 +207,11 @@ pub struct Pod {
     /// path through each); unknown otherwise.
     #[serde(default)]
     pub spines: Option<usize>,
+    /// A ToR–spine link's rate, Gb/s, where it is below a host link's (an oversubscribed
+    /// fabric): one flow across the spines crosses one such link, so a cross-ToR pair's line
+    /// rate is the slower of its host links and this. Unset: the fabric is non-blocking.
+    #[serde(default)]
+    pub spine_link_gbps: Option<f64>,
     /// The devices' progress.
     #[serde(default)]
     pub progress: PodProgress,
@@ -267,6 +290,14 @@ impl Pod {
         {
             return Err(("link_gbps", format!("`pod.link_gbps` = {g}: a positive rate")));
         }
+        if let Some(g) = self.spine_link_gbps
+            && !(g.is_finite() && g > 0.0)
+        {
+            return Err((
+                "spine_link_gbps",
+                format!("`pod.spine_link_gbps` = {g}: a positive rate"),
+            ));
+        }
         if self.pairs == PairSet::Sampled && self.peers_per_tor == 0 {
             return Err(("peers_per_tor", "`pod.peers_per_tor` must be at least 1".into()));
         }
@@ -291,11 +322,17 @@ impl Pod {
         if let Some(b) = &self.bisection {
             share("min_vs_line_rate", b.min_vs_line_rate)?;
             share("seconds", b.seconds)?;
+            if !(1..=64).contains(&b.qps) {
+                return Err(("qps", "`pod.bisection.qps`: 1 to 64".into()));
+            }
         }
         if let Some(i) = &self.incast {
             share("max_unfairness", i.max_unfairness)?;
             share("max_retransmitted", i.max_retransmitted)?;
             share("seconds", i.seconds)?;
+            if !(1..=64).contains(&i.qps) {
+                return Err(("qps", "`pod.incast.qps`: 1 to 64".into()));
+            }
             if i.senders == 0 {
                 return Err(("senders", "`pod.incast.senders` must be at least 1".into()));
             }

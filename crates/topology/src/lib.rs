@@ -16,7 +16,7 @@ pub mod shape;
 pub use component::Component;
 pub use fabric::{Bisection, Dev, Host, Incast, Link, Pod, PodProgress, Rail};
 pub use locate::{DEVICE_SHARE, PairOutcome, Suspect, attribute, attribute_with_spines};
-pub use pairs::{PairSet, bisection, incasts, rounds};
+pub use pairs::{PairSet, apart, beside, bisection, incasts, rounds};
 pub use shape::{Shape, Uplink};
 
 #[cfg(test)]

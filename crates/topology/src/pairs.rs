@@ -195,6 +195,76 @@ pub fn rounds(pod: &Pod, pairs: &[(Dev, Dev)]) -> Vec<Vec<(Dev, Dev)>> {
     out
 }
 
+/// Flows of one phase (client → server, all at once) that may meet on a ToR–spine link: per
+/// flow, each other cross-ToR flow that leaves from its ToR (they share that ToR's uplinks)
+/// or arrives at its ToR (they share the spines' links down to it), with that ToR. Whether
+/// two such flows do meet is up to the fabric's ECMP hash: on a non-blocking (1:1) fabric
+/// two that hash onto one link get half of it each — a property of the schedule, not a
+/// fault of either pair. Flows under one ToR cross no spine link and meet nobody.
+pub fn beside(pod: &Pod, flows: &[(Dev, Dev)]) -> Vec<Vec<(usize, String)>> {
+    let tor = |d: Dev| pod.rail(d).tor.as_str();
+    flows
+        .iter()
+        .map(|&(c, s)| {
+            if pod.same_tor(c, s) {
+                return Vec::new();
+            }
+            flows
+                .iter()
+                .enumerate()
+                .filter(|(_, (c2, s2))| (*c2, *s2) != (c, s) && !pod.same_tor(*c2, *s2))
+                .filter_map(|(j, &(c2, s2))| {
+                    if tor(c2) == tor(c) {
+                        Some((j, tor(c).to_string()))
+                    } else if tor(s2) == tor(s) {
+                        Some((j, tor(s).to_string()))
+                    } else {
+                        None
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Splits `pairs` into rounds that no ECMP hash can make collide: no device twice in a
+/// round, and no ToR at an end of two cross-ToR pairs of a round (so no two flows of it,
+/// either way, share a ToR–spine link). Pairs under one ToR only need their devices free.
+/// Greedy, in the pairs' order: a pair goes into the first round it fits.
+pub fn apart(pod: &Pod, pairs: &[(Dev, Dev)]) -> Vec<Vec<(Dev, Dev)>> {
+    /// A round being filled: its pairs, their devices, the ToRs its cross-ToR pairs use.
+    #[derive(Default)]
+    struct Round<'a> {
+        pairs: Vec<(Dev, Dev)>,
+        devs: BTreeSet<Dev>,
+        tors: BTreeSet<&'a str>,
+    }
+    let mut out: Vec<Round> = Vec::new();
+    for &(a, b) in pairs {
+        let cross = !pod.same_tor(a, b);
+        let tors = [pod.rail(a).tor.as_str(), pod.rail(b).tor.as_str()];
+        let taken = |r: &Round| {
+            r.devs.contains(&a)
+                || r.devs.contains(&b)
+                || cross && tors.iter().any(|t| r.tors.contains(t))
+        };
+        let i = match out.iter().position(|r| !taken(r)) {
+            Some(i) => i,
+            None => {
+                out.push(Round::default());
+                out.len() - 1
+            }
+        };
+        let r = &mut out[i];
+        r.pairs.push((a, b));
+        r.devs.extend([a, b]);
+        if cross {
+            r.tors.extend(tors);
+        }
+    }
+    out.into_iter().map(|r| r.pairs).collect()
+}
+
 /// The bisection: host i of the first half with host i + N/2, every rail to the same rail.
 pub fn bisection(pod: &Pod) -> Vec<(Dev, Dev)> {
     let n = pod.hosts.len();
@@ -208,7 +278,8 @@ pub fn bisection(pod: &Pod) -> Vec<(Dev, Dev)> {
 }
 
 /// The incasts: per ToR, its first device receives from up to `senders` devices of the same
-/// rail on other hosts (under other ToRs first, so the traffic crosses the fabric).
+/// rail on other hosts — under other ToRs only, where there are two or more (the traffic
+/// crosses the fabric, every sender's alike).
 pub fn incasts(pod: &Pod, senders: usize) -> Vec<(String, Dev, Vec<Dev>)> {
     let mut out = Vec::new();
     for (tor, under) in pod.tors() {
@@ -216,6 +287,12 @@ pub fn incasts(pod: &Pod, senders: usize) -> Vec<(String, Dev, Vec<Dev>)> {
         let mut from: Vec<Dev> =
             pod.devices().into_iter().filter(|d| d.host != rx.host && d.rail == rx.rail).collect();
         from.sort_by_key(|d| (pod.same_tor(*d, rx), d.host));
+        // Senders of one kind, where two or more cross the spines: a sender under the
+        // receiver's ToR offers its whole link while those across an oversubscribed fabric
+        // offer a spine link's share, and their shares would differ with no fault.
+        if from.iter().filter(|d| !pod.same_tor(**d, rx)).count() >= 2 {
+            from.retain(|d| !pod.same_tor(*d, rx));
+        }
         from.truncate(senders);
         if !from.is_empty() {
             out.push((tor, rx, from));

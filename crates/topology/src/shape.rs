@@ -15,10 +15,13 @@ use crate::pairs::PairSet;
 #[serde(rename_all = "kebab-case")]
 pub enum Uplink {
     /// Non-blocking, as production leaf-spine pods are built: uplinks equal the hosts'.
+    #[serde(rename = "1:1")]
     OneToOne,
     /// Oversubscribed 2:1.
+    #[serde(rename = "2:1")]
     TwoToOne,
     /// Oversubscribed 3:1.
+    #[serde(rename = "3:1")]
     ThreeToOne,
     /// `scripts/emupod.sh`'s: each spine link as fast as all of the ToR's hosts together
     /// (uplinks at `spines` times the hosts').
@@ -29,6 +32,16 @@ impl Uplink {
     /// Every kind, in order.
     pub const ALL: [Uplink; 4] =
         [Uplink::OneToOne, Uplink::TwoToOne, Uplink::ThreeToOne, Uplink::EachLinkAll];
+
+    /// Its name: `1:1`, `2:1`, `3:1`, `each-link-all`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Uplink::OneToOne => "1:1",
+            Uplink::TwoToOne => "2:1",
+            Uplink::ThreeToOne => "3:1",
+            Uplink::EachLinkAll => "each-link-all",
+        }
+    }
 
     /// One ToR–spine link's rate, Mbit/s, for `hosts_per_tor` hosts at `host_mbit` each over
     /// `spines` spines (at least 1).
@@ -84,11 +97,22 @@ pub mod ranges {
     pub const MTU: [u32; 2] = [1500, 9000];
 }
 
+/// A RoCEv2 packet's bytes besides its payload, IPv4 header on: IP 20, UDP 8, BTH 12, RETH
+/// 16 (a WRITE's first packet), ICRC 4.
+pub const ROCE_OVERHEAD: u32 = 20 + 8 + 12 + 16 + 4;
+
+/// Senders of an incast round in a plan for an emulated shape.
+pub const INCAST_SENDERS: usize = 3;
+
+/// Operations in flight per QP of a plan for an emulated shape (measured on
+/// testdata/qualify/emupod.toml's 100 Mbit/s links: 8 × 64 KiB keep one busy).
+pub const TX_DEPTH: usize = 8;
+
 /// SplitMix64: a fixed, well-spread sequence from a seed.
-struct Draw(u64);
+pub(crate) struct Draw(pub(crate) u64);
 
 impl Draw {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -97,7 +121,7 @@ impl Draw {
     }
 
     /// A number in `lo..=hi`.
-    fn between(&mut self, (lo, hi): (usize, usize)) -> usize {
+    pub(crate) fn between(&mut self, (lo, hi): (usize, usize)) -> usize {
         lo + (self.next() % (hi - lo + 1) as u64) as usize
     }
 
@@ -139,6 +163,51 @@ impl Shape {
         self.uplink.spine_link_mbit(self.hosts_per_tor, self.host_mbit, self.spines)
     }
 
+    /// The slowest link a flow may cross, Mbit/s: a host's, or a spine link's.
+    pub fn slowest_mbit(&self) -> u32 {
+        self.host_mbit.min(self.spine_link_mbit())
+    }
+
+    /// The RoCE path MTU a soft device takes on the hosts' MTU (the largest of 256 … 4096
+    /// whose frame fits).
+    pub fn roce_mtu(&self) -> u32 {
+        [4096, 2048, 1024, 512, 256]
+            .into_iter()
+            .find(|m| m + ROCE_OVERHEAD <= self.mtu)
+            .unwrap_or(256)
+    }
+
+    /// The largest RoCE frame on the wire, IP header on: a full packet of the path MTU.
+    pub fn largest_frame(&self) -> u32 {
+        self.roce_mtu() + ROCE_OVERHEAD
+    }
+
+    /// The RC ACK timeout code for this fabric (4.096 µs × 2^n): twice the longest a
+    /// packet may queue — [`INCAST_SENDERS`] senders' [`TX_DEPTH`] × 64 KiB in flight
+    /// behind one another on the slowest link (an emulated fabric queues rather than pause
+    /// the sender as PFC would, and a timeout shorter than the queue sends it all again).
+    pub fn qp_timeout(&self) -> u8 {
+        let queued = (INCAST_SENDERS * TX_DEPTH) as f64 * 65536.0 * 8.0;
+        let seconds = 2.0 * queued / (f64::from(self.slowest_mbit()) * 1e6);
+        (10u8..=24).find(|n| 4.096e-6 * f64::from(1u32 << n) >= seconds).unwrap_or(24)
+    }
+
+    /// `scripts/emupod.sh up NAME` and these: hosts, rails, hosts per ToR, spines, the host
+    /// and spine link rates, the hosts' MTU and the ECMP hash seed.
+    pub fn emupod_args(&self) -> Vec<String> {
+        vec![
+            self.hosts().to_string(),
+            self.rails.to_string(),
+            self.hosts_per_tor.to_string(),
+            self.spines.to_string(),
+            format!("{}mbit", self.host_mbit),
+            format!("{}mbit", self.spine_link_mbit()),
+            self.mtu.to_string(),
+            // The kernel's multipath hash seed is 32 bits.
+            (self.ecmp_seed as u32).to_string(),
+        ]
+    }
+
     /// The pod qualify and the agent read: host `r<rack>h<i>` has rail k on
     /// `soft:10.<k+1>.<host>.1` under ToR `rack<rack>-rail<k>` (the addresses the emulator
     /// gives), the spines named, the link rate the hosts'.
@@ -164,13 +233,16 @@ impl Shape {
             link_gbps: Some(f64::from(self.host_mbit) / 1000.0),
             source_ports: 4,
             spines: Some(self.spines),
-            // As testdata/qualify/emupod.toml sets them for emulated links (measured there: an
-            // ACK timeout of 268 ms and 8 messages in flight for links thousands of times
-            // slower than a NIC); a campaign that changes one says so with its measurement.
+            // Below a host link's rate only on an oversubscribed fabric.
+            spine_link_gbps: (self.spine_link_mbit() < self.host_mbit)
+                .then(|| f64::from(self.spine_link_mbit()) / 1000.0),
+            // As testdata/qualify/emupod.toml sets them for 100 Mbit/s links (measured there:
+            // 8 messages in flight; an ACK timeout of 268 ms), the timeout scaled to the
+            // slowest link (`qp_timeout`).
             progress: PodProgress::Event,
             stall_seconds: 2.0,
-            qp_timeout: 16,
-            tx_depth: Some(8),
+            qp_timeout: self.qp_timeout(),
+            tx_depth: Some(TX_DEPTH),
             bisection: None,
             incast: None,
             hosts,
@@ -210,6 +282,34 @@ mod tests {
             }
         }
         assert_ne!(Shape::draw(1).ecmp_seed, Shape::draw(2).ecmp_seed);
+    }
+
+    #[test]
+    fn the_ack_timeout_covers_an_incasts_queue_on_the_slowest_link() {
+        let mut s = Shape::draw_with(3, Uplink::EachLinkAll);
+        s.host_mbit = 100;
+        // testdata/qualify/emupod.toml's, measured on 100 Mbit/s links: 268 ms.
+        assert_eq!(s.qp_timeout(), 16);
+        s.host_mbit = 1000;
+        assert_eq!(s.qp_timeout(), 13, "10 x faster, 8 x shorter");
+        // 3:1 under 2 hosts and 2 spines: 33 Mbit/s spine links, 3 x 8 x 64 KiB queue there
+        // for 0.38 s.
+        let s = Shape {
+            racks: 2,
+            rails: 1,
+            host_mbit: 100,
+            hosts_per_tor: 2,
+            spines: 2,
+            uplink: Uplink::ThreeToOne,
+            ..s
+        };
+        assert_eq!(s.spine_link_mbit(), 33);
+        assert_eq!(s.qp_timeout(), 18);
+        assert_eq!(s.pod().spine_link_gbps, Some(0.033));
+        assert_eq!(Shape { mtu: 1500, ..s.clone() }.roce_mtu(), 1024);
+        assert_eq!(Shape { mtu: 9000, ..s.clone() }.largest_frame(), 4096 + 60);
+        let args = s.emupod_args();
+        assert_eq!(args[..6], ["4", "1", "2", "2", "100mbit", "33mbit"].map(String::from));
     }
 
     #[test]

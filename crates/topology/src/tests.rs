@@ -15,6 +15,7 @@ fn pod(hosts: usize, rails: usize, per: usize, set: PairSet) -> Pod {
         link_gbps: Some(0.2),
         source_ports: 4,
         spines: None,
+        spine_link_gbps: None,
         progress: PodProgress::Event,
         stall_seconds: 5.0,
         qp_timeout: 14,
@@ -87,6 +88,42 @@ fn rounds_are_disjoint_and_cover_every_pair_once() {
             // N hosts in N - 1 rounds (N even), N (odd): the rails share a round.
             assert_eq!(r.len(), hosts - 1 + hosts % 2, "{hosts}x{rails}");
         }
+    }
+}
+
+#[test]
+fn flows_beside_each_other_are_those_that_share_a_tors_spine_links() {
+    // 6 hosts x 1 rail, 2 per ToR: t0 = {h0, h1}, t1 = {h2, h3}, t2 = {h4, h5}.
+    let p = pod(6, 1, 2, PairSet::All);
+    let d = |h| Dev { host: h, rail: 0 };
+    let flows = [(d(0), d(2)), (d(1), d(4)), (d(3), d(5)), (d(4), d(5))];
+    let b = beside(&p, &flows);
+    // h0->h2 and h1->h4 leave t0 together; h1->h4 and h3->h5 both arrive at t2; h4->h5 is
+    // under one ToR and meets nobody.
+    assert_eq!(b[0], vec![(1, "t0".to_string())]);
+    assert_eq!(b[1], vec![(0, "t0".to_string()), (2, "t2".to_string())]);
+    assert_eq!(b[2], vec![(1, "t2".to_string())]);
+    assert!(b[3].is_empty());
+    // Apart: every pair once, and no round can collide.
+    for (hosts, rails, set) in [(6, 1, PairSet::All), (12, 2, PairSet::RailAligned)] {
+        let p = pod(hosts, rails, 2, set);
+        let pairs = p.pairs();
+        let r = apart(&p, &pairs);
+        let mut all: Vec<(Dev, Dev)> = r.iter().flatten().copied().collect();
+        all.sort();
+        assert_eq!(all, pairs, "{hosts}x{rails}");
+        for round in &r {
+            for (dir, flows) in
+                [round.clone(), round.iter().map(|&(a, b)| (b, a)).collect::<Vec<_>>()]
+                    .into_iter()
+                    .enumerate()
+            {
+                assert!(beside(&p, &flows).iter().all(Vec::is_empty), "{dir}: {round:?}");
+            }
+            let mut devs = BTreeSet::new();
+            assert!(round.iter().all(|(a, b)| devs.insert(*a) && devs.insert(*b)));
+        }
+        assert!(r.len() < pairs.len(), "pairs under one ToR and ToR-disjoint pairs share rounds");
     }
 }
 

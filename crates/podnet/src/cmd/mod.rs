@@ -72,5 +72,6 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Qualify(args) => qualify::run(&args),
         Command::Burnin(args) => burnin::run(&args),
         Command::Pod(crate::cli::PodCommand::Status(args)) => pod::status(&args),
+        Command::Pod(crate::cli::PodCommand::Shape(args)) => pod::shape(&args),
     }
 }

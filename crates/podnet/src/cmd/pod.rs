@@ -502,3 +502,46 @@ fn fetch(addr: std::net::SocketAddr, path: &str, t: Duration) -> anyhow::Result<
     }
     Ok(body.to_string())
 }
+
+/// `podnet pod shape`: a shape drawn from a seed, as text, JSON, emupod.sh's arguments or a
+/// qualify plan.
+pub(crate) fn shape(args: &crate::cli::PodShapeArgs) -> anyhow::Result<ExitCode> {
+    let shape = match args.uplink {
+        Some(u) => topology::Shape::draw_with(args.seed, u),
+        None => topology::Shape::draw(args.seed),
+    };
+    let mut out = std::io::stdout().lock();
+    if args.emupod {
+        writeln!(out, "{}", shape.emupod_args().join(" "))?;
+    } else if args.plan {
+        write!(out, "{}", qualify::plan::for_shape(&shape))?;
+    } else if args.json {
+        let mut v = serde_json::to_value(&shape)?;
+        v["hosts"] = shape.hosts().into();
+        v["spine_link_mbit"] = shape.spine_link_mbit().into();
+        v["roce_mtu"] = shape.roce_mtu().into();
+        v["emupod"] = shape.emupod_args().into();
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+    } else {
+        writeln!(
+            out,
+            "seed {}: {} racks x {} hosts per ToR ({} hosts), {} rail(s), {} spines\n\
+             uplinks {} ({} Mbit/s to each spine), host links {} Mbit/s, MTU {} (RoCE {}), \
+             ECMP hash seed {}\nscripts/emupod.sh up NAME {}",
+            shape.seed,
+            shape.racks,
+            shape.hosts_per_tor,
+            shape.hosts(),
+            shape.rails,
+            shape.spines,
+            shape.uplink.as_str(),
+            shape.spine_link_mbit(),
+            shape.host_mbit,
+            shape.mtu,
+            shape.roce_mtu(),
+            shape.ecmp_seed as u32,
+            shape.emupod_args().join(" ")
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
