@@ -26,6 +26,8 @@ pub struct Finding {
     pub component: String,
     /// `error` (traffic is failing) or `warning` (degraded; or not the network).
     pub severity: String,
+    /// The part of the pod it names (`kind` and `component` are its words), for programs.
+    pub at: Component,
     /// 0–1: the share of the component's paths that show it.
     pub confidence: f64,
     /// What was seen, in words.
@@ -58,6 +60,7 @@ impl Finding {
             severity: "error".into(),
             kind,
             component: s.component,
+            at: s.at,
             confidence: s.confidence,
             evidence,
             paths: s.pairs.into_iter().take(8).collect(),
@@ -86,6 +89,7 @@ pub fn locate(
         out.push(Finding {
             kind: "host-down".into(),
             component: name(h),
+            at: Component::Host(h),
             severity: "error".into(),
             confidence: 1.0,
             evidence: "declared down by the pod's membership (SWIM): it answered no direct or \
@@ -109,6 +113,7 @@ pub fn locate(
         out.push(Finding {
             kind: "host-cpu".into(),
             component: name(h),
+            at: Component::Host(h),
             severity: "warning".into(),
             confidence: 1.0,
             evidence: format!(

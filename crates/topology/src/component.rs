@@ -2,10 +2,13 @@
 //! pod agent's findings. Each has a kind and a name in reports, and stands for fabric
 //! [`Link`]s where it is made of links.
 
+use serde::{Deserialize, Serialize};
+
 use crate::fabric::{Dev, Link, Pod};
 
 /// A part of the pod a fault points at.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Component {
     /// Most of the pod: `flagged` of its `devices` devices (no one part stands out).
     Pod {
@@ -24,10 +27,19 @@ pub enum Component {
     SpineLinks(String),
     /// The ECMP paths between two ToRs (the lower name first).
     SpinePath(String, String),
+    /// One ToR's link to one spine.
+    TorSpine {
+        /// The ToR.
+        tor: String,
+        /// The spine's index.
+        spine: usize,
+    },
     /// A spine (or every link of one): the ECMP paths between all of `tors` ToRs.
     Spine {
         /// The ToRs whose paths through it fail.
         tors: usize,
+        /// Which spine, where the evidence says.
+        spine: Option<usize>,
     },
     /// The path between two devices, nothing else explaining it.
     Path(Dev, Dev),
@@ -35,7 +47,7 @@ pub enum Component {
 
 impl Component {
     /// Its kind in reports: `pod`, `host`, `tor`, `rail`, `spine-path` (a ToR's spine links
-    /// too), `spine` or `link`.
+    /// too), `spine-link` (one ToR's link to one spine), `spine` or `link`.
     pub fn kind(&self) -> &'static str {
         match self {
             Component::Pod { .. } => "pod",
@@ -43,6 +55,7 @@ impl Component {
             Component::Tor(_) => "tor",
             Component::Rail(_) => "rail",
             Component::SpineLinks(_) | Component::SpinePath(..) => "spine-path",
+            Component::TorSpine { .. } => "spine-link",
             Component::Spine { .. } => "spine",
             Component::Path(..) => "link",
         }
@@ -64,7 +77,11 @@ impl Component {
             }
             Component::SpineLinks(t) => format!("the spine links of {t}"),
             Component::SpinePath(a, b) => format!("{a} <-> {b}"),
-            Component::Spine { tors } => format!("a spine: ECMP paths between all {tors} ToRs"),
+            Component::TorSpine { tor, spine } => format!("{tor}'s link to spine {spine}"),
+            Component::Spine { tors, spine: None } => {
+                format!("a spine: ECMP paths between all {tors} ToRs")
+            }
+            Component::Spine { spine: Some(j), .. } => format!("spine {j}"),
             Component::Path(a, b) => format!("{} <-> {}", pod.name(*a), pod.name(*b)),
         }
     }
@@ -72,7 +89,9 @@ impl Component {
     /// The ToRs it lies under or between (none for a host, a spine or the pod).
     pub fn tors<'a>(&'a self, pod: &'a Pod) -> Vec<&'a str> {
         match self {
-            Component::Tor(t) | Component::SpineLinks(t) => vec![t],
+            Component::Tor(t) | Component::SpineLinks(t) | Component::TorSpine { tor: t, .. } => {
+                vec![t]
+            }
             Component::SpinePath(a, b) => vec![a, b],
             Component::Rail(d) => vec![&pod.rail(*d).tor],
             Component::Path(a, b) => {
@@ -90,6 +109,9 @@ impl Component {
         let mut out: Vec<Link> = match self {
             Component::Rail(d) => vec![Link::HostTor(*d)],
             Component::SpineLinks(t) => pod.spine_links(t),
+            Component::TorSpine { tor, spine } => {
+                vec![Link::TorSpine { tor: tor.clone(), spine: Some(*spine) }]
+            }
             Component::SpinePath(a, b) => {
                 pod.spine_links(a).into_iter().chain(pod.spine_links(b)).collect()
             }

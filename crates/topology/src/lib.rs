@@ -2,15 +2,19 @@
 //! watches: its hosts, their rails (a device each, a plane per rail), the ToR each rail's port
 //! is cabled to, the spines, the host–ToR and ToR–spine links and a pair's ECMP paths over
 //! them ([`fabric`]); the parts a fault is named on ([`component`]); the pairs of devices measured and the rounds of disjoint pairs
-//! that measure them at once ([`pairs`]); and the attribution of failed pairs to the component
-//! at fault ([`locate`]), which qualify's report and the agent's findings both name.
+//! that measure them at once ([`pairs`]); the attribution of failed pairs to the component
+//! at fault ([`locate`]), which qualify's report and the agent's findings both name; and, to
+//! judge both, pods drawn from a seed ([`shape`]), the faults a pod meets ([`fault`]) and the
+//! scorer of a fault campaign ([`score`]).
 
 #![forbid(unsafe_code)]
 
 pub mod component;
 pub mod fabric;
+pub mod fault;
 pub mod locate;
 pub mod pairs;
+pub mod score;
 pub mod shape;
 
 pub use component::Component;

@@ -41,8 +41,7 @@ pub struct Suspect {
     pub pairs: Vec<String>,
     /// The failed checks among them (the first few).
     pub checks: Vec<String>,
-    /// The part of the pod it names (`kind` and `component` are its words).
-    #[serde(skip)]
+    /// The part of the pod it names (`kind` and `component` are its words), for programs.
     pub at: Component,
 }
 
@@ -377,7 +376,7 @@ pub fn attribute_with_spines(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect
     let pairs: Vec<String> = spine.iter().flat_map(|s| s.pairs.iter().cloned()).collect();
     let conf = spine.iter().map(|s| s.confidence).sum::<f64>() / spine.len() as f64;
     let n = spine.len();
-    let at = Component::Spine { tors: touched.len() };
+    let at = Component::Spine { tors: touched.len(), spine: None };
     let evidence = format!(
         "between {n} ToR pairs some source ports carry and others do not, touching every \
          ToR: one spine (or every link of one) fails for the hashes that cross it"

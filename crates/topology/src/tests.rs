@@ -331,7 +331,12 @@ fn components_are_named_as_reports_name_them_and_stand_for_their_links() {
         (Component::Rail(d), "rail", "h3.r1 (soft:10.2.3.1, ToR t3)", 1),
         (Component::SpineLinks("t3".into()), "spine-path", "the spine links of t3", 2),
         (Component::SpinePath("t1".into(), "t3".into()), "spine-path", "t1 <-> t3", 4),
-        (Component::Spine { tors: 4 }, "spine", "a spine: ECMP paths between all 4 ToRs", 0),
+        (
+            Component::Spine { tors: 4, spine: None },
+            "spine",
+            "a spine: ECMP paths between all 4 ToRs",
+            0,
+        ),
         (Component::Path(far, d), "link", "h0.r1 <-> h3.r1", 6),
     ];
     for (c, kind, name, links) in cases {
