@@ -22,19 +22,28 @@
 #   scripts/emupod.sh hostfile NAME [RAIL]
 #                                     the hosts' addresses on RAIL (default 0), one a line
 #   scripts/emupod.sh exec NAME HOST CMD...   runs CMD in host HOST (0-based)
-#   scripts/emupod.sh link NAME LINK rate RATE|loss PCT|mtu BYTES|down|up
+#   scripts/emupod.sh link NAME LINK rate RATE|loss PCT [both|in|out]|mtu BYTES|down|up|
+#                                    flap SECONDS|corrupt PCT
 #       LINK: h<host>r<rail> (a host's rail to its ToR) or t<tor>s<spine> (a ToR to a spine;
-#       ToR index = rack × RAILS + rail)
+#       ToR index = rack × RAILS + rail). loss: RoCE packets dropped at random (PCT to a
+#       tenth of a percent) where they enter the link's router end (in: from the host, or
+#       from the ToR into the spine), leave it (out), or both; flap: down and up every
+#       SECONDS until `up`; corrupt: PCT of the RoCE packets crossing it get a bit flipped
+#       after the RoCE headers (the UDP checksum kept right, so the receiver's ICRC check,
+#       not the kernel, finds it); 0 clears
 #   scripts/emupod.sh host NAME HOST freeze|thaw|kill|cpu PCT
 #       a cgroup per host (v1 cpu and freezer, where mounted; else signals): freeze stops
-#       every process of the host at once, cpu limits the host to PCT % of one core
+#       every process of the host at once, cpu limits the host to PCT % of one core (100 or
+#       more: no limit)
 #   scripts/emupod.sh tor NAME TOR loss PCT
 #       the ToR drops PCT % of the RoCE packets at each of its ports, in and out (nftables;
 #       0 clears)
-#   scripts/emupod.sh spine NAME SPINE down|up
+#   scripts/emupod.sh spine NAME SPINE down|up|partial PCT
 #       the spine forwards nothing (a blackhole: its links stay up, so the ToRs keep hashing
 #       flows onto it, as when a spine's forwarding fails under a routing protocol that has
-#       not noticed), or again
+#       not noticed), drops the RoCE packets of PCT % of the flows (by a hash of their
+#       addresses and UDP source port: those flows lose everything, the others nothing), or
+#       forwards again
 #   scripts/emupod.sh plan NAME        the pod's [[pod.hosts]] for a `podnet qualify` plan
 #   scripts/emupod.sh route NAME SRC DST SPORT
 #       the spine a RoCE packet from address SRC to DST with UDP source port SPORT crosses
@@ -106,7 +115,21 @@ tbf() { # NS DEV RATE
   fi
   local burst=$((bits / 8 / 100))
   [ "$burst" -ge 65536 ] || burst=65536
-  ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst "$burst" latency 1000ms
+  ip netns exec "$1" tc qdisc replace dev "$2" root handle 1: tbf rate "$3" burst "$burst" latency 1000ms
+}
+
+permille() { # PCT: tenths of a percent (0-1000), or exit 2
+  local p
+  p=$(awk -v p="$1" 'BEGIN { if (p !~ /^[0-9]+(\.[0-9]+)?$/ || p + 0 > 100) exit 1; printf "%d", p * 10 + 0.5 }') \
+    || { echo "emupod: PCT is 0-100, to a tenth" >&2; exit 2; }
+  echo "$p"
+}
+
+flap_stop() { # LINK: ends a flapping loop on the link
+  local f=$state.flap.$1
+  [ -f "$f" ] || return 0
+  kill "$(cat "$f")" 2>/dev/null || true
+  rm -f "$f"
 }
 
 wire() { # NS_A DEV_A ADDR_A NS_B DEV_B ADDR_B RATE MTU: a veth between two namespaces, up, limited
@@ -224,7 +247,10 @@ NFT
 }
 
 down_ns() {
-  local ns i
+  local ns i f
+  for f in "$state".flap.*; do
+    [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; rm -f "$f"
+  done
   for ((i = 0; i < ${HOSTS:-0}; i++)); do cg_down "$i"; done
   for ns in $(ls /run/netns 2>/dev/null | grep "^$name-" || true); do
     for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
@@ -250,10 +276,36 @@ link() { # LINK OP [ARG]
   case $op in
     rate) tbf "$a" "$da" "$arg"; tbf "$b" "$db" "$arg" ;;
     mtu) ip -n "$a" link set "$da" mtu "$arg"; ip -n "$b" link set "$db" mtu "$arg" ;;
-    down) ip -n "$a" link set "$da" down; ip -n "$b" link set "$db" down ;;
-    up)
+    down|down-only) # down-only: the flapping loop's, which must not stop itself
+      [ "$op" = down ] && flap_stop "$l"
+      ip -n "$a" link set "$da" down; ip -n "$b" link set "$db" down ;;
+    flap)
+      [[ $arg =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "emupod: flap SECONDS" >&2; exit 2; }
+      flap_stop "$l"
+      # A loop of its own, detached: down, then up (with its routes), every SECONDS.
+      setsid bash "$0" flaploop "$name" "$l" "$arg" </dev/null >/dev/null 2>&1 &
+      echo $! > "$state.flap.$l"
+      ;;
+    corrupt)
+      local pm c=corrupt_$db
+      pm=$(permille "$arg")
+      if ! ip netns exec "$b" nft list chain inet emupod "$c" >/dev/null 2>&1; then
+        ip netns exec "$b" nft add chain inet emupod "$c"
+        ip netns exec "$b" nft add rule inet emupod through jump "$c"
+      fi
+      ip netns exec "$b" nft flush chain inet emupod "$c"
+      if [ "$pm" -gt 0 ]; then
+        # A bit of the first byte after the BTH (the payload, or an ACK's AETH).
+        for dir in iifname oifname; do
+          ip netns exec "$b" nft add rule inet emupod "$c" "$dir" "$db" udp dport 4791 \
+            numgen random mod 1000 "<" "$pm" @th,160,8 set @th,160,8 ^ 0x1 counter
+        done
+      fi
+      ;;
+    up|up-only)
       # Up again, with the routes the kernel removed when it went down (a host link: the
       # host's rail routes; a spine link: the spine's routes to the ToR's hosts).
+      [ "$op" = up ] && flap_stop "$l"
       ip -n "$a" link set "$da" up; ip -n "$b" link set "$db" up
       if [[ $l =~ ^h([0-9]+)r([0-9]+)$ ]]; then
         host_routes "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
@@ -264,24 +316,29 @@ link() { # LINK OP [ARG]
       fi
       ;;
     loss)
-      # RoCE packets either way, dropped at random where they cross the link's router end.
-      [[ $arg =~ ^[0-9]+$ ]] && [ "$arg" -le 100 ] || { echo "emupod: loss PCT, 0-100" >&2; exit 2; }
-      local c=loss_$db
+      # RoCE packets dropped at random where they cross the link's router end: coming in
+      # from the link, going out onto it, or both.
+      local pm c=loss_$db dirs
+      pm=$(permille "$arg")
+      case ${4:-both} in
+        both) dirs="iifname oifname" ;; in) dirs=iifname ;; out) dirs=oifname ;;
+        *) echo "emupod: loss PCT [both|in|out]" >&2; exit 2 ;;
+      esac
       if ! ip netns exec "$b" nft list chain inet emupod "$c" >/dev/null 2>&1; then
         ip netns exec "$b" nft add chain inet emupod "$c"
         ip netns exec "$b" nft add rule inet emupod through jump "$c"
       fi
       ip netns exec "$b" nft flush chain inet emupod "$c"
-      for dir in iifname oifname; do
-        if [ "$arg" -eq 100 ]; then
+      for dir in $dirs; do
+        if [ "$pm" -ge 1000 ]; then
           ip netns exec "$b" nft add rule inet emupod "$c" "$dir" "$db" udp dport 4791 counter drop
-        elif [ "$arg" -gt 0 ]; then
+        elif [ "$pm" -gt 0 ]; then
           ip netns exec "$b" nft add rule inet emupod "$c" "$dir" "$db" udp dport 4791 \
-            numgen random mod 100 "<" "$arg" counter drop
+            numgen random mod 1000 "<" "$pm" counter drop
         fi
       done
       ;;
-    *) echo "emupod: link OP is rate, loss, mtu, down or up" >&2; exit 2 ;;
+    *) echo "emupod: link OP is rate, loss, mtu, down, up, flap or corrupt" >&2; exit 2 ;;
   esac
 }
 
@@ -297,13 +354,14 @@ tor() { # TOR loss PCT
   load
   local k=$1 t
   [[ $k =~ ^[0-9]+$ ]] && [ "$k" -lt "$TORS" ] || { echo "emupod: no ToR $k" >&2; exit 2; }
-  [ "${2:-}" = loss ] && [[ ${3:-} =~ ^[0-9]+$ ]] && [ "$3" -le 100 ] || { echo "emupod: tor NAME TOR loss PCT" >&2; exit 2; }
+  [ "${2:-}" = loss ] || { echo "emupod: tor NAME TOR loss PCT" >&2; exit 2; }
+  local pm; pm=$(permille "${3:-}")
   t=$(nsof t$k)
   chain "$t" loss_tor
-  [ "$3" -gt 0 ] || return 0
+  [ "$pm" -gt 0 ] || return 0
   for dir in iifname oifname; do
     ip netns exec "$t" nft add rule inet emupod loss_tor "$dir" != lo udp dport 4791 \
-      numgen random mod 100 "<" "$3" counter drop
+      numgen random mod 1000 "<" "$pm" counter drop
   done
 }
 
@@ -315,7 +373,13 @@ spine() { # SPINE down|up
   case ${2:-} in
     down) chain "$s" spine_down; ip netns exec "$s" nft add rule inet emupod spine_down counter drop ;;
     up) chain "$s" spine_down ;;
-    *) echo "emupod: spine NAME SPINE down|up" >&2; exit 2 ;;
+    partial)
+      [[ ${3:-} =~ ^[0-9]+$ ]] && [ "$3" -le 100 ] || { echo "emupod: spine NAME SPINE partial PCT" >&2; exit 2; }
+      chain "$s" spine_down
+      ip netns exec "$s" nft add rule inet emupod spine_down udp dport 4791 \
+        jhash ip saddr . ip daddr . udp sport mod 100 seed 0x5eed "<" "$3" counter drop
+      ;;
+    *) echo "emupod: spine NAME SPINE down|up|partial PCT" >&2; exit 2 ;;
   esac
 }
 
@@ -363,6 +427,13 @@ case $cmd in
     exec ip netns exec "$(nsof h$h)" "$@"
     ;;
   link) [ $# -ge 2 ] || usage; link "$@" ;;
+  flaploop)
+    # (internal) LINK SECONDS: `link LINK flap`'s loop.
+    while :; do
+      sleep "$2"; bash "$0" link "$name" "$1" down-only
+      sleep "$2"; bash "$0" link "$name" "$1" up-only
+    done
+    ;;
   host)
     load
     [ $# -ge 2 ] || usage
@@ -389,7 +460,7 @@ case $cmd in
         [[ ${3:-} =~ ^[0-9]+$ ]] && [ "$3" -ge 1 ] || { echo "emupod: cpu PCT (of one core, 1 or more)" >&2; exit 2; }
         [ -n "$c" ] && [ -d "$c" ] || { echo "emupod: no cpu cgroup controller here" >&2; exit 2; }
         echo 100000 > "$c/cpu.cfs_period_us"
-        echo $(( $3 * 1000 )) > "$c/cpu.cfs_quota_us"
+        if [ "$3" -ge 100 ]; then echo -1 > "$c/cpu.cfs_quota_us"; else echo $(( $3 * 1000 )) > "$c/cpu.cfs_quota_us"; fi
         ;;
       *) usage ;;
     esac

@@ -5,6 +5,7 @@
 //! leaves nothing running, ECMP over the spines spreads a host pair's QPs by their UDP source
 //! ports, and the pod is gone after `down`.
 
+use std::collections::BTreeSet;
 use std::process::{Command, Output};
 
 pub(crate) fn script() -> String {
@@ -144,4 +145,157 @@ fn an_emulated_pod_fails_the_way_a_fabric_fails() {
     let left = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let left = String::from_utf8_lossy(&left.stdout);
     assert!(!left.lines().any(|l| l.starts_with(&format!("{name}-"))), "{left}");
+}
+
+/// Sends one UDP datagram to `dst`:4791 from each source port in `ports` out of host `from`
+/// of the pod (its rail-0 address), while host `to` counts what arrives: the ports that
+/// arrived, and how many arrived with the byte after the RoCE headers' place changed.
+fn udp_through(pod: &str, from: u32, to: u32, ports: std::ops::Range<u16>) -> (Vec<u16>, usize) {
+    let (src, dst) = (format!("10.1.{from}.1"), format!("10.1.{to}.1"));
+    let rx = Command::new("bash")
+        .arg(script())
+        .args(["exec", pod, &to.to_string(), "python3", "-c"])
+        .arg(format!(
+            "import socket,sys\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             s.bind(('{dst}',4791))\ns.settimeout(1.5)\nseen=[];flipped=0\n\
+             print('ready',flush=True)\n\
+             while True:\n  try:\n    d,a=s.recvfrom(2048)\n  except socket.timeout:\n    break\n  \
+             seen.append(a[1]);flipped+=d[12]!=0\nprint(' '.join(map(str,seen)));print(flipped)"
+        ))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let tx = Command::new("bash")
+        .arg(script())
+        .args(["exec", pod, &from.to_string(), "python3", "-c"])
+        .arg(format!(
+            "import socket,time\nfor p in range({},{}):\n  s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n  \
+             s.bind(('{src}',p))\n  s.sendto(bytes(32),('{dst}',4791))\n  s.close()\n  time.sleep(0.002)",
+            ports.start, ports.end
+        ))
+        .output()
+        .unwrap();
+    assert!(tx.status.success(), "{}", String::from_utf8_lossy(&tx.stderr));
+    let out = String::from_utf8(rx.wait_with_output().unwrap().stdout).unwrap();
+    let mut lines = out.lines().skip(1);
+    let seen = lines.next().unwrap_or("").split_whitespace().map(|p| p.parse().unwrap()).collect();
+    let flipped = lines.next().unwrap_or("0").trim().parse().unwrap();
+    (seen, flipped)
+}
+
+/// The faults the campaign's catalogue (topology::fault) draws are made by the emulator as
+/// they are described: a spine dropping some flows drops exactly the flows it hashes out
+/// and only through it (`emupod.sh route` says which spine a flow takes), loss one way
+/// drops that way only, corruption flips a bit after the RoCE headers and keeps the UDP
+/// checksum right (the datagram arrives, changed), a flapping link goes down and up until
+/// `up`; and every fault of every kind drawn on the pod's shape is made and healed.
+#[test]
+fn the_emulator_makes_every_fault_of_the_catalogue() {
+    use topology::fault::{Fault, Kind};
+    let name = format!("ef{}", std::process::id() % 100_000);
+    // 2 racks x 2 hosts, 1 rail, 2 spines, 1:1 at 100 Mbit/s.
+    let shape = topology::Shape {
+        seed: 5,
+        racks: 2,
+        hosts_per_tor: 2,
+        rails: 1,
+        spines: 2,
+        uplink: topology::Uplink::OneToOne,
+        host_mbit: 100,
+        mtu: 9000,
+        ecmp_seed: 5,
+    };
+    let mut up = vec!["up".to_string(), name.clone()];
+    up.extend(shape.emupod_args());
+    let o = emupod(&up.iter().map(String::as_str).collect::<Vec<_>>());
+    let pod = Pod(name.clone());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ports = 50_000..50_200u16;
+    let (all, _) = udp_through(&pod.0, 0, 2, ports.clone());
+    assert_eq!(all.len(), 200, "a clean fabric carries every datagram");
+    // Which spine each flow from h0 to h2 crosses.
+    let spine_of = |p: u16| -> String {
+        let o = emupod(&["route", &pod.0, "10.1.0.1", "10.1.2.1", &p.to_string()]);
+        String::from_utf8(o.stdout).unwrap().trim().to_string()
+    };
+    let via0: BTreeSet<u16> = ports.clone().filter(|p| spine_of(*p) == "0").collect();
+    assert!(via0.len() > 40 && via0.len() < 160, "the hash spreads: {}", via0.len());
+
+    // Spine 0 drops 50 % of flows: only flows through it, all of their datagrams or none.
+    assert!(emupod(&["spine", &pod.0, "0", "partial", "50"]).status.success());
+    let (seen, _) = udp_through(&pod.0, 0, 2, ports.clone());
+    let seen: BTreeSet<u16> = seen.into_iter().collect();
+    let lost: BTreeSet<u16> = ports.clone().filter(|p| !seen.contains(p)).collect();
+    assert!(lost.is_subset(&via0), "a flow lost off spine 0: {:?}", lost.difference(&via0));
+    let share = lost.len() as f64 / via0.len() as f64;
+    assert!(
+        (0.25..=0.75).contains(&share),
+        "{} of {} flows via spine 0 lost",
+        lost.len(),
+        via0.len()
+    );
+    let (again, _) = udp_through(&pod.0, 0, 2, ports.clone());
+    assert_eq!(again.into_iter().collect::<BTreeSet<u16>>(), seen, "the same flows each time");
+    assert!(emupod(&["spine", &pod.0, "0", "up"]).status.success());
+
+    // 30 % loss into the fabric from h0's cable: h0 -> h2 loses, h2 -> h0 does not.
+    assert!(emupod(&["link", &pod.0, "h0r0", "loss", "30", "in"]).status.success());
+    let (fwd, _) = udp_through(&pod.0, 0, 2, ports.clone());
+    let (back, _) = udp_through(&pod.0, 2, 0, ports.clone());
+    assert!((100..=180).contains(&fwd.len()) && back.len() == 200, "{} {}", fwd.len(), back.len());
+    assert!(emupod(&["link", &pod.0, "h0r0", "loss", "0.5", "out"]).status.success());
+    assert_eq!(udp_through(&pod.0, 0, 2, ports.clone()).0.len(), 200, "out only, now");
+    assert!(emupod(&["link", &pod.0, "h0r0", "loss", "0"]).status.success());
+
+    // 50 % corrupted on h2's cable: every datagram arrives, about half with a bit flipped.
+    assert!(emupod(&["link", &pod.0, "h2r0", "corrupt", "50"]).status.success());
+    let (seen, flipped) = udp_through(&pod.0, 0, 2, ports.clone());
+    assert_eq!(seen.len(), 200, "the UDP checksum stays right");
+    assert!((50..=150).contains(&flipped), "{flipped} of 200 flipped");
+    assert!(emupod(&["link", &pod.0, "h2r0", "corrupt", "0"]).status.success());
+
+    // A flapping link: down some of the time, then up for good.
+    assert!(emupod(&["link", &pod.0, "h1r0", "flap", "0.5"]).status.success());
+    let states: Vec<bool> = (0..12)
+        .map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            let o = Command::new("ip")
+                .args(["-n", &format!("{name}-h1"), "link", "show", "r0"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&o.stdout).contains("state UP")
+        })
+        .collect();
+    assert!(states.contains(&true) && states.contains(&false), "{states:?}");
+    assert!(emupod(&["link", &pod.0, "h1r0", "up"]).status.success());
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let o = Command::new("ip")
+        .args(["-n", &format!("{name}-h1"), "link", "show", "r0"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("state UP"), "up stays up");
+
+    // Every kind, drawn on this shape from several seeds, made and healed.
+    for seed in 0..3u64 {
+        for kind in Kind::ALL {
+            let f = Fault::draw(seed, &shape, kind);
+            for (what, cmds) in [("make", f.inject(&shape)), ("heal", f.heal(&shape))] {
+                for c in cmds {
+                    let args: Vec<&str> = c
+                        .iter()
+                        .map(|a| if a == "NAME" { pod.0.as_str() } else { a.as_str() })
+                        .collect();
+                    let o = emupod(&args);
+                    assert!(
+                        o.status.success(),
+                        "{what} {f:?}: {args:?}: {}",
+                        String::from_utf8_lossy(&o.stderr)
+                    );
+                }
+            }
+        }
+    }
+    let (all, _) = udp_through(&pod.0, 1, 3, ports);
+    assert_eq!(all.len(), 200, "healed (the killed host aside)");
 }
