@@ -134,6 +134,39 @@ fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
         .filter(|o| failed(o) && pod.same_tor(o.pair.0, o.pair.1))
         .map(|o| &pod.rail(o.pair.0).tor)
         .collect();
+    // A ToR pair whose splits and failures (two or more pairs) all share one device is that
+    // device's: a lossy cable loses a probe on one source port and not another, and fails
+    // its pairs whole, across every ToR it talks to. A ToR pair with a ToR whose own pairs
+    // fail is that ToR's (or its devices'): a ToR dropping at every port does the same.
+    let raw = |k: &(String, String)| -> Vec<&PairOutcome> {
+        spine.get(k).into_iter().chain(whole.get(k)).flatten().copied().collect()
+    };
+    // A lossy ToR owns its ToR pairs' evidence when it fails toward every other ToR it was
+    // measured with, each time on more than one device (a lossy device under it fails
+    // toward them on one).
+    let owns = |t: &String| {
+        lossy_tors.contains(t)
+            && outcomes.iter().map(&tors_of).filter(|k| k.0 != k.1 && (k.0 == *t || k.1 == *t)).all(
+                |k| {
+                    let os = raw(&k);
+                    !os.is_empty() && !one_device(&os)
+                },
+            )
+    };
+    let device_only: Vec<(String, String)> = spine
+        .keys()
+        .filter(|k| {
+            let os = raw(k);
+            (os.len() >= 2 && one_device(&os)) || owns(&k.0) || owns(&k.1)
+        })
+        .cloned()
+        .collect();
+    let mut not_path: BTreeSet<(Dev, Dev)> = BTreeSet::new();
+    for k in device_only {
+        if let Some(os) = spine.remove(&k) {
+            not_path.extend(os.iter().map(|o| o.pair));
+        }
+    }
     let both = |k: &(String, String)| -> Vec<&PairOutcome> {
         spine.get(k).into_iter().chain(whole.get(k)).flatten().copied().collect()
     };
@@ -153,7 +186,6 @@ fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
         .filter(|(_, on, off)| *on >= 2 && off.iter().all(|k| one_device(&both(k))))
         .min_by_key(|(_, _, off)| off.len())
         .map(|(t, _, _)| t.clone());
-    let mut not_path: BTreeSet<(Dev, Dev)> = BTreeSet::new();
     if let Some(t) = &common {
         spine.retain(|k, os| {
             let keep = holds(t, k);

@@ -247,6 +247,58 @@ fn a_lossy_tor_is_the_tor_not_its_spine_links() {
 /// pairs from t1 to t5 hashed onto the dead link (they fail whole, no split), t1 is still
 /// the one ToR in every ToR pair with path evidence.
 #[test]
+fn a_lossy_cable_between_two_tors_is_its_rail_not_their_spine_path() {
+    // 4 hosts, 1 rail, 2 per ToR (t0 = h0 h1, t1 = h2 h3); h1's cable loses 3 %: its pair
+    // under its ToR fails, and its pairs across lose a probe on one source port or fail.
+    let p = pod(4, 1, 2, PairSet::RailAligned);
+    let h1 = Dev { host: 1, rail: 0 };
+    let o: Vec<PairOutcome> = p
+        .pairs()
+        .iter()
+        .map(|&(a, b)| {
+            let mut o = outcome(&p, a, b, &|a, b| (a == h1 || b == h1) && p.same_tor(a, b));
+            if !p.same_tor(a, b) {
+                o.ports = vec![(49152, true), (49153, true), (49154, true), (49155, true)];
+                if a == h1 || b == h1 {
+                    o.ports[b.host % 4].1 = false;
+                }
+            }
+            o
+        })
+        .collect();
+    let s = attribute(&p, &o);
+    let got: Vec<(&str, &str)> =
+        s.iter().map(|x| (x.kind.as_str(), x.component.as_str())).collect();
+    assert_eq!(got.len(), 1, "{s:#?}");
+    assert_eq!(got[0].0, "rail", "{s:#?}");
+    assert!(got[0].1.starts_with("h1.r0 "), "{s:#?}");
+}
+
+#[test]
+fn a_lossy_tor_between_two_tors_is_the_tor_not_their_spine_path() {
+    // 4 hosts, 1 rail, 2 per ToR; t1 (h2, h3) drops 3 % at every port: its own pair fails,
+    // and every pair across loses a probe on some source port.
+    let p = pod(4, 1, 2, PairSet::RailAligned);
+    let under = |d: Dev| d.host >= 2;
+    let o: Vec<PairOutcome> = p
+        .pairs()
+        .iter()
+        .map(|&(a, b)| {
+            let mut o = outcome(&p, a, b, &|a, b| under(a) && under(b));
+            if !p.same_tor(a, b) {
+                o.ports = vec![(49152, true), (49153, true), (49154, true), (49155, true)];
+                o.ports[a.host + b.host - 2].1 = false;
+            }
+            o
+        })
+        .collect();
+    let s = attribute(&p, &o);
+    let got: Vec<(&str, &str)> =
+        s.iter().map(|x| (x.kind.as_str(), x.component.as_str())).collect();
+    assert_eq!(got, [("tor", "t1")], "{s:#?}");
+}
+
+#[test]
 fn a_lossy_rail_does_not_hide_behind_a_spine_split() {
     let p = pod(6, 2, 2, PairSet::RailAligned);
     let h4 = Dev { host: 4, rail: 1 };
