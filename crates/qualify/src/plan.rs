@@ -634,7 +634,7 @@ pub fn for_shape(shape: &topology::Shape) -> String {
         topology::shape::INCAST_SENDERS
     );
     t.push_str(
-        "[[perf]]\ntest = \"write-bw\"\nsizes = [65536]\nseconds = 0.5\nmin_bw_vs_line_rate = 0.5\n\
+        "[[perf]]\ntest = \"write-bw\"\nsizes = [65536]\nseconds = 0.5\nmin_bw_vs_line_rate = 0.85\n\
          min_bw_vs_pod_median = 0.75\n\n[[perf]]\ntest = \"send-lat\"\nsizes = [2]\nseconds = 0.3\n\
          max_median_us_vs_pod_median = 5.0\nmax_p99_9_us_vs_median = 400\n",
     );

@@ -5,6 +5,7 @@ mod agent_rxe;
 mod analyze;
 mod build;
 mod burnin;
+mod campaign;
 mod decode;
 mod devices;
 mod distrust;

@@ -1,0 +1,574 @@
+//! A fault campaign's driver (issue 44): one draw — a shape and its faults — built by
+//! `scripts/emupod.sh`, judged by `podnet qualify` or by `podnet agent --pod`, scored by
+//! `topology::score`, with the emulator's own health beside it. The campaign
+//! (`benches/campaign.sh`, `cargo bench -p podnet --bench campaign`) runs many; the CI test
+//! (tests/integration/campaign.rs) a few.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use topology::fault::{Fault, Kind, Place, Scenario};
+use topology::score::{self, Said, Severity, Tool};
+use topology::{Component, Shape, Uplink};
+
+/// Where the programs are, and the pod's name.
+pub(crate) struct Env {
+    /// The podnet binary.
+    pub(crate) podnet: PathBuf,
+    /// scripts/emupod.sh.
+    pub(crate) emupod: PathBuf,
+    /// The pod's name (1-8 of [a-z0-9]).
+    pub(crate) name: String,
+    /// Where plans and reports go.
+    pub(crate) dir: PathBuf,
+}
+
+/// One draw of a campaign.
+#[derive(Debug, Clone)]
+pub(crate) struct Draw {
+    /// Its id in the campaign's rows (`qualify/1:1/loss/3`).
+    pub(crate) id: String,
+    /// The tool it judges.
+    pub(crate) tool: Tool,
+    /// The pod.
+    pub(crate) shape: Shape,
+    /// The kind drawn (none: a clean pod).
+    pub(crate) kind: Option<Kind>,
+    /// What goes wrong.
+    pub(crate) faults: Vec<Fault>,
+}
+
+/// The largest pod a draw builds on 2 cores: hosts × rails.
+pub(crate) const MAX_DEVICES: usize = 12;
+
+/// The draws of a stratified campaign: for each uplink class and each kind (and clean),
+/// `per_cell` draws, each its own shape (drawn until it has at most [`MAX_DEVICES`]
+/// devices and host links of at most `max_mbit`) and fault, all from `seed`.
+pub(crate) fn cells(
+    seed: u64,
+    tool: Tool,
+    uplinks: &[Uplink],
+    kinds: &[Option<Kind>],
+    per_cell: usize,
+    max_mbit: u32,
+) -> Vec<Draw> {
+    let mut out = Vec::new();
+    let mut n = 0u64;
+    for &u in uplinks {
+        for &kind in kinds {
+            for k in 0..per_cell {
+                // A shape small enough for 2 cores, drawn on from the cell's seed.
+                let shape = loop {
+                    n += 1;
+                    let s = Shape::draw_with(seed.wrapping_mul(1_000_003).wrapping_add(n), u);
+                    if s.hosts() * s.rails <= MAX_DEVICES && s.host_mbit <= max_mbit {
+                        break s;
+                    }
+                };
+                let faults = match kind {
+                    Some(kind) => Scenario::draw(shape.seed, &shape, kind).faults,
+                    None => vec![],
+                };
+                let t = if tool == Tool::Qualify { "qualify" } else { "agent" };
+                let what = kind.map_or("clean", Kind::as_str);
+                out.push(Draw {
+                    id: format!("{t}/{}/{what}/{k}", u.as_str()),
+                    tool,
+                    shape,
+                    kind,
+                    faults,
+                });
+            }
+        }
+    }
+    out
+}
+
+impl Env {
+    fn emupod(&self, args: &[&str]) -> Output {
+        Command::new("bash").arg(&self.emupod).args(args).output().expect("bash runs")
+    }
+
+    /// `scripts/emupod.sh` with `NAME` replaced by the pod's name; its error, if it failed.
+    fn emu(&self, args: &[String]) -> Result<(), String> {
+        let args: Vec<&str> = args
+            .iter()
+            .map(|a| if a == "NAME" { self.name.as_str() } else { a.as_str() })
+            .collect();
+        let o = self.emupod(&args);
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(format!("emupod.sh {args:?}: {}", String::from_utf8_lossy(&o.stderr).trim()))
+        }
+    }
+
+    fn up(&self, shape: &Shape) -> Result<(), String> {
+        let _ = self.emupod(&["down", &self.name]);
+        let mut a = vec!["up".to_string(), self.name.clone()];
+        a.extend(shape.emupod_args());
+        self.emu(&a)
+    }
+
+    fn down(&self) {
+        let _ = self.emupod(&["down", &self.name]);
+    }
+
+    /// Runs `args` in host `h` of the pod.
+    fn on(&self, h: usize, args: &[&str]) -> Command {
+        let mut c = Command::new("bash");
+        c.arg(&self.emupod).args(["exec", &self.name, &h.to_string()]).args(args);
+        c
+    }
+
+    /// Every fault of `faults` that starts at 0 made now; the others on a thread, each at
+    /// its time.
+    fn inject(
+        &self,
+        shape: &Shape,
+        faults: &[Fault],
+    ) -> Result<Option<std::thread::JoinHandle<()>>, String> {
+        for f in faults.iter().filter(|f| f.start_s <= 0.0) {
+            for c in f.inject(shape) {
+                self.emu(&c)?;
+            }
+        }
+        let later: Vec<Fault> = faults.iter().filter(|f| f.start_s > 0.0).cloned().collect();
+        if later.is_empty() {
+            return Ok(None);
+        }
+        let (emupod, name, shape) = (self.emupod.clone(), self.name.clone(), shape.clone());
+        Ok(Some(std::thread::spawn(move || {
+            let t0 = Instant::now();
+            for f in later {
+                std::thread::sleep(Duration::from_secs_f64(f.start_s).saturating_sub(t0.elapsed()));
+                for c in f.inject(&shape) {
+                    let args: Vec<String> =
+                        c.into_iter().map(|a| if a == "NAME" { name.clone() } else { a }).collect();
+                    let _ = Command::new("bash").arg(&emupod).args(&args).output();
+                }
+            }
+        })))
+    }
+}
+
+/// The emulator's health over a draw: CPU idle (of every core) and packets its links'
+/// queues dropped.
+pub(crate) struct Health {
+    idle0: (u64, u64),
+}
+
+impl Health {
+    fn cpu() -> (u64, u64) {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let v: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+        (idle, v.iter().sum())
+    }
+
+    pub(crate) fn start() -> Health {
+        Health { idle0: Health::cpu() }
+    }
+
+    /// (CPU idle percent since the start, qdisc drops in the pod's namespaces now).
+    pub(crate) fn now(&self, name: &str) -> (f64, u64) {
+        let (i, t) = Health::cpu();
+        let idle = 100.0 * (i - self.idle0.0) as f64 / (t - self.idle0.1).max(1) as f64;
+        let mut drops = 0;
+        let ns = std::fs::read_dir("/run/netns")
+            .map(|d| d.flatten().collect::<Vec<_>>())
+            .unwrap_or_default();
+        for e in ns {
+            let n = e.file_name().to_string_lossy().to_string();
+            if !n.starts_with(&format!("{name}-")) {
+                continue;
+            }
+            let o = Command::new("ip").args(["-n", &n, "-s", "qdisc", "show"]).output();
+            let text =
+                o.map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
+            for w in text.split(", ") {
+                if let Some(d) = w.trim().strip_prefix("dropped ") {
+                    drops += d
+                        .split_whitespace()
+                        .next()
+                        .and_then(|x| x.parse::<u64>().ok())
+                        .unwrap_or(0);
+                }
+            }
+        }
+        (idle, drops)
+    }
+}
+
+/// A draw in which the emulator's CPUs were this idle or less is invalid (the emulator, not
+/// the fabric, set the figures).
+pub(crate) const MIN_IDLE_PCT: f64 = 5.0;
+
+/// A finding or suspect as JSON says it: kind, severity, component.
+fn said_of(v: &Value, default_severity: Severity) -> Option<Said> {
+    let severity = match v["severity"].as_str() {
+        Some("error") => Severity::Error,
+        Some("warning") => Severity::Warning,
+        Some(_) => Severity::Info,
+        None => default_severity,
+    };
+    let at: Component = serde_json::from_value(v["at"].clone()).ok()?;
+    Some(Said { kind: v["kind"].as_str()?.to_string(), severity, at })
+}
+
+fn faults_json(shape: &Shape, faults: &[Fault]) -> Value {
+    faults
+        .iter()
+        .map(|f| {
+            json!({
+                "fault": f,
+                "what": f.describe(shape),
+                "must": score::need(f.kind),
+                "right_answer": score::component(shape, &f.at).name(&shape.pod()),
+            })
+        })
+        .collect()
+}
+
+/// Runs `podnet qualify` across the pod of `d` with its faults made: its row.
+pub(crate) fn qualify(env: &Env, d: &Draw) -> Value {
+    let t0 = Instant::now();
+    let row = |extra: Value| {
+        let mut r = json!({
+            "id": d.id, "tool": "qualify", "shape": d.shape, "kind": d.kind.map(Kind::as_str),
+            "faults": faults_json(&d.shape, &d.faults),
+        });
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            r[k] = v.clone();
+        }
+        r["seconds"] = json!(t0.elapsed().as_secs_f64());
+        r
+    };
+    if let Err(e) = env.up(&d.shape) {
+        return row(json!({ "valid": false, "error": e }));
+    }
+    let dir = env.dir.join(d.id.replace('/', "_"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::create_dir_all(&dir);
+    let plan = dir.join("pod.toml");
+    let hosts = dir.join("hosts");
+    let _ = std::fs::write(&plan, qualify::plan::for_shape(&d.shape));
+    let _ = std::fs::write(&hosts, env.emupod(&["hostfile", &env.name]).stdout);
+    let health = Health::start();
+    let later = match env.inject(&d.shape, &d.faults) {
+        Ok(l) => l,
+        Err(e) => {
+            env.down();
+            return row(json!({ "valid": false, "error": e }));
+        }
+    };
+    let p = env.podnet.to_string_lossy().to_string();
+    let n = d.shape.hosts();
+    let out_of = |h: usize| dir.join(format!("out{h}"));
+    let children: Vec<(usize, Child)> = (0..n)
+        .rev()
+        .filter_map(|h| {
+            let out = std::fs::File::create(out_of(h)).ok()?;
+            let err = out.try_clone().ok()?;
+            env.on(h, &[&p, "qualify", "--plan"])
+                .arg(&plan)
+                .arg("--report-dir")
+                .arg(dir.join("report"))
+                .args(["--join-timeout", "30", "--hostfile"])
+                .arg(&hosts)
+                .stdout(out)
+                .stderr(err)
+                .spawn()
+                .ok()
+                .map(|c| (h, c))
+        })
+        .collect();
+    let mut exit = None;
+    for (h, c) in children {
+        let Ok(o) = wait_for(c, Duration::from_secs(600)) else { continue };
+        if h == 0 {
+            exit = o.status.code();
+        }
+    }
+    let out0 = std::fs::read_to_string(out_of(0)).unwrap_or_default();
+    if let Some(t) = later {
+        let _ = t.join();
+    }
+    let (idle, drops) = health.now(&env.name);
+    env.down();
+    let report: Value = std::fs::read_to_string(dir.join("report/report.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    let said: Vec<Said> = report["suspects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| said_of(s, Severity::Error))
+        .collect();
+    let verdict = score::judge(&d.shape, &d.faults, Tool::Qualify, &said);
+    let failed = report["summary"]["failed"].as_u64();
+    let clean_ok = d.faults.is_empty() && failed == Some(0) && exit == Some(0);
+    row(json!({
+        "valid": idle > MIN_IDLE_PCT,
+        "emulator": { "cpu_idle_pct": idle, "qdisc_drops": drops },
+        "qualify": {
+            "exit": exit,
+            "failed_checks": failed,
+            "contention": report["contention"].as_array().map_or(0, Vec::len),
+            "suspects": report["suspects"].as_array().into_iter().flatten()
+                .map(|s| json!({"kind": s["kind"], "component": s["component"]})).collect::<Vec<_>>(),
+            "output_tail": if report.is_null() { tail(&out0, 600) } else { String::new() },
+        },
+        "named": verdict.named,
+        "rank": verdict.rank,
+        "extra": verdict.extra,
+        "right": if d.faults.is_empty() { clean_ok } else { verdict.right() },
+        "explained_all": verdict.extra.is_empty(),
+    }))
+}
+
+/// How long an agent draw watches: the pod settling, the fault, the heal.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Watch {
+    /// At most this long for every agent to see every member alive and no finding.
+    pub(crate) settle: Duration,
+    /// With the fault made (a clean draw: the whole watch).
+    pub(crate) fault: Duration,
+    /// After the heal.
+    pub(crate) after: Duration,
+    /// Between two looks at the observer's `pod status`.
+    pub(crate) every: Duration,
+}
+
+/// A host no fault of `faults` is on (the observer whose `pod status` the draw reads).
+fn observer(shape: &Shape, faults: &[Fault]) -> usize {
+    (0..shape.hosts())
+        .rev()
+        .find(|h| {
+            !faults.iter().any(|f| match &f.at {
+                Place::Host(x) => x == h,
+                Place::Cable(dv) => dv.host == *h && shape.rails == 1,
+                _ => false,
+            })
+        })
+        .unwrap_or(0)
+}
+
+/// Runs an agent on every host of the pod of `d`, makes its faults once the pod settled,
+/// heals them after `w.fault`, and times what an observer's `pod status` says: its row.
+pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
+    let t0 = Instant::now();
+    let row = |extra: Value| {
+        let mut r = json!({
+            "id": d.id, "tool": "agent", "shape": d.shape, "kind": d.kind.map(Kind::as_str),
+            "faults": faults_json(&d.shape, &d.faults),
+        });
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            r[k] = v.clone();
+        }
+        r["seconds"] = json!(t0.elapsed().as_secs_f64());
+        r
+    };
+    if let Err(e) = env.up(&d.shape) {
+        return row(json!({ "valid": false, "error": e }));
+    }
+    let dir = env.dir.join(d.id.replace('/', "_"));
+    let _ = std::fs::create_dir_all(&dir);
+    let plan = dir.join("pod.toml");
+    let secret = dir.join("secret");
+    let _ = std::fs::write(&plan, qualify::plan::for_shape(&d.shape));
+    let _ = std::fs::write(&secret, "a campaign's pod secret, 32 bytes or more of it\n");
+    let p = env.podnet.to_string_lossy().to_string();
+    let pod = d.shape.pod();
+    let mut agents: Vec<Child> = (0..d.shape.hosts())
+        .filter_map(|h| {
+            env.on(h, &[&p, "agent", "--pod"])
+                .arg(&plan)
+                .args(["--pod-host", &pod.hosts[h].name, "--secret-file"])
+                .arg(&secret)
+                .args(["--probe-large", &d.shape.roce_mtu().to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .ok()
+        })
+        .collect();
+    let obs = observer(&d.shape, &d.faults);
+    let status = || -> Option<Value> {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &format!("{}-h{obs}", env.name), &p])
+            .args(["pod", "status", "--json", "--timeout", "2"])
+            .output()
+            .ok()?;
+        serde_json::from_slice(&o.stdout).ok()
+    };
+    let findings = |v: &Value| -> Vec<Said> {
+        v["findings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| said_of(f, Severity::Error))
+            .collect()
+    };
+    // Settle: every member alive, no finding.
+    let ts = Instant::now();
+    let mut settled = None;
+    while ts.elapsed() < w.settle {
+        if let Some(v) = status() {
+            let alive = v["members"].as_array().is_some_and(|m| {
+                m.len() == d.shape.hosts() && m.iter().all(|x| x["health"] == "alive")
+            });
+            if alive && findings(&v).is_empty() {
+                settled = Some(ts.elapsed().as_secs_f64());
+                break;
+            }
+        }
+        std::thread::sleep(w.every);
+    }
+    let health = Health::start();
+    let start = Instant::now();
+    let mut snaps: Vec<(f64, Vec<Said>)> = Vec::new();
+    let mut shown: Vec<Value> = Vec::new();
+    let mut look = |snaps: &mut Vec<(f64, Vec<Said>)>| {
+        let t = start.elapsed().as_secs_f64();
+        if let Some(v) = status() {
+            for f in v["findings"].as_array().into_iter().flatten() {
+                let key = json!({"kind": f["kind"], "component": f["component"], "severity": f["severity"]});
+                if !shown.contains(&key) {
+                    shown.push(key);
+                }
+            }
+            snaps.push((t, findings(&v)));
+        }
+    };
+    let injected = env.inject(&d.shape, &d.faults);
+    let later = match injected {
+        Ok(l) => l,
+        Err(e) => {
+            for a in &mut agents {
+                let _ = a.kill();
+            }
+            env.down();
+            return row(json!({ "valid": false, "error": e }));
+        }
+    };
+    while start.elapsed() < w.fault {
+        look(&mut snaps);
+        std::thread::sleep(w.every);
+    }
+    if let Some(t) = later {
+        let _ = t.join();
+    }
+    let heal_at = start.elapsed().as_secs_f64();
+    let mut heal_err = None;
+    for f in &d.faults {
+        for c in f.heal(&d.shape) {
+            if let Err(e) = env.emu(&c) {
+                heal_err = Some(e);
+            }
+        }
+    }
+    let healable = !d.faults.iter().any(|f| f.kind == Kind::HostKilled);
+    while healable
+        && !d.faults.is_empty()
+        && start.elapsed().as_secs_f64() < heal_at + w.after.as_secs_f64()
+    {
+        look(&mut snaps);
+        std::thread::sleep(w.every);
+    }
+    let (idle, drops) = health.now(&env.name);
+    for a in &mut agents {
+        let _ = a.kill();
+        let _ = a.wait();
+    }
+    env.down();
+    let times: Vec<Value> = d
+        .faults
+        .iter()
+        .map(|f| {
+            let tl = score::timeline(&d.shape, f, f.start_s, healable.then_some(heal_at), &snaps);
+            json!({ "must": score::need(f.kind).agent, "timeline": tl })
+        })
+        .collect();
+    // Extras: findings at any look during the fault that no fault explains (a clean draw:
+    // every finding of warning or error).
+    let mut extra: Vec<Said> = Vec::new();
+    for (t, s) in &snaps {
+        if *t >= heal_at {
+            continue;
+        }
+        for x in score::judge(&d.shape, &d.faults, Tool::Agent, s).extra {
+            if !extra.contains(&x) {
+                extra.push(x);
+            }
+        }
+    }
+    let named: Vec<Option<bool>> = d
+        .faults
+        .iter()
+        .zip(&times)
+        .map(|(f, t)| score::need(f.kind).agent.then(|| !t["timeline"]["named_after"].is_null()))
+        .collect();
+    let right = if d.faults.is_empty() {
+        extra.is_empty()
+    } else {
+        named.iter().all(|n| n.unwrap_or(true))
+    };
+    row(json!({
+        "valid": idle > MIN_IDLE_PCT && settled.is_some(),
+        "settled_after": settled,
+        "observer": pod.hosts[obs].name,
+        "emulator": { "cpu_idle_pct": idle, "qdisc_drops": drops },
+        "heal_at": heal_at,
+        "heal_error": heal_err,
+        "timelines": times,
+        "named": named,
+        "extra": extra,
+        "shown": shown,
+        "right": right,
+        "explained_all": extra.is_empty(),
+    }))
+}
+
+/// Waits for `c` at most `limit` (then kills it).
+fn wait_for(mut c: Child, limit: Duration) -> Result<Output, ()> {
+    let t0 = Instant::now();
+    loop {
+        match c.try_wait() {
+            Ok(Some(_)) => return c.wait_with_output().map_err(|_| ()),
+            Ok(None) if t0.elapsed() < limit => std::thread::sleep(Duration::from_millis(100)),
+            _ => {
+                let _ = c.kill();
+                return c.wait_with_output().map_err(|_| ());
+            }
+        }
+    }
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let start = s.len().saturating_sub(n);
+    let start = (start..s.len()).find(|i| s.is_char_boundary(*i)).unwrap_or(s.len());
+    s[start..].to_string()
+}
+
+/// The rows of `path` (one JSON object a line), skipping lines that do not parse (a run
+/// cut off mid-line).
+pub(crate) fn rows(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
