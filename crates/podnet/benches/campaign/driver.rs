@@ -241,20 +241,23 @@ fn faults_json(shape: &Shape, faults: &[Fault]) -> Value {
         .collect()
 }
 
+/// A draw's row: what it was, `extra`, and the seconds since `t0`.
+fn row_of(d: &Draw, tool: &str, t0: Instant, extra: Value) -> Value {
+    let mut r = json!({
+        "id": d.id, "tool": tool, "shape": d.shape, "kind": d.kind.map(Kind::as_str),
+        "faults": faults_json(&d.shape, &d.faults),
+    });
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        r[k] = v.clone();
+    }
+    r["seconds"] = json!(t0.elapsed().as_secs_f64());
+    r
+}
+
 /// Runs `podnet qualify` across the pod of `d` with its faults made: its row.
 pub(crate) fn qualify(env: &Env, d: &Draw) -> Value {
     let t0 = Instant::now();
-    let row = |extra: Value| {
-        let mut r = json!({
-            "id": d.id, "tool": "qualify", "shape": d.shape, "kind": d.kind.map(Kind::as_str),
-            "faults": faults_json(&d.shape, &d.faults),
-        });
-        for (k, v) in extra.as_object().into_iter().flatten() {
-            r[k] = v.clone();
-        }
-        r["seconds"] = json!(t0.elapsed().as_secs_f64());
-        r
-    };
+    let row = |extra: Value| row_of(d, "qualify", t0, extra);
     if let Err(e) = env.up(&d.shape) {
         return row(json!({ "valid": false, "error": e }));
     }
@@ -370,17 +373,7 @@ fn observer(shape: &Shape, faults: &[Fault]) -> usize {
 /// heals them after `w.fault`, and times what an observer's `pod status` says: its row.
 pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
     let t0 = Instant::now();
-    let row = |extra: Value| {
-        let mut r = json!({
-            "id": d.id, "tool": "agent", "shape": d.shape, "kind": d.kind.map(Kind::as_str),
-            "faults": faults_json(&d.shape, &d.faults),
-        });
-        for (k, v) in extra.as_object().into_iter().flatten() {
-            r[k] = v.clone();
-        }
-        r["seconds"] = json!(t0.elapsed().as_secs_f64());
-        r
-    };
+    let row = |extra: Value| row_of(d, "agent", t0, extra);
     if let Err(e) = env.up(&d.shape) {
         return row(json!({ "valid": false, "error": e }));
     }
