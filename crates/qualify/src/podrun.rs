@@ -458,6 +458,35 @@ pub fn run(
     Ok(PodRun::Report(Box::new(report)))
 }
 
+/// The report of a run whose ranks `missing` never joined (`error`: the rendezvous's words):
+/// each one's host as a suspect — the plan's host of that rank (a rank that never joined
+/// could not say its host name) — with a failed `pod/<host>/joined` check; nothing was
+/// measured.
+pub fn not_joined_report(plan: &Plan, missing: &[u32], error: &str) -> Report {
+    let mut r = Report::new(&plan.name);
+    let Some(pod) = &plan.pod else { return r };
+    for &rank in missing {
+        let Some(host) = pod.hosts.get(rank as usize) else { continue };
+        let check = format!("pod/{}/joined", host.name);
+        r.checks.push(
+            Measurement::new(check.clone())
+                .want(Threshold::Unset(format!("rank {rank} never joined: {error}")))
+                .judge(None),
+        );
+        let evidence = format!(
+            "rank {rank} never joined the run ({error}): the host is down, frozen, not started, \
+             or cut off on its control path (every rail, where the coordinator is reached over \
+             the rails); nothing was measured"
+        );
+        let mut s =
+            topology::Suspect::on(pod, topology::Component::Host(rank as usize), 1.0, evidence);
+        s.checks = vec![check];
+        r.suspects.push(s);
+    }
+    r.devices = pod.devices().into_iter().map(|d| pod.name(d)).collect();
+    r
+}
+
 /// The report of a run that stopped when rank `f.rank` was lost: it as the suspect, and each
 /// rank in `silent` (it heartbeat, but did not do what it was asked) beside it.
 fn lost_report(
@@ -1821,6 +1850,19 @@ fn matrices(pod: &Pod, measured: &[Measured], specs: &[TestSpec]) -> Vec<Matrix>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_that_never_joined_are_the_reports_suspects() {
+        let shape = topology::Shape::draw(12);
+        let plan = Plan::parse(&crate::plan::for_shape(&shape), "shape.toml").unwrap();
+        let mut r = not_joined_report(&plan, &[1, 99], "rank(s) 1, 99 never joined within 30s");
+        let s = r.summarize();
+        assert_eq!((s.failed, r.suspects.len()), (1, 1), "rank 99 plays no host: {r:?}");
+        assert_eq!(r.suspects[0].at, topology::Component::Host(1));
+        assert_eq!(r.suspects[0].kind, "host");
+        assert!(r.checks[0].name.ends_with("/joined"), "{:?}", r.checks[0]);
+        assert!(r.text().contains("never joined"), "{}", r.text());
+    }
 
     #[test]
     fn fair_shares_follow_what_each_sender_can_offer() {

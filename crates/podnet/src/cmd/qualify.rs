@@ -155,7 +155,21 @@ fn pod(args: &QualifyArgs, plan: &Plan) -> anyhow::Result<ExitCode> {
     bar.set_prefix(format!("{}/{} ({})", world.rank, world.size, host.name));
     bar.set_message(format!("meeting at {}", world.coordinator));
     let info = serde_json::to_value(qualify::podrun::RankInfo { facts })?;
-    let session = rendezvous::bootstrap::join(&world, &me, info, &t, secret.as_ref())?;
+    let session = match rendezvous::bootstrap::join(&world, &me, info, &t, secret.as_ref()) {
+        Ok(s) => s,
+        // Rank 0 reports the hosts that never came, as suspects, rather than nothing.
+        Err(e @ rendezvous::bootstrap::BootstrapError::NotJoined { .. }) if world.rank == 0 => {
+            bar.finish_and_clear();
+            let missing = match &e {
+                rendezvous::bootstrap::BootstrapError::NotJoined { missing, .. } => missing.clone(),
+                _ => Vec::new(),
+            };
+            eprintln!("podnet: {e}");
+            let mut report = qualify::podrun::not_joined_report(plan, &missing, &e.to_string());
+            return finish(args, &mut report);
+        }
+        Err(e) => return Err(e.into()),
+    };
     bar.set_message(if world.rank == 0 { "running the plan" } else { "serving rank 0" });
     let mut progress = Bar { bar, failed: 0, records: Vec::new() };
     let outcome = qualify::podrun::run(plan, session, &args.sysfs_root, &mut progress);
