@@ -22,15 +22,16 @@
 #   scripts/emupod.sh hostfile NAME [RAIL]
 #                                     the hosts' addresses on RAIL (default 0), one a line
 #   scripts/emupod.sh exec NAME HOST CMD...   runs CMD in host HOST (0-based)
-#   scripts/emupod.sh link NAME LINK rate RATE|loss PCT [both|in|out]|mtu BYTES|down|up|
-#                                    flap SECONDS|corrupt PCT
+#   scripts/emupod.sh link NAME LINK rate RATE|loss PCT [both|in|out]|mtu BYTES [both|fabric]|
+#                                    down|up|flap SECONDS|corrupt PCT
 #       LINK: h<host>r<rail> (a host's rail to its ToR) or t<tor>s<spine> (a ToR to a spine;
 #       ToR index = rack × RAILS + rail). loss: RoCE packets dropped at random (PCT to a
 #       tenth of a percent) where they enter the link's router end (in: from the host, or
 #       from the ToR into the spine), leave it (out), or both; flap: down and up every
 #       SECONDS until `up`; corrupt: PCT of the RoCE packets crossing it get a bit flipped
 #       after the RoCE headers (the UDP checksum kept right, so the receiver's ICRC check,
-#       not the kernel, finds it); 0 clears
+#       not the kernel, finds it); 0 clears. mtu fabric: the router end only (a switch port
+#       set lower: the host does not know, and its large frames vanish there)
 #   scripts/emupod.sh host NAME HOST freeze|thaw|kill|cpu PCT
 #       a cgroup per host (v1 cpu and freezer, where mounted; else signals): freeze stops
 #       every process of the host at once, cpu limits the host to PCT % of one core (100 or
@@ -275,7 +276,15 @@ link() { # LINK OP [ARG]
   fi
   case $op in
     rate) tbf "$a" "$da" "$arg"; tbf "$b" "$db" "$arg" ;;
-    mtu) ip -n "$a" link set "$da" mtu "$arg"; ip -n "$b" link set "$db" mtu "$arg" ;;
+    mtu)
+      # fabric: the router end only (a switch port set lower than the host or the far end:
+      # large frames vanish there, as the near end does not know); both (default): either end.
+      case ${4:-both} in
+        both) ip -n "$a" link set "$da" mtu "$arg"; ip -n "$b" link set "$db" mtu "$arg" ;;
+        fabric) ip -n "$b" link set "$db" mtu "$arg" ;;
+        *) echo "emupod: mtu BYTES [both|fabric]" >&2; exit 2 ;;
+      esac
+      ;;
     down|down-only) # down-only: the flapping loop's, which must not stop itself
       [ "$op" = down ] && flap_stop "$l"
       ip -n "$a" link set "$da" down; ip -n "$b" link set "$db" down ;;

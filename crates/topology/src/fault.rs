@@ -78,8 +78,8 @@ pub enum Kind {
     Loss,
     /// A cable at part of its rate: strength, the share left (0.25–0.75).
     Slow,
-    /// A smaller MTU on a link: strength, bytes (from 1500, or half the largest frame where
-    /// that is less, to one byte under the largest RoCE frame).
+    /// A smaller MTU on a link's fabric end: strength, bytes (from 1500, or half the largest
+    /// frame where that is less, to one byte under the largest RoCE frame).
     Mtu,
     /// A link down.
     Down,
@@ -178,8 +178,9 @@ pub mod ranges {
     pub const CORRUPT_PCT: (f64, f64) = (0.5, 3.0);
     /// CPU left to a starved host, percent of one core.
     pub const STARVED_PCT: (f64, f64) = (2.0, 10.0);
-    /// A fault that starts mid-run starts this many seconds in.
-    pub const START_S: (f64, f64) = (5.0, 20.0);
+    /// A fault that starts mid-run starts this many seconds in (a small pod's qualify run
+    /// takes 15-30 s).
+    pub const START_S: (f64, f64) = (3.0, 10.0);
 }
 
 impl Draw {
@@ -267,12 +268,15 @@ impl Fault {
             }
             (Kind::Slow, _) => vec![v(&["link", "NAME", &link, "rate", &rate(link_mbit)])],
             (Kind::Mtu, Place::Cable(_)) if heal => {
-                vec![v(&["link", "NAME", &link, "mtu", &shape.mtu.to_string()])]
+                vec![v(&["link", "NAME", &link, "mtu", &shape.mtu.to_string(), "fabric"])]
             }
             (Kind::Mtu, _) if heal => {
-                vec![v(&["link", "NAME", &link, "mtu", &shape.mtu.max(4200).to_string()])]
+                let m = shape.mtu.max(4200).to_string();
+                vec![v(&["link", "NAME", &link, "mtu", &m, "fabric"])]
             }
-            (Kind::Mtu, _) => vec![v(&["link", "NAME", &link, "mtu", &strength])],
+            // At the fabric's end only: a switch port set lower, which the host (or the far
+            // router) does not know of — its large frames vanish there.
+            (Kind::Mtu, _) => vec![v(&["link", "NAME", &link, "mtu", &strength, "fabric"])],
             (Kind::Down | Kind::Flap, _) if heal => vec![v(&["link", "NAME", &link, "up"])],
             (Kind::Down, _) => vec![v(&["link", "NAME", &link, "down"])],
             (Kind::Flap, _) => vec![v(&["link", "NAME", &link, "flap", &strength])],

@@ -269,7 +269,17 @@ pub(crate) fn qualify(env: &Env, d: &Draw) -> Value {
     let _ = std::fs::write(&plan, qualify::plan::for_shape(&d.shape));
     let _ = std::fs::write(&hosts, env.emupod(&["hostfile", &env.name]).stdout);
     let health = Health::start();
-    let later = match env.inject(&d.shape, &d.faults) {
+    // A host killed "before the run" has nothing to kill yet: it is killed 3 s in, once
+    // its rank runs.
+    let faults: Vec<Fault> = d
+        .faults
+        .iter()
+        .map(|f| match f.kind {
+            Kind::HostKilled if f.start_s <= 0.0 => f.clone().starting(3.0),
+            _ => f.clone(),
+        })
+        .collect();
+    let later = match env.inject(&d.shape, &faults) {
         Ok(l) => l,
         Err(e) => {
             env.down();
@@ -297,19 +307,16 @@ pub(crate) fn qualify(env: &Env, d: &Draw) -> Value {
                 .map(|c| (h, c))
         })
         .collect();
-    let mut exit = None;
-    for (h, c) in children {
-        let Ok(o) = wait_for(c, Duration::from_secs(600)) else { continue };
-        if h == 0 {
-            exit = o.status.code();
-        }
-    }
+    let (exit, left) = wait_ranks(children);
     let out0 = std::fs::read_to_string(out_of(0)).unwrap_or_default();
     if let Some(t) = later {
         let _ = t.join();
     }
     let (idle, drops) = health.now(&env.name);
     env.down();
+    for mut c in left {
+        let _ = c.wait();
+    }
     let report: Value = std::fs::read_to_string(dir.join("report/report.json"))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
@@ -484,9 +491,12 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
     let (idle, drops) = health.now(&env.name);
     for a in &mut agents {
         let _ = a.kill();
+    }
+    // Down first: it thaws and kills what a freeze kept alive; then reap.
+    env.down();
+    for a in &mut agents {
         let _ = a.wait();
     }
-    env.down();
     let times: Vec<Value> = d
         .faults
         .iter()
@@ -536,18 +546,48 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
 }
 
 /// Waits for `c` at most `limit` (then kills it).
-fn wait_for(mut c: Child, limit: Duration) -> Result<Output, ()> {
+/// Waits for the ranks: until rank 0 ends (then the others have 10 s to follow it out),
+/// or every other rank ended 60 s ago (rank 0's host frozen or cut off: it writes no
+/// report), or 10 minutes. Rank 0's exit status, and the ranks still running — killed,
+/// unreaped (a frozen process dies only once thawed: reap them once the pod is down).
+fn wait_ranks(children: Vec<(usize, Child)>) -> (Option<i32>, Vec<Child>) {
     let t0 = Instant::now();
+    let mut running: Vec<(usize, Child)> = children;
+    let mut exit = None;
+    let mut zero_done: Option<Instant> = None;
+    let mut others_done: Option<Instant> = None;
     loop {
-        match c.try_wait() {
-            Ok(Some(_)) => return c.wait_with_output().map_err(|_| ()),
-            Ok(None) if t0.elapsed() < limit => std::thread::sleep(Duration::from_millis(100)),
-            _ => {
-                let _ = c.kill();
-                return c.wait_with_output().map_err(|_| ());
+        running.retain_mut(|(h, c)| match c.try_wait() {
+            Ok(Some(st)) => {
+                if *h == 0 {
+                    exit = st.code();
+                    zero_done = Some(Instant::now());
+                }
+                false
             }
+            Ok(None) => true,
+            Err(_) => false,
+        });
+        if running.iter().all(|(h, _)| *h == 0) && others_done.is_none() {
+            others_done = Some(Instant::now());
         }
+        let over = running.is_empty()
+            || zero_done.is_some_and(|t| t.elapsed() > Duration::from_secs(10))
+            || others_done.is_some_and(|t| t.elapsed() > Duration::from_secs(60))
+            || t0.elapsed() > Duration::from_secs(600);
+        if over {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
+    let left = running
+        .into_iter()
+        .map(|(_, mut c)| {
+            let _ = c.kill();
+            c
+        })
+        .collect();
+    (exit, left)
 }
 
 fn tail(s: &str, n: usize) -> String {
