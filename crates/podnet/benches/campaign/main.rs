@@ -108,7 +108,7 @@ fn main() {
                     settle: Duration::from_secs(30),
                     fault,
                     after: Duration::from_secs(35),
-                    every: Duration::from_secs(1),
+                    every: Duration::from_millis(250),
                 };
                 driver::agent(&env, d, w)
             }
