@@ -145,7 +145,7 @@ pub fn explains(shape: &Shape, fault: &Fault, said: &Said) -> bool {
     };
     let links = said.at.links(&pod);
     match &fault.at {
-        Place::Host(h) => on_host(*h, &said.at) || said.kind.starts_with("host"),
+        Place::Host(h) => on_host(*h, &said.at),
         Place::Cable(d) => {
             links.contains(&Link::HostTor(*d))
                 || on_host(d.host, &said.at) && shape.rails == 1
@@ -425,6 +425,13 @@ mod tests {
         assert!(judge(&s, &[], Tool::Agent, &[info]).extra.is_empty(), "info is not an alarm");
         let warn = Said { severity: Severity::Warning, ..said("link", Component::Tor("x".into())) };
         assert_eq!(judge(&s, &[], Tool::Agent, &[warn]).extra.len(), 1);
+        // A host's fault explains findings on that host, not another host's.
+        let starved = fault(Kind::HostStarved, Place::Host(2));
+        let other = Said { severity: Severity::Warning, ..said("host-cpu", Component::Host(4)) };
+        assert_eq!(judge(&s, std::slice::from_ref(&starved), Tool::Agent, &[other]).extra.len(), 1);
+        let mine =
+            said("link", Component::Path(Dev { host: 2, rail: 0 }, Dev { host: 4, rail: 0 }));
+        assert!(judge(&s, &[starved], Tool::Agent, &[mine]).extra.is_empty());
     }
 
     #[test]
