@@ -298,11 +298,7 @@ link() { # LINK OP [ARG]
     corrupt)
       local pm c=corrupt_$db
       pm=$(permille "$arg")
-      if ! ip netns exec "$b" nft list chain inet emupod "$c" >/dev/null 2>&1; then
-        ip netns exec "$b" nft add chain inet emupod "$c"
-        ip netns exec "$b" nft add rule inet emupod through jump "$c"
-      fi
-      ip netns exec "$b" nft flush chain inet emupod "$c"
+      chain "$b" "$c"
       if [ "$pm" -gt 0 ]; then
         # A bit of the first byte after the BTH (the payload, or an ACK's AETH).
         for dir in iifname oifname; do
@@ -333,11 +329,7 @@ link() { # LINK OP [ARG]
         both) dirs="iifname oifname" ;; in) dirs=iifname ;; out) dirs=oifname ;;
         *) echo "emupod: loss PCT [both|in|out]" >&2; exit 2 ;;
       esac
-      if ! ip netns exec "$b" nft list chain inet emupod "$c" >/dev/null 2>&1; then
-        ip netns exec "$b" nft add chain inet emupod "$c"
-        ip netns exec "$b" nft add rule inet emupod through jump "$c"
-      fi
-      ip netns exec "$b" nft flush chain inet emupod "$c"
+      chain "$b" "$c"
       for dir in $dirs; do
         if [ "$pm" -ge 1000 ]; then
           ip netns exec "$b" nft add rule inet emupod "$c" "$dir" "$db" udp dport 4791 counter drop

@@ -1141,7 +1141,7 @@ impl Coordinator<'_> {
                     .filter(|d| !pod.same_tor(**d, rx))
                     .map(|d| pod.rail(*d).tor.as_str())
                     .collect();
-                g * 1e9 / 8.0 / 1_048_576.0 * (n * tors.len()) as f64
+                mb_per_s(g) * (n * tors.len()) as f64
             });
             let spine_limited =
                 uplinks.filter(|up| *up > 0.0).map(|up| rx_rate.map_or(up, |rx| up.min(rx)));
@@ -1257,7 +1257,8 @@ impl Coordinator<'_> {
         // median, the pairs that had company and now fail are measured apart too (a second
         // pass at most; each pair is measured apart once).
         let mut apart_done: BTreeSet<(Dev, Dev)> = BTreeSet::new();
-        let mut first_failed: BTreeMap<(Dev, Dev), Vec<String>> = BTreeMap::new();
+        // The first run's failed checks of each pair-direction measured apart.
+        let mut first_failed: BTreeMap<(Dev, Dev), Vec<Check>> = BTreeMap::new();
         let mut again_note: BTreeMap<(Dev, Dev), String> = BTreeMap::new();
         let mut medians = judged_medians(plan, pod, measured, &collided);
         for _ in 0..2 {
@@ -1284,14 +1285,9 @@ impl Coordinator<'_> {
             if failed_pairs.is_empty() {
                 break;
             }
-            // The failed checks of each pair-direction measured again, as they were.
             for (c, s, cs) in &judged {
                 if failed_pairs.iter().any(|p| *p == (*c, *s) || *p == (*s, *c)) {
-                    let f = cs
-                        .iter()
-                        .filter(|m| m.status == Status::Fail)
-                        .map(|m| format!("{} {}", short_check(&m.name), m.figure()))
-                        .collect();
+                    let f = cs.iter().filter(|m| m.status == Status::Fail).cloned().collect();
                     first_failed.insert((*c, *s), f);
                 }
             }
@@ -1301,7 +1297,7 @@ impl Coordinator<'_> {
                 let Some(m) = measured.iter_mut().find(|m| (m.0, m.1) == (c, s)) else {
                     continue;
                 };
-                let first = first_failed.get(&(c, s)).filter(|f| !f.is_empty());
+                let first = first_failed.get(&(c, s)).filter(|f| !f.is_empty()).map(with_figures);
                 let note = match (beside.get(&(c, s)), first) {
                     (Some(near), Some(f)) => format!(
                         "the first run ({}) shared {} with {}; measured again with no other \
@@ -1338,12 +1334,8 @@ impl Coordinator<'_> {
                         .map(|((a, b), _)| format!("{}->{}", pod.name(*a), pod.name(*b)))
                         .collect(),
                     links: spine_links_of(near),
-                    first: f.clone(),
-                    apart: cs
-                        .iter()
-                        .filter(|m| first_failed_same(f, &m.name))
-                        .map(|m| format!("{} {}", short_check(&m.name), m.figure()))
-                        .collect(),
+                    first: with_figures(f),
+                    apart: with_figures(cs.iter().filter(|m| f.iter().any(|x| x.name == m.name))),
                 });
             }
         }
@@ -1374,7 +1366,7 @@ impl Coordinator<'_> {
         }
         let line_rate = |d: Dev| -> Option<f64> {
             let f = facts[d.host].devices.get(d.rail)?;
-            f.link_gbps.or(pod.link_gbps).map(|g| g * 1e9 / 8.0 / 1_048_576.0)
+            f.link_gbps.or(pod.link_gbps).map(mb_per_s)
         };
         self.line_rates =
             pod.devices().into_iter().filter_map(|d| Some((d, line_rate(d)?))).collect();
@@ -1515,7 +1507,7 @@ fn incast_cap(pod: &Pod, line: &BTreeMap<Dev, f64>, senders: &[Dev], d: Dev, rx:
         Some((g, n)) if !pod.same_tor(d, rx) => {
             let under =
                 senders.iter().filter(|s| pod.rail(**s).tor == pod.rail(d).tor).count().max(1);
-            rate.min(g * 1e9 / 8.0 / 1_048_576.0 * n as f64 / under as f64)
+            rate.min(mb_per_s(g) * n as f64 / under as f64)
         }
         _ => rate,
     }
@@ -1538,8 +1530,7 @@ fn fair_shares(total: f64, caps: &[f64]) -> Vec<f64> {
 /// (`pod.spine_link_gbps` × `pod.spines`).
 fn bisection_capacity(pod: &Pod, flows: &[(Dev, Dev)], line: &dyn Fn(Dev) -> Option<f64>) -> f64 {
     let rate = |(a, b): (Dev, Dev)| line(a).zip(line(b)).map_or(0.0, |(x, y)| x.min(y));
-    let uplinks =
-        pod.spine_link_gbps.zip(pod.spines).map(|(g, n)| g * 1e9 / 8.0 / 1_048_576.0 * n as f64);
+    let uplinks = pod.spine_link_gbps.zip(pod.spines).map(|(g, n)| mb_per_s(g) * n as f64);
     let Some(up) = uplinks else { return flows.iter().map(|f| rate(*f)).sum() };
     // Per ToR, what its flows across the spines leave with, and arrive with.
     let mut out: BTreeMap<&str, f64> = BTreeMap::new();
@@ -1555,6 +1546,11 @@ fn bisection_capacity(pod: &Pod, flows: &[(Dev, Dev)], line: &dyn Fn(Dev) -> Opt
     }
     let capped = |m: &BTreeMap<&str, f64>| m.values().map(|v| v.min(up)).sum::<f64>();
     local + capped(&out).min(capped(&inn))
+}
+
+/// A link rate in Gb/s as MB/s (MiB/s, perf's unit).
+fn mb_per_s(gbps: f64) -> f64 {
+    gbps * 1e9 / 8.0 / 1_048_576.0
 }
 
 fn bw_of(f: &Figure) -> f64 {
@@ -1620,10 +1616,9 @@ fn short_check(name: &str) -> String {
     }
 }
 
-/// Whether check `name` is one of those in `first` (as [`short_check`] wrote them).
-fn first_failed_same(first: &[String], name: &str) -> bool {
-    let short = short_check(name);
-    first.iter().any(|f| f.split(' ').next() == Some(short.as_str()))
+/// Checks with their figures, short: `write-bw/65536B/bandwidth 6.0 MB/s, want >= …`.
+fn with_figures<'a>(checks: impl IntoIterator<Item = &'a Check>) -> Vec<String> {
+    checks.into_iter().map(|m| format!("{} {}", short_check(&m.name), m.figure())).collect()
 }
 
 /// The ToRs' spine links some flows shared: `t0's spine links`, `the spine links of t0
@@ -1652,7 +1647,7 @@ type Judged = (Dev, Dev, Vec<Check>);
 fn path_rate(pod: &Pod, line: &dyn Fn(Dev) -> Option<f64>, c: Dev, s: Dev) -> Option<f64> {
     let rate = line(c).zip(line(s)).map(|(a, b)| a.min(b))?;
     Some(match pod.spine_link_gbps {
-        Some(g) if !pod.same_tor(c, s) => rate.min(g * 1e9 / 8.0 / 1_048_576.0),
+        Some(g) if !pod.same_tor(c, s) => rate.min(mb_per_s(g)),
         _ => rate,
     })
 }
@@ -1890,7 +1885,7 @@ mod tests {
             ecmp_seed: 1,
         };
         let pod = shape.pod();
-        let mb = |mbit: f64| mbit * 1e6 / 8.0 / 1_048_576.0;
+        let mb = |mbit: f64| mb_per_s(mbit / 1000.0);
         let line = |_: Dev| Some(mb(100.0));
         let d = |h| Dev { host: h, rail: 0 };
         let near = path_rate(&pod, &line, d(0), d(1)).unwrap();

@@ -93,11 +93,23 @@ fn tors_of(pod: &Pod, o: &PairOutcome) -> (String, String) {
 struct SpinePaths<'a> {
     /// Per ToR pair, the pairs whose source ports split (those of the common ToR only, when
     /// there is one).
-    spine: BTreeMap<(String, String), Vec<&'a PairOutcome>>,
+    spine: ByTors<'a>,
     /// The one ToR in every ToR pair with path evidence: its spine links.
     common: Option<String>,
     /// Pairs that split, but between ToRs the common ToR's links do not explain.
     not_path: BTreeSet<(Dev, Dev)>,
+}
+
+/// Pairs per ToR pair (the lower name first).
+type ByTors<'a> = BTreeMap<(String, String), Vec<&'a PairOutcome>>;
+
+/// A ToR pair's evidence: its pairs whose source ports split, and those that failed whole.
+fn tor_pair_evidence<'a>(
+    spine: &ByTors<'a>,
+    whole: &ByTors<'a>,
+    k: &(String, String),
+) -> Vec<&'a PairOutcome> {
+    spine.get(k).into_iter().chain(whole.get(k)).flatten().copied().collect()
 }
 
 /// The spine paths the pairs point at.
@@ -105,7 +117,7 @@ fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
     let split = |o: &PairOutcome| split(pod, o);
     let tors_of = |o: &PairOutcome| tors_of(pod, o);
     // Spine paths: per ToR pair, the pairs whose source ports split.
-    let mut spine: BTreeMap<(String, String), Vec<&PairOutcome>> = BTreeMap::new();
+    let mut spine: ByTors = BTreeMap::new();
     for o in outcomes.iter().filter(|o| split(o)) {
         spine.entry(tors_of(o)).or_default().push(o);
     }
@@ -121,7 +133,7 @@ fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
         let Some(first) = os.first().map(|o| o.pair) else { return true };
         [first.0, first.1].into_iter().any(|d| os.iter().all(|o| o.pair.0 == d || o.pair.1 == d))
     };
-    let mut whole: BTreeMap<(String, String), Vec<&PairOutcome>> = BTreeMap::new();
+    let mut whole: ByTors = BTreeMap::new();
     for o in outcomes.iter().filter(|o| failed(o) && !split(o)) {
         let k = tors_of(o);
         if k.0 != k.1 {
@@ -138,9 +150,6 @@ fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
     // device's: a lossy cable loses a probe on one source port and not another, and fails
     // its pairs whole, across every ToR it talks to. A ToR pair with a ToR whose own pairs
     // fail is that ToR's (or its devices'): a ToR dropping at every port does the same.
-    let raw = |k: &(String, String)| -> Vec<&PairOutcome> {
-        spine.get(k).into_iter().chain(whole.get(k)).flatten().copied().collect()
-    };
     // A lossy ToR owns its ToR pairs' evidence when it fails toward every other ToR it was
     // measured with, each time on more than one device (a lossy device under it fails
     // toward them on one).
@@ -148,7 +157,7 @@ fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
         lossy_tors.contains(t)
             && outcomes.iter().map(&tors_of).filter(|k| k.0 != k.1 && (k.0 == *t || k.1 == *t)).all(
                 |k| {
-                    let os = raw(&k);
+                    let os = tor_pair_evidence(&spine, &whole, &k);
                     !os.is_empty() && !one_device(&os)
                 },
             )
@@ -156,7 +165,7 @@ fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
     let device_only: Vec<(String, String)> = spine
         .keys()
         .filter(|k| {
-            let os = raw(k);
+            let os = tor_pair_evidence(&spine, &whole, k);
             (os.len() >= 2 && one_device(&os)) || owns(&k.0) || owns(&k.1)
         })
         .cloned()
@@ -167,9 +176,6 @@ fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
             not_path.extend(os.iter().map(|o| o.pair));
         }
     }
-    let both = |k: &(String, String)| -> Vec<&PairOutcome> {
-        spine.get(k).into_iter().chain(whole.get(k)).flatten().copied().collect()
-    };
     let evidence: BTreeSet<&(String, String)> = spine
         .keys()
         .chain(whole.iter().filter(|(_, os)| !one_device(os)).map(|(k, _)| k))
@@ -183,7 +189,9 @@ fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
             (t, evidence.len() - off.len(), off)
         })
         .filter(|(t, _, _)| !lossy_tors.contains(*t))
-        .filter(|(_, on, off)| *on >= 2 && off.iter().all(|k| one_device(&both(k))))
+        .filter(|(_, on, off)| {
+            *on >= 2 && off.iter().all(|k| one_device(&tor_pair_evidence(&spine, &whole, k)))
+        })
         .min_by_key(|(_, _, off)| off.len())
         .map(|(t, _, _)| t.clone());
     if let Some(t) = &common {

@@ -95,16 +95,19 @@ impl Env {
 
     /// `scripts/emupod.sh` with `NAME` replaced by the pod's name; its error, if it failed.
     fn emu(&self, args: &[String]) -> Result<(), String> {
-        let args: Vec<&str> = args
-            .iter()
-            .map(|a| if a == "NAME" { self.name.as_str() } else { a.as_str() })
-            .collect();
-        let o = self.emupod(&args);
-        if o.status.success() {
-            Ok(())
-        } else {
-            Err(format!("emupod.sh {args:?}: {}", String::from_utf8_lossy(&o.stderr).trim()))
-        }
+        emu(&self.emupod, &self.name, args)
+    }
+
+    /// The pod of `d` built, a fresh folder for the draw with its qualify plan in it
+    /// (`pod.toml`): the folder.
+    fn prepare(&self, d: &Draw) -> Result<PathBuf, String> {
+        self.up(&d.shape)?;
+        let dir = self.dir.join(d.id.replace('/', "_"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::write(dir.join("pod.toml"), qualify::plan::for_shape(&d.shape))
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(dir)
     }
 
     fn up(&self, shape: &Shape) -> Result<(), String> {
@@ -147,12 +150,22 @@ impl Env {
             for f in later {
                 std::thread::sleep(Duration::from_secs_f64(f.start_s).saturating_sub(t0.elapsed()));
                 for c in f.inject(&shape) {
-                    let args: Vec<String> =
-                        c.into_iter().map(|a| if a == "NAME" { name.clone() } else { a }).collect();
-                    let _ = Command::new("bash").arg(&emupod).args(&args).output();
+                    let _ = emu(&emupod, &name, &c);
                 }
             }
         })))
+    }
+}
+
+/// `emupod` with `NAME` in `args` replaced by `name`; its error, if it failed.
+fn emu(emupod: &Path, name: &str, args: &[String]) -> Result<(), String> {
+    let args: Vec<&str> =
+        args.iter().map(|a| if a == "NAME" { name } else { a.as_str() }).collect();
+    let o = Command::new("bash").arg(emupod).args(&args).output().map_err(|e| e.to_string())?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!("emupod.sh {args:?}: {}", String::from_utf8_lossy(&o.stderr).trim()))
     }
 }
 
@@ -258,15 +271,12 @@ fn row_of(d: &Draw, tool: &str, t0: Instant, extra: Value) -> Value {
 pub(crate) fn qualify(env: &Env, d: &Draw) -> Value {
     let t0 = Instant::now();
     let row = |extra: Value| row_of(d, "qualify", t0, extra);
-    if let Err(e) = env.up(&d.shape) {
-        return row(json!({ "valid": false, "error": e }));
-    }
-    let dir = env.dir.join(d.id.replace('/', "_"));
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::create_dir_all(&dir);
+    let dir = match env.prepare(d) {
+        Ok(dir) => dir,
+        Err(e) => return row(json!({ "valid": false, "error": e })),
+    };
     let plan = dir.join("pod.toml");
     let hosts = dir.join("hosts");
-    let _ = std::fs::write(&plan, qualify::plan::for_shape(&d.shape));
     let _ = std::fs::write(&hosts, env.emupod(&["hostfile", &env.name]).stdout);
     let health = Health::start();
     // A host killed "before the run" has nothing to kill yet: it is killed 3 s in, once
@@ -381,14 +391,12 @@ fn observer(shape: &Shape, faults: &[Fault]) -> usize {
 pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
     let t0 = Instant::now();
     let row = |extra: Value| row_of(d, "agent", t0, extra);
-    if let Err(e) = env.up(&d.shape) {
-        return row(json!({ "valid": false, "error": e }));
-    }
-    let dir = env.dir.join(d.id.replace('/', "_"));
-    let _ = std::fs::create_dir_all(&dir);
+    let dir = match env.prepare(d) {
+        Ok(dir) => dir,
+        Err(e) => return row(json!({ "valid": false, "error": e })),
+    };
     let plan = dir.join("pod.toml");
     let secret = dir.join("secret");
-    let _ = std::fs::write(&plan, qualify::plan::for_shape(&d.shape));
     let _ = std::fs::write(&secret, "a campaign's pod secret, 32 bytes or more of it\n");
     let p = env.podnet.to_string_lossy().to_string();
     let pod = d.shape.pod();
