@@ -146,11 +146,26 @@ fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
         .filter(|o| failed(o) && pod.same_tor(o.pair.0, o.pair.1))
         .map(|o| &pod.rail(o.pair.0).tor)
         .collect();
-    // A ToR pair whose splits and failures (two or more pairs) all share one device is that
-    // device's: a lossy cable loses a probe on one source port and not another, and fails
-    // its pairs whole, across every ToR it talks to. A ToR pair with a ToR whose own pairs
-    // fail is that ToR's (or its devices'): a ToR dropping at every port does the same.
-    // A lossy ToR owns its ToR pairs' evidence when it fails toward every other ToR it was
+    // Devices with a failed pair under their own ToR (no spine crossed: their cables).
+    let lossy_devs: BTreeSet<Dev> = outcomes
+        .iter()
+        .filter(|o| failed(o) && pod.same_tor(o.pair.0, o.pair.1))
+        .flat_map(|o| [o.pair.0, o.pair.1])
+        .collect();
+    // Whether `os` (two or more pairs) all share one device that failed under its own ToR
+    // too: evidence that shares a device only by timing (the first probes through a bad
+    // spine link) stays the path's.
+    let a_lossy_devices = |os: &[&PairOutcome]| {
+        os.len() >= 2
+            && [os[0].pair.0, os[0].pair.1].into_iter().any(|d| {
+                lossy_devs.contains(&d) && os.iter().all(|o| o.pair.0 == d || o.pair.1 == d)
+            })
+    };
+    // A ToR pair whose splits and failures (two or more pairs) all share one device that
+    // fails under its own ToR too is that device's: a lossy cable loses a probe on one
+    // source port and not another, and fails its pairs whole, across every ToR it talks to.
+    // A ToR pair with a ToR whose own pairs fail is that ToR's (or its devices'): a ToR
+    // dropping at every port does the same. A lossy ToR owns its ToR pairs' evidence when it fails toward every other ToR it was
     // measured with, each time on more than one device (a lossy device under it fails
     // toward them on one).
     let owns = |t: &String| {
@@ -166,7 +181,7 @@ fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
         .keys()
         .filter(|k| {
             let os = tor_pair_evidence(&spine, &whole, k);
-            (os.len() >= 2 && one_device(&os)) || owns(&k.0) || owns(&k.1)
+            a_lossy_devices(&os) || owns(&k.0) || owns(&k.1)
         })
         .cloned()
         .collect();
