@@ -191,6 +191,7 @@ pub fn locate(
             failed: p.failed,
             failed_checks: p.checks.clone(),
             ports: if p.failed { p.ports.iter().map(|(a, b)| (*a, *b)).collect() } else { vec![] },
+            routes: Default::default(),
         })
         .collect();
     let net = attribute_with_spines(pod, &small);
@@ -224,6 +225,7 @@ pub fn locate(
             } else {
                 vec![]
             },
+            routes: Default::default(),
         })
         .collect();
     if large.iter().any(|o| o.failed) {

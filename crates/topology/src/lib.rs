@@ -16,6 +16,7 @@ pub mod locate;
 pub mod pairs;
 pub mod score;
 pub mod shape;
+mod tomo;
 
 pub use component::Component;
 pub use fabric::{Bisection, Dev, Host, Incast, Link, Pod, PodProgress, Rail};

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::component::Component;
 use crate::fabric::{Dev, Pod};
+use crate::tomo::{self, Chosen};
 
 /// What was measured of a pair (both directions together): whether it failed, the checks
 /// that failed, and the probes over UDP source ports (port, whether it carried traffic).
@@ -22,6 +23,9 @@ pub struct PairOutcome {
     pub failed_checks: Vec<String>,
     /// Probes over chosen source ports: (port, carried).
     pub ports: Vec<(u16, bool)>,
+    /// Where the fabric says (a plan's `pod.route`): the spines a probe from each port
+    /// crossed, out and back.
+    pub routes: BTreeMap<u16, [usize; 2]>,
 }
 
 /// A component the failures point at.
@@ -112,6 +116,17 @@ fn tor_pair_evidence<'a>(
     spine.get(k).into_iter().chain(whole.get(k)).flatten().copied().collect()
 }
 
+/// ToRs whose own pairs (no spine crossed) fail — at fault themselves, or their devices —
+/// and the devices of those pairs (their cables).
+fn lossy<'a>(pod: &'a Pod, outcomes: &[PairOutcome]) -> (BTreeSet<&'a String>, BTreeSet<Dev>) {
+    let under: Vec<&PairOutcome> =
+        outcomes.iter().filter(|o| failed(o) && pod.same_tor(o.pair.0, o.pair.1)).collect();
+    (
+        under.iter().map(|o| &pod.rail(o.pair.0).tor).collect(),
+        under.iter().flat_map(|o| [o.pair.0, o.pair.1]).collect(),
+    )
+}
+
 /// The spine paths the pairs point at.
 fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
     let split = |o: &PairOutcome| split(pod, o);
@@ -140,18 +155,7 @@ fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
             whole.entry(k).or_default().push(o);
         }
     }
-    // ToRs whose own pairs (no spine crossed) fail: at fault themselves, or their devices.
-    let lossy_tors: BTreeSet<&String> = outcomes
-        .iter()
-        .filter(|o| failed(o) && pod.same_tor(o.pair.0, o.pair.1))
-        .map(|o| &pod.rail(o.pair.0).tor)
-        .collect();
-    // Devices with a failed pair under their own ToR (no spine crossed: their cables).
-    let lossy_devs: BTreeSet<Dev> = outcomes
-        .iter()
-        .filter(|o| failed(o) && pod.same_tor(o.pair.0, o.pair.1))
-        .flat_map(|o| [o.pair.0, o.pair.1])
-        .collect();
+    let (lossy_tors, lossy_devs) = lossy(pod, outcomes);
     // Whether `os` (two or more pairs) all share one device that failed under its own ToR
     // too: evidence that shares a device only by timing (the first probes through a bad
     // spine link) stays the path's.
@@ -229,16 +233,49 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
     let pname = |(a, b): (Dev, Dev)| format!("{} <-> {}", pod.name(a), pod.name(b));
     let split = |o: &PairOutcome| split(pod, o);
     let tors_of = |o: &PairOutcome| tors_of(pod, o);
-    let SpinePaths { spine, common, not_path } = spine_paths(pod, outcomes);
-    let by_path = |o: &PairOutcome| split(o) && !not_path.contains(&o.pair);
+    // Where the fabric says which spine each probe crossed, the links and spines the failed
+    // probes share (tomography); else the ToR pairs whose probes split.
+    let routed = outcomes.iter().any(|o| !o.routes.is_empty());
+    let chosen: Vec<Chosen> = if routed {
+        let (lossy_tors, lossy_devs) = lossy(pod, outcomes);
+        let skip = |o: &PairOutcome| {
+            [o.pair.0, o.pair.1]
+                .iter()
+                .any(|d| lossy_devs.contains(d) || lossy_tors.contains(&pod.rail(*d).tor))
+        };
+        tomo::localize(pod, outcomes, &skip)
+    } else {
+        Vec::new()
+    };
+    let on_chosen: BTreeSet<(Dev, Dev)> =
+        chosen.iter().flat_map(|c| c.outcomes.iter().map(|&i| outcomes[i].pair)).collect();
+    let SpinePaths { spine, common, not_path } = if routed {
+        SpinePaths { spine: BTreeMap::new(), common: None, not_path: BTreeSet::new() }
+    } else {
+        spine_paths(pod, outcomes)
+    };
+    let by_path = |o: &PairOutcome| {
+        if routed { on_chosen.contains(&o.pair) } else { split(o) && !not_path.contains(&o.pair) }
+    };
+    // Whether a chosen link or spine lies on a failed cross-ToR pair's paths.
+    let touches = |c: &Chosen, o: &PairOutcome| {
+        let (ta, tb) = tors_of(o);
+        ta != tb
+            && match &c.at {
+                Component::TorSpine { tor, .. } => *tor == ta || *tor == tb,
+                _ => true,
+            }
+    };
     // A failed cross-ToR pair between ToRs whose paths split (or touching the one ToR in all
-    // of them): its default source port hashed onto the dead path, though its probes did not.
+    // of them, or a link or spine the tomography chose): its default source port hashed onto
+    // the dead path, though its probes did not.
     let on_split_path = |o: &PairOutcome| {
         let (ta, tb) = tors_of(o);
         ta != tb
             && failed(o)
             && (spine.contains_key(&(ta.clone(), tb.clone()))
-                || common.as_ref().is_some_and(|c| *c == ta || *c == tb))
+                || common.as_ref().is_some_and(|c| *c == ta || *c == tb)
+                || chosen.iter().any(|c| touches(c, o)))
     };
     let mut tally: BTreeMap<Dev, (usize, usize)> = BTreeMap::new();
     for o in outcomes {
@@ -373,6 +410,13 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
             })
             .collect()
     };
+    for c in &chosen {
+        let mut os: Vec<&PairOutcome> = c.outcomes.iter().map(|&i| &outcomes[i]).collect();
+        os.extend(also(&|o| {
+            touches(c, o) && !c.outcomes.iter().any(|&i| outcomes[i].pair == o.pair)
+        }));
+        out.push(chosen_suspect(pod, c, outcomes, &os));
+    }
     if let Some(t) = &common {
         let mut os: Vec<&PairOutcome> = spine.values().flatten().copied().collect();
         os.extend(also(&|_| true));
@@ -399,6 +443,37 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
         }
     }
     out
+}
+
+/// The suspect the tomography chose, explaining `os`.
+fn chosen_suspect(pod: &Pod, c: &Chosen, outcomes: &[PairOutcome], os: &[&PairOutcome]) -> Suspect {
+    let pname = |(a, b): (Dev, Dev)| format!("{} <-> {}", pod.name(a), pod.name(b));
+    let ports: Vec<String> = c
+        .ports
+        .iter()
+        .map(|(i, p)| format!("{} from port {p}", pname(outcomes[*i].pair)))
+        .collect();
+    let twins = if c.twins.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<String> = c.twins.iter().map(|t| t.name(pod)).collect();
+        format!(
+            "; no probe tells it from {} (every path through one crosses the other)",
+            names.join(" or ")
+        )
+    };
+    let evidence = format!(
+        "{} of the {} source-port probes through it failed, probes elsewhere carried (the \
+         fabric's routes: which spine each probe crossed, out and back): {}{twins}",
+        c.failed,
+        c.probes,
+        ports.join(", ")
+    );
+    let confidence = c.failed as f64 / c.probes.max(1) as f64;
+    Suspect::on(pod, c.at.clone(), confidence, evidence).explaining(
+        os.iter().map(|o| pname(o.pair)).collect(),
+        os.iter().flat_map(|o| o.failed_checks.iter().cloned()).take(6).collect(),
+    )
 }
 
 /// [`attribute`], with the spine paths between three or more ToR pairs that touch

@@ -12,6 +12,11 @@
 //!   rail is that host gone to everyone: `host-down` (`host` for qualify) naming the host.
 //! - A ToR–spine link fault matches only a finding that names that ToR and that spine
 //!   ([`Component::TorSpine`]; `mtu` for an MTU).
+//! - Except where no end-to-end measurement can tell them apart ([`twins`]): in a plane of
+//!   two ToRs every path through one ToR's link to spine `j` crosses the other's, and with
+//!   one rail spine `j` is those two links. There a finding naming any of them matches a
+//!   fault on any of them (added with the tomography, before its draws ran: the first
+//!   slice's rule demanded what no probe can see).
 //! - A spine down or black-holing some flows matches only a `spine` naming that spine.
 //! - A ToR dropping at every port matches only a `tor` naming that ToR.
 //! - A host killed or frozen matches only `host-down` (the agent) or `host` (qualify)
@@ -106,15 +111,43 @@ pub fn names(shape: &Shape, fault: &Fault, tool: Tool, said: &Said) -> bool {
             one_rail_down || (kind_ok("rail") && said.at == Component::Rail(*d))
         }
         (Place::SpineLink { tor, spine }, _) => {
-            kind_ok("spine-link")
-                && said.at == Component::TorSpine { tor: tor.name(), spine: *spine }
+            (kind_ok("spine-link") || kind_ok("spine"))
+                && twins(shape, &Component::TorSpine { tor: tor.name(), spine: *spine }, &said.at)
         }
         (Place::Spine(j), Kind::SpineDown | Kind::PartialBlackhole) => {
-            said.kind == "spine"
-                && matches!(&said.at, Component::Spine { spine: Some(s), .. } if s == j)
+            let at = Component::Spine { tors: shape.racks * shape.rails, spine: Some(*j) };
+            matches!(said.kind.as_str(), "spine" | "spine-link") && twins(shape, &at, &said.at)
         }
         (Place::Tor(t), Kind::TorLoss) => said.kind == "tor" && said.at == Component::Tor(t.name()),
         _ => false,
+    }
+}
+
+/// Whether `a` (a ToR's link to a spine, or a spine) and `b` lie on the very same paths, so
+/// that no end-to-end measurement tells them apart: they are the same, or, in a plane of two
+/// ToRs (two racks), the two ToRs' links to one spine — and that spine itself where the pod
+/// has that one plane (one rail). A path joins two devices of one rail.
+pub fn twins(shape: &Shape, a: &Component, b: &Component) -> bool {
+    let link_of = |c: &Component| match c {
+        Component::TorSpine { tor, spine } => Some((tor.clone(), *spine)),
+        _ => None,
+    };
+    let spine_of = |c: &Component| match c {
+        Component::Spine { spine: Some(j), .. } => Some(*j),
+        Component::TorSpine { spine, .. } => Some(*spine),
+        _ => None,
+    };
+    let rail_of = |tor: &str| tor.rsplit_once("-rail").map(|(_, r)| r.to_string());
+    if a == b {
+        return matches!(a, Component::TorSpine { .. } | Component::Spine { spine: Some(_), .. });
+    }
+    if shape.racks != 2 || spine_of(a).is_none() || spine_of(a) != spine_of(b) {
+        return false;
+    }
+    match (link_of(a), link_of(b)) {
+        (Some((t, _)), Some((u, _))) => rail_of(&t) == rail_of(&u),
+        (Some(_), None) | (None, Some(_)) => shape.rails == 1,
+        (None, None) => true,
     }
 }
 
@@ -151,9 +184,10 @@ pub fn explains(shape: &Shape, fault: &Fault, said: &Said) -> bool {
                 || on_host(d.host, &said.at) && shape.rails == 1
                 || said.at == Component::Rail(*d)
         }
-        Place::SpineLink { tor, .. } => {
+        Place::SpineLink { tor, spine } => {
             crosses_spines(&said.at) && under(tor, &said.at)
                 || matches!(&said.at, Component::Spine { .. })
+                || twins(shape, &Component::TorSpine { tor: tor.name(), spine: *spine }, &said.at)
         }
         Place::Spine(_) => crosses_spines(&said.at),
         Place::Tor(t) => under(t, &said.at) || on_tor_hosts(shape, t, &said.at),

@@ -149,6 +149,7 @@ fn outcome(p: &Pod, a: Dev, b: Dev, bad: &dyn Fn(Dev, Dev) -> bool) -> PairOutco
         failed,
         failed_checks: if failed { vec![format!("perf/{}", p.name(a))] } else { vec![] },
         ports: vec![],
+        routes: Default::default(),
     }
 }
 
@@ -413,6 +414,7 @@ fn every_suspect_is_named_by_its_component() {
             failed: a == bad || b == bad,
             failed_checks: vec![],
             ports: vec![],
+            routes: Default::default(),
         })
         .collect();
     let sus = attribute(&p, &outcomes);
@@ -464,4 +466,109 @@ fn the_pair_count_is_the_pairs_without_making_them() {
             }
         }
     }
+}
+
+/// A fabric's ECMP hash, as the routers of a test fabric hash: the spine a flow from `a` to
+/// `b` on `port` crosses.
+fn hash(a: Dev, b: Dev, port: u16, spines: usize) -> usize {
+    let mut x = (a.host as u64) << 40 | (b.host as u64) << 20 | u64::from(port);
+    x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((x ^ (x >> 29)) % spines as u64) as usize
+}
+
+/// Every pair of `p` probed from 8 source ports, the routes known; `lost` says which probes
+/// (by the links they cross, and their port) did not carry.
+type Lost<'a> = &'a dyn Fn(Dev, Dev, &BTreeSet<(String, usize)>, u16) -> bool;
+
+fn routed(p: &Pod, spines: usize, lost: Lost) -> Vec<PairOutcome> {
+    p.pairs()
+        .into_iter()
+        .map(|(a, b)| {
+            let (ta, tb) = (p.rail(a).tor.clone(), p.rail(b).tor.clone());
+            let mut o = outcome(p, a, b, &|_, _| false);
+            if ta != tb {
+                for k in 0..8u16 {
+                    let port = 0xC000 + 7 + k * 0x800;
+                    let (f, r) = (hash(a, b, port, spines), hash(b, a, port, spines));
+                    let links: BTreeSet<(String, usize)> = [(&ta, f), (&tb, f), (&tb, r), (&ta, r)]
+                        .map(|(t, s)| (t.clone(), s))
+                        .into();
+                    o.ports.push((port, !lost(a, b, &links, port)));
+                    o.routes.insert(port, [f, r]);
+                }
+            }
+            o
+        })
+        .collect()
+}
+
+fn ats(s: &[Suspect]) -> Vec<(String, Component)> {
+    s.iter().map(|x| (x.kind.clone(), x.at.clone())).collect()
+}
+
+#[test]
+fn routed_probes_name_the_tor_spine_link_or_the_spine_they_share() {
+    // Three ToRs of one rail, three spines.
+    let p = Pod { spines: Some(3), ..pod(9, 1, 3, PairSet::All) };
+    let spine = |j| Component::Spine { tors: 3, spine: Some(j) };
+    let link = |t: &str, j| Component::TorSpine { tor: t.into(), spine: j };
+    // Nothing lost: nothing named.
+    assert_eq!(attribute(&p, &routed(&p, 3, &|_, _, _, _| false)), vec![]);
+    // t1's link to spine 2 down: that link, nothing else.
+    let s = attribute(&p, &routed(&p, 3, &|_, _, l, _| l.contains(&("t1".into(), 2))));
+    assert_eq!(ats(&s), [("spine-link".into(), link("t1", 2))], "{s:#?}");
+    assert!(s[0].evidence.contains("source-port probes through it failed"), "{}", s[0].evidence);
+    // Spine 1 down: the spine, not each of its links.
+    let s = attribute(&p, &routed(&p, 3, &|_, _, l, _| l.iter().any(|x| x.1 == 1)));
+    assert_eq!(ats(&s), [("spine".into(), spine(1))], "{s:#?}");
+    // Spine 0 dropping some flows only (by the flow's hash, as a partial black hole does).
+    let s = attribute(
+        &p,
+        &routed(&p, 3, &|a, b, l, port| {
+            l.iter().any(|x| x.1 == 0) && hash(a, b, port ^ 0x55, 2) == 0
+        }),
+    );
+    assert_eq!(ats(&s), [("spine".into(), spine(0))], "{s:#?}");
+}
+
+#[test]
+fn routed_probes_leave_a_lossy_cable_to_its_rail() {
+    let p = Pod { spines: Some(2), ..pod(9, 1, 3, PairSet::All) };
+    let bad = Dev { host: 4, rail: 0 };
+    // One probe in three of the device's lost, whatever path it took.
+    let s = attribute(&p, &routed(&p, 2, &|a, b, _, port| (a == bad || b == bad) && port % 3 != 1));
+    assert_eq!(ats(&s), [("rail".into(), Component::Rail(bad))], "{s:#?}");
+}
+
+#[test]
+fn in_a_plane_of_two_tors_the_tomography_says_what_it_cannot_tell_apart() {
+    // Two ToRs, one rail: t0's link to spine 1 and t1's lie on the very same probes, and
+    // spine 1 is those two links.
+    let p = Pod { spines: Some(2), ..pod(4, 1, 2, PairSet::All) };
+    let s = attribute(&p, &routed(&p, 2, &|_, _, l, _| l.contains(&("t0".into(), 1))));
+    assert_eq!(s.len(), 1, "{s:#?}");
+    assert!(
+        [
+            Component::Spine { tors: 2, spine: Some(1) },
+            Component::TorSpine { tor: "t0".into(), spine: 1 },
+            Component::TorSpine { tor: "t1".into(), spine: 1 }
+        ]
+        .contains(&s[0].at),
+        "{s:#?}"
+    );
+    assert!(s[0].evidence.contains("no probe tells it from"), "{}", s[0].evidence);
+    // The scorer counts any of them as naming a fault on any of them, there only.
+    let two = Shape { racks: 2, rails: 1, ..Shape::draw(1) };
+    let three = Shape { racks: 3, ..two.clone() };
+    let (l0, l1) = (
+        Component::TorSpine { tor: "rack0-rail0".into(), spine: 1 },
+        Component::TorSpine { tor: "rack1-rail0".into(), spine: 1 },
+    );
+    let sp = Component::Spine { tors: 2, spine: Some(1) };
+    assert!(score::twins(&two, &l0, &l1) && score::twins(&two, &l0, &sp));
+    assert!(!score::twins(&three, &l0, &l1) && !score::twins(&three, &l0, &sp));
+    let two_rails = Shape { rails: 2, ..two.clone() };
+    assert!(score::twins(&two_rails, &l0, &l1) && !score::twins(&two_rails, &l0, &sp));
+    let other_spine = Component::TorSpine { tor: "rack1-rail0".into(), spine: 0 };
+    assert!(!score::twins(&two, &l0, &other_spine));
 }
