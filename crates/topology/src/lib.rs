@@ -20,7 +20,9 @@ mod tomo;
 
 pub use component::Component;
 pub use fabric::{Bisection, Dev, Host, Incast, Link, Pod, PodProgress, Rail};
-pub use locate::{DEVICE_SHARE, PairOutcome, Suspect, attribute, attribute_with_spines};
+pub use locate::{
+    DEVICE_SHARE, PairOutcome, Suspect, attribute, attribute_mtu, attribute_with_spines, lies_on,
+};
 pub use pairs::{PairSet, apart, beside, bisection, incasts, rounds};
 pub use shape::{Shape, Uplink};
 

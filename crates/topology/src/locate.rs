@@ -476,6 +476,72 @@ fn chosen_suspect(pod: &Pod, c: &Chosen, outcomes: &[PairOutcome], os: &[&PairOu
     )
 }
 
+/// Whether the pair `(a, b)` lies on `at`: a host or ToR of it, a link its ECMP paths cross,
+/// a spine it crosses, or the pair itself.
+pub fn lies_on(pod: &Pod, at: &Component, (a, b): (Dev, Dev)) -> bool {
+    match at {
+        Component::Pod { .. } => true,
+        Component::Host(h) => a.host == *h || b.host == *h,
+        Component::Tor(t) => pod.rail(a).tor == *t || pod.rail(b).tor == *t,
+        Component::Spine { .. } => !pod.same_tor(a, b),
+        Component::Path(x, y) => (*x, *y) == (a, b) || (*y, *x) == (a, b),
+        _ => {
+            let links = at.links(pod);
+            pod.ecmp_paths(a, b).iter().flatten().any(|l| links.contains(l))
+        }
+    }
+}
+
+/// [`attribute`] of what small probes and the measurements say (`small`), and of what
+/// near-MTU probes say where small ones carried (`large`: their ports, nothing else failed):
+/// a component whose large frames vanish is named `mtu`, and the suspects of `small` whose
+/// every failed pair lies on one (a bandwidth test of full-size frames through it) are its.
+pub fn attribute_mtu(pod: &Pod, small: &[PairOutcome], large: &[PairOutcome]) -> Vec<Suspect> {
+    let mut sus = attribute(pod, small);
+    if !large.iter().any(failed) {
+        return sus;
+    }
+    // The probes of the pairs on `at` that failed, and all of them.
+    let lost = |os: &[PairOutcome], at: &Component| {
+        let ports: Vec<bool> = os
+            .iter()
+            .filter(|o| lies_on(pod, at, o.pair))
+            .flat_map(|o| o.ports.iter().map(|p| p.1))
+            .collect();
+        (ports.iter().filter(|ok| !**ok).count(), ports.len().max(1))
+    };
+    let share = |(k, n): (usize, usize)| k as f64 / n as f64;
+    // Two or more near-MTU probes lost (one is a packet lost, as on any link), and small
+    // ones lost far less often: a lossy link loses a near-MTU probe as it loses a small one.
+    let big: Vec<Suspect> = attribute(pod, large)
+        .into_iter()
+        .filter(|s| s.kind != "pod")
+        .filter(|s| {
+            let l = lost(large, &s.at);
+            l.0 >= 2 && share(lost(small, &s.at)) * 3.0 < share(l)
+        })
+        .map(|s| Suspect {
+            kind: "mtu".into(),
+            evidence: format!(
+                "near-MTU probes lost while small ones carried: {} — frames above some size \
+                 vanish here (an MTU set lower on a link, a port that drops large frames)",
+                s.evidence
+            ),
+            ..s
+        })
+        .collect();
+    let pname = |(a, b): (Dev, Dev)| format!("{} <-> {}", pod.name(a), pod.name(b));
+    let by_name: BTreeMap<String, (Dev, Dev)> =
+        small.iter().map(|o| (pname(o.pair), o.pair)).collect();
+    sus.retain(|s| {
+        let pairs: Vec<(Dev, Dev)> =
+            s.pairs.iter().filter_map(|n| by_name.get(n)).copied().collect();
+        pairs.is_empty() || !pairs.iter().all(|p| big.iter().any(|b| lies_on(pod, &b.at, *p)))
+    });
+    sus.extend(big);
+    sus
+}
+
 /// [`attribute`], with the spine paths between three or more ToR pairs that touch
 /// every ToR folded into one `spine` finding (a spine, or all its links, failing for the
 /// ECMP hashes that cross it).

@@ -16,6 +16,7 @@ fn pod(hosts: usize, rails: usize, per: usize, set: PairSet) -> Pod {
         source_ports: 4,
         spines: None,
         spine_link_gbps: None,
+        route: None,
         progress: PodProgress::Event,
         stall_seconds: 5.0,
         qp_timeout: 14,
@@ -571,4 +572,54 @@ fn in_a_plane_of_two_tors_the_tomography_says_what_it_cannot_tell_apart() {
     assert!(score::twins(&two_rails, &l0, &l1) && !score::twins(&two_rails, &l0, &sp));
     let other_spine = Component::TorSpine { tor: "rack1-rail0".into(), spine: 0 };
     assert!(!score::twins(&two, &l0, &other_spine));
+}
+
+/// The large-frame outcomes of `small`'s pairs whose small probes carried, `lost` deciding
+/// which near-MTU probes did not.
+fn large_of(p: &Pod, small: &[PairOutcome], spines: usize, lost: Lost) -> Vec<PairOutcome> {
+    let big = routed(p, spines, lost);
+    small.iter().zip(big).filter(|(s, _)| s.ports.iter().all(|x| x.1)).map(|(_, b)| b).collect()
+}
+
+#[test]
+fn near_mtu_probes_name_an_mtu_and_take_the_bandwidth_failures_through_it() {
+    let p = Pod { spines: Some(3), ..pod(9, 1, 3, PairSet::All) };
+    let t1s2 = ("t1".to_string(), 2);
+    // Small probes carry; the bandwidth tests of some pairs through t1 fail (their own
+    // port hashed onto spine 2); large frames through t1's link to spine 2 vanish.
+    let mut small = routed(&p, 3, &|_, _, _, _| false);
+    for o in &mut small {
+        if !p.same_tor(o.pair.0, o.pair.1)
+            && [o.pair.0, o.pair.1].iter().any(|d| p.rail(*d).tor == "t1")
+            && hash(o.pair.0, o.pair.1, 1, 3) == 2
+        {
+            o.failed = true;
+            o.failed_checks = vec!["perf/write-bw".into()];
+        }
+    }
+    let large = large_of(&p, &small, 3, &|_, _, l, _| l.contains(&t1s2));
+    let s = attribute_mtu(&p, &small, &large);
+    let link = Component::TorSpine { tor: "t1".into(), spine: 2 };
+    assert_eq!(ats(&s), [("mtu".into(), link)], "{s:#?}");
+    assert!(s[0].evidence.starts_with("near-MTU probes lost"), "{}", s[0].evidence);
+    // A cable's MTU: every large frame of the device lost, its bandwidth tests failed.
+    let bad = Dev { host: 4, rail: 0 };
+    let mut small = routed(&p, 3, &|_, _, _, _| false);
+    for o in &mut small {
+        if o.pair.0 == bad || o.pair.1 == bad {
+            o.failed = true;
+            o.failed_checks = vec!["perf/write-bw".into()];
+        }
+    }
+    let large = large_of(&p, &small, 3, &|a, b, _, _| a == bad || b == bad);
+    let s = attribute_mtu(&p, &small, &large);
+    assert_eq!(ats(&s), [("mtu".into(), Component::Rail(bad))], "{s:#?}");
+    // A lossy cable loses small and large probes alike: a rail, not an MTU.
+    let lossy = |a: Dev, b: Dev, _: &BTreeSet<(String, usize)>, port: u16| {
+        (a == bad || b == bad) && port % 3 != 1
+    };
+    let small = routed(&p, 3, &lossy);
+    let large = large_of(&p, &small, 3, &lossy);
+    let s = attribute_mtu(&p, &small, &large);
+    assert_eq!(ats(&s), [("rail".into(), Component::Rail(bad))], "{s:#?}");
 }
