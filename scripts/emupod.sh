@@ -46,10 +46,11 @@
 #       addresses and UDP source port: those flows lose everything, the others nothing), or
 #       forwards again
 #   scripts/emupod.sh plan NAME        the pod's [[pod.hosts]] for a `podnet qualify` plan
-#   scripts/emupod.sh route NAME SRC DST SPORT
+#   scripts/emupod.sh route NAME [SRC DST SPORT]
 #       the spine a RoCE packet from address SRC to DST with UDP source port SPORT crosses
 #       (the ECMP hash of SRC's ToR; a ToR-to-ToR path takes one spine each way): its
-#       index, or "local" under one ToR
+#       index, or "local" under one ToR. Without SRC DST SPORT: lines of them on stdin, an
+#       answer a line ("-" under one ToR) — a qualify plan's `pod.route`
 #
 # Names: namespaces NAME-h<i>, NAME-t<k>, NAME-s<j>; addresses 10.<rail+1>.<host>.1/31 on
 # hosts (.0 on the ToR), 172.<16+spine>.<tor>.1/31 on ToRs (.0 on the spine).
@@ -402,6 +403,31 @@ case $cmd in
     ;;
   route)
     load
+    if [ $# -eq 0 ]; then
+      # Lines "SRC DST SPORT" on stdin, an answer a line: one `ip -batch` per ToR.
+      mapfile -t q
+      declare -A batch=() order=()
+      for ((n = 0; n < ${#q[@]}; n++)); do
+        read -r src dst sport <<< "${q[n]}"
+        [[ $src =~ ^10\.([0-9]+)\.([0-9]+)\.1$ ]] || { echo "emupod: line $((n + 1)): SRC is a host's rail address" >&2; exit 2; }
+        r=$(( BASH_REMATCH[1] - 1 )) i=${BASH_REMATCH[2]}
+        [ "$r" -lt "$RAILS" ] && [ "$i" -lt "$HOSTS" ] && [[ $sport =~ ^[0-9]+$ ]] && [ -n "$dst" ] \
+          || { echo "emupod: line $((n + 1)): not SRC DST SPORT of this pod" >&2; exit 2; }
+        k=$(( (i / PER) * RAILS + r ))
+        batch[$k]+="route get $dst from $src iif h$i ipproto udp sport $sport dport 4791"$'\n'
+        order[$k]+="$n "
+      done
+      declare -a ans=()
+      for k in "${!batch[@]}"; do
+        mapfile -t got < <(printf '%s' "${batch[$k]}" | ip -n "$(nsof t$k)" -batch - | grep -v '^[[:space:]]')
+        read -r -a idx <<< "${order[$k]}"
+        for ((m = 0; m < ${#idx[@]}; m++)); do
+          if [[ ${got[m]:-} =~ dev\ s([0-9]+) ]]; then ans[${idx[m]}]=${BASH_REMATCH[1]}; else ans[${idx[m]}]=-; fi
+        done
+      done
+      for ((n = 0; n < ${#q[@]}; n++)); do echo "${ans[n]}"; done
+      exit 0
+    fi
     [ $# -eq 3 ] || usage
     [[ $1 =~ ^10\.([0-9]+)\.([0-9]+)\.1$ ]] || { echo "emupod: SRC is a host's rail address, 10.<rail+1>.<host>.1" >&2; exit 2; }
     r=$(( BASH_REMATCH[1] - 1 )) i=${BASH_REMATCH[2]}

@@ -621,6 +621,11 @@ pub(crate) struct PodShapeArgs {
     #[arg(long, conflicts_with = "json")]
     pub(crate) plan: bool,
 
+    /// With --plan: the plan's `pod.route`, the command that says which spine a flow
+    /// crosses (for a pod `scripts/emupod.sh up NAME` built: `scripts/emupod.sh route NAME`).
+    #[arg(long, value_name = "CMD", requires = "plan")]
+    pub(crate) route: Option<String>,
+
     /// Print the shape as JSON.
     #[arg(long)]
     pub(crate) json: bool,

@@ -276,6 +276,8 @@ pairs = "rail-aligned"      # all | same-tor | cross-tor | rail-aligned | sample
 # peers_per_tor = 2         # sampled: peers under the own ToR, and as many elsewhere
 # link_gbps = 100           # a soft device's nominal rate (RDMA devices: the port's)
 source_ports = 4            # each cross-ToR pair probed over this many UDP source ports
+# route = "CMD"             # which spine a flow crosses (lines SRC DST SPORT in, a spine's
+                            # index out): probes cross every spine, suspects name one
 stall_seconds = 5
 
 [pod.bisection]
@@ -587,8 +589,9 @@ fn check_perf(file: &config::TomlFile<'_>, pod: bool, p: &PerfCheck) -> Result<(
 /// shape --plan`): the thresholds of testdata/qualify/emupod.toml (chosen from measurement
 /// on emulated pods, BENCHMARKS.md), the pod's settings from its shape — the link rate, the
 /// spines, a spine link's rate where it is oversubscribed, an ACK timeout for its slowest
-/// link ([`topology::Shape::qp_timeout`]) — and its hosts.
-pub fn for_shape(shape: &topology::Shape) -> String {
+/// link ([`topology::Shape::qp_timeout`]) — and its hosts; `route`, the plan's `pod.route`
+/// where given.
+pub fn for_shape(shape: &topology::Shape, route: Option<&str>) -> String {
     use std::fmt::Write as _;
     let pod = shape.pod();
     let mut t = String::new();
@@ -627,6 +630,16 @@ pub fn for_shape(shape: &topology::Shape) -> String {
     if let Some(d) = pod.tx_depth {
         let _ = writeln!(t, "tx_depth = {d}");
     }
+    match route {
+        Some(r) => {
+            // A JSON string is a TOML basic string.
+            let _ = writeln!(t, "route = {}", serde_json::Value::String(r.into()));
+        }
+        None => t.push_str(
+            "# route = \"scripts/emupod.sh route NAME\"   # which spine a flow crosses: \
+             spine-level suspects\n",
+        ),
+    }
     let _ = writeln!(
         t,
         "\n[pod.bisection]\nseconds = 1\nmin_vs_line_rate = 0.5\n\n[pod.incast]\nsenders = {}\n\
@@ -664,7 +677,7 @@ mod tests {
         let emu = Plan::parse(&emu, "emupod.toml").unwrap();
         for seed in 0..40 {
             let shape = topology::Shape::draw(seed);
-            let text = for_shape(&shape);
+            let text = for_shape(&shape, None);
             let plan = Plan::parse(&text, "shape.toml").unwrap_or_else(|e| panic!("{e}\n{text}"));
             let mut want = shape.pod();
             let pod = plan.pod.clone().unwrap();
@@ -676,6 +689,10 @@ mod tests {
             assert_eq!(plan.perf, emu.perf, "seed {seed}: the thresholds drifted");
             assert_eq!(pod.validate(), Ok(()));
         }
+        // The route command, quoted whatever it holds.
+        let cmd = r#"/opt/x y/emupod.sh route "qa" \ now"#;
+        let plan = Plan::parse(&for_shape(&topology::Shape::draw(3), Some(cmd)), "s.toml").unwrap();
+        assert_eq!(plan.pod.unwrap().route.as_deref(), Some(cmd));
     }
 
     #[test]

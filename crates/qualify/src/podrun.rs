@@ -131,6 +131,10 @@ pub struct TestResult {
     pub figures: Vec<Figure>,
     /// Why it failed, if it did.
     pub error: Option<String>,
+    /// It failed on the wire — the RDMA traffic stalled or a work request failed — not in
+    /// setting up (the side channel, a verb): what a path that drops looks like.
+    #[serde(default)]
+    pub on_wire: bool,
     /// Packets the measuring device sent during the test.
     pub sent_pkts: u64,
     /// Of those, sent again by go-back-N.
@@ -255,10 +259,13 @@ fn measure(ctx: &Context, peer: SocketAddr, t: &TestSpec, events: bool) -> TestR
     // The side channel crosses the rail's own fabric: a dead path loses its SYNs too.
     let connect = Duration::from_secs_f64(t.stall.clamp(1.0, 10.0));
     let run = TcpStream::connect_timeout(&peer, connect)
-        .map_err(|e| format!("cannot connect to {peer}: {e}"))
+        .map_err(|e| (false, format!("cannot connect to {peer}: {e}")))
         .and_then(|sock| {
-            session::run(ctx, &o, Role::Client, &sock, peer.ip(), events, &mut Quiet)
-                .map_err(|e| e.to_string())
+            session::run(ctx, &o, Role::Client, &sock, peer.ip(), events, &mut Quiet).map_err(|e| {
+                let wire =
+                    matches!(e, session::Error::OnTheWire { .. } | session::Error::Engine(_));
+                (wire, e.to_string())
+            })
         });
     let after = ctx.counters();
     let (sent_pkts, retransmitted_pkts) = (
@@ -280,12 +287,14 @@ fn measure(ctx: &Context, peer: SocketAddr, t: &TestSpec, events: bool) -> TestR
         Ok(out) => TestResult {
             figures: figures(&out),
             error: None,
+            on_wire: false,
             sent_pkts,
             retransmitted_pkts,
             counters,
         },
-        Err(e) => TestResult {
+        Err((on_wire, e)) => TestResult {
             error: Some(e),
+            on_wire,
             sent_pkts,
             retransmitted_pkts,
             counters,
@@ -427,6 +436,7 @@ pub fn run(
         next_job: 0,
         line_rates: BTreeMap::new(),
         silent_ranks: BTreeMap::new(),
+        routes: BTreeMap::new(),
     };
     let report = coord.run(&facts, sys);
     // A host lost mid-run (frozen, killed, cut off) stops the run; the report still says
@@ -651,13 +661,54 @@ struct Coordinator<'a> {
     line_rates: BTreeMap<Dev, f64>,
     /// Ranks that heartbeat but did not do what they were asked, and what.
     silent_ranks: BTreeMap<u32, String>,
+    /// The probe ports chosen with the fabric's routes (`pod.route`).
+    routes: Routes,
 }
 
 /// A pair-direction's figures, for judging: (client, server, one result per test).
 type Measured = (Dev, Dev, Vec<TestResult>);
 
-/// Each pair-direction's source-port probes: (port, whether it carried).
-type Probes = BTreeMap<(Dev, Dev), Vec<(u16, bool)>>;
+/// A probe's result: its UDP source port (0: the QP's own), whether it was near-MTU, and
+/// whether it carried.
+#[derive(Debug, Clone, Copy)]
+struct Probed {
+    port: u16,
+    large: bool,
+    /// Carried, lost on the wire, or `None`: it could not be set up (its side channel, a
+    /// TCP flow of its own ECMP hash, failed) and says nothing of its port's path.
+    ok: Option<bool>,
+    /// Its slowest round trip, µs, where it carried: one above half the ACK timeout waited
+    /// for a packet sent again (lost on the way).
+    slowest_us: Option<f64>,
+}
+
+impl Probed {
+    /// It carried every packet the first time: no round trip waited for a retransmission
+    /// (longer than half the ACK timeout `timeout_code`, 4.096 µs × 2^code).
+    fn clean(&self, timeout_code: u8) -> Option<bool> {
+        let half_timeout_us = 4.096 * f64::from(1u32 << timeout_code.min(31)) / 2.0;
+        Some(self.ok? && self.slowest_us.is_none_or(|us| us < half_timeout_us))
+    }
+}
+
+/// Each pair-direction's probes.
+type Probes = BTreeMap<(Dev, Dev), Vec<Probed>>;
+
+/// Each cross-ToR pair-direction's probe ports, where the fabric said which spines a flow
+/// from each crosses (out, back).
+type Routes = BTreeMap<(Dev, Dev), Vec<(u16, [usize; 2])>>;
+
+/// A near-MTU probe's message: full-size frames at a 1024- or a 4096-byte RoCE MTU.
+const NEAR_MTU: usize = 4096;
+
+/// Source ports the route command is asked about per cross-ToR pair-direction, spread over
+/// 0xC000-0xFFFF; the probes take those that cross every spine each way.
+const ROUTE_CANDIDATES: usize = 16;
+
+/// A port `i` of `n` spread over the RoCEv2 source ports.
+fn spread_port(i: usize, n: usize) -> u16 {
+    0xC000 + ((i * 0x4000 / n.max(1)) as u16) + 7
+}
 
 /// Each cross-ToR pair-direction's flows of the same phase that shared a ToR's spine links
 /// with it (the flow, and the ToR): those an ECMP hash may have put on its link.
@@ -671,6 +722,134 @@ struct Pass {
     measured: Vec<Measured>,
     ports: Probes,
     beside: Beside,
+}
+
+/// A probe's check: `path/C->S/udp-source-port-P[/4096B]` (or `path/C->S/4096B` from the
+/// QP's own port), carried or what went wrong.
+fn probe_check(pod: &Pod, c: Dev, s: Dev, p: &Probed) -> Check {
+    let Probed { port, large, ok, slowest_us } = *p;
+    let said = match (ok, p.clean(pod.qp_timeout)) {
+        (Some(true), Some(true)) => "carried".to_string(),
+        (Some(true), _) => format!(
+            "carried, a packet sent again (a round trip of {:.0} ms)",
+            slowest_us.unwrap_or(0.0) / 1000.0
+        ),
+        (Some(false), _) => "lost".into(),
+        (None, _) => "not set up (its side channel failed)".into(),
+    };
+    let ok = p.clean(pod.qp_timeout) == Some(true);
+    let path = format!("path/{}->{}", pod.name(c), pod.name(s));
+    let (name, what) = match (port, large) {
+        (0, _) => (format!("{path}/{NEAR_MTU}B"), "from the QP's own port".into()),
+        (p, false) => (format!("{path}/udp-source-port-{p}"), format!("from UDP source port {p}")),
+        (p, true) => {
+            (format!("{path}/udp-source-port-{p}/{NEAR_MTU}B"), format!("from UDP source port {p}"))
+        }
+    };
+    let size = if large { NEAR_MTU } else { 2 };
+    let why = match ok {
+        true => String::new(),
+        false if said.starts_with("carried") => {
+            format!("a packet {what} was lost and sent again: loss on this ECMP path")
+        }
+        false if said == "lost" && large => format!(
+            "nothing came back {what} at full-size frames (an MTU below the path's, \
+             or a port that drops large frames)"
+        ),
+        false if said == "lost" => {
+            format!("nothing came back {what} (an ECMP path that drops)")
+        }
+        false => format!("the probe {what} could not be set up: {said}"),
+    };
+    Measurement::new(name)
+        .words(if ok { "carried" } else { &said })
+        .want(Threshold::Is("carried".into()))
+        .detail(format!("{size}-byte SEND latency probe {what}"))
+        .on_fail(why)
+        .judge(None)
+}
+
+/// Of `cands` (a port and the spines a flow from it crosses, out and back), the ports that
+/// cross every one of `spines` spines each way where they can, then others up to `want`.
+fn cover(cands: &[(u16, [usize; 2])], spines: usize, want: usize) -> Vec<(u16, [usize; 2])> {
+    let mut out: Vec<(u16, [usize; 2])> = Vec::new();
+    let (mut out_seen, mut back_seen) = (vec![false; spines], vec![false; spines]);
+    loop {
+        let gain = |c: &(u16, [usize; 2])| {
+            usize::from(!out_seen.get(c.1[0]).copied().unwrap_or(true))
+                + usize::from(!back_seen.get(c.1[1]).copied().unwrap_or(true))
+        };
+        let best = cands
+            .iter()
+            .filter(|c| !out.contains(c))
+            .max_by_key(|c| (gain(c), std::cmp::Reverse(c.0)));
+        match best {
+            Some(c) if gain(c) > 0 => {
+                out_seen[c.1[0]] = true;
+                back_seen[c.1[1]] = true;
+                out.push(*c);
+            }
+            _ => break,
+        }
+    }
+    for c in cands {
+        if out.len() >= want {
+            break;
+        }
+        if !out.contains(c) {
+            out.push(*c);
+        }
+    }
+    out
+}
+
+/// Runs `cmd` (`sh -c`), writing a line `SRC DST SPORT` per flow to its standard input,
+/// and reads a line per flow back: a spine's index, or `-` (no spine crossed).
+fn ask_routes(
+    cmd: &str,
+    flows: &[(std::net::IpAddr, std::net::IpAddr, u16)],
+) -> Result<Vec<Option<usize>>, String> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("sh")
+        .args(["-c", cmd])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("the route command `{cmd}` did not start: {e}"))?;
+    let input: String = flows.iter().map(|(a, b, p)| format!("{a} {b} {p}\n")).collect();
+    let mut stdin = child.stdin.take().ok_or("no standard input")?;
+    // Written from a thread: the command may answer before it has read everything.
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().map_err(|e| format!("the route command: {e}"))?;
+    let _ = writer.join();
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "the route command `{cmd}` failed ({}): {}",
+            out.status,
+            err.lines().next().unwrap_or("")
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    if lines.len() != flows.len() {
+        return Err(format!(
+            "the route command `{cmd}` answered {} lines for {} flows",
+            lines.len(),
+            flows.len()
+        ));
+    }
+    lines
+        .iter()
+        .map(|l| match *l {
+            "-" | "local" => Ok(None),
+            n => n.parse().map(Some).map_err(|_| {
+                format!("the route command `{cmd}` answered {n:?}: a spine's index or `-`")
+            }),
+        })
+        .collect()
 }
 
 impl Coordinator<'_> {
@@ -892,18 +1071,75 @@ impl Coordinator<'_> {
             .collect()
     }
 
-    /// The probes of a cross-ToR pair: a short SEND latency test per source port.
-    fn probes(&self) -> Vec<TestSpec> {
-        let n = self.pod.source_ports;
-        (0..n)
-            .map(|i| TestSpec {
-                // A path that carries answers within a retransmission or two.
-                stall: self.pod.stall_seconds.min(1.0),
-                // Spread over 0xC000-0xFFFF.
-                udp_source_port: Some(0xC000 + ((i * 0x4000 / n.max(1)) as u16) + 7),
-                ..self.spec("send-lat", vec![2], Some(50), None)
-            })
+    /// The probes of a pair, client to server: across ToRs a short SEND latency test per
+    /// source port (those chosen with the fabric's routes, else spread), small and near-MTU;
+    /// under one ToR a near-MTU one from the QP's own port.
+    fn probes(&self, client: Dev, server: Dev) -> Vec<TestSpec> {
+        let probe = |port: Option<u16>, size: usize| TestSpec {
+            // A path that carries answers within a retransmission or two.
+            stall: self.pod.stall_seconds.min(1.0),
+            udp_source_port: port,
+            ..self.spec("send-lat", vec![size], Some(50), None)
+        };
+        if self.pod.same_tor(client, server) {
+            return if self.pod.source_ports > 0 { vec![probe(None, NEAR_MTU)] } else { vec![] };
+        }
+        let ports: Vec<u16> = match self.routes.get(&(client, server)) {
+            Some(r) => r.iter().map(|(p, _)| *p).collect(),
+            None => {
+                let n = self.pod.source_ports;
+                (0..n).map(|i| spread_port(i, n)).collect()
+            }
+        };
+        [2, NEAR_MTU]
+            .into_iter()
+            .flat_map(|size| ports.iter().map(move |p| (Some(*p), size)))
+            .map(|(p, size)| probe(p, size))
             .collect()
+    }
+
+    /// Asks the plan's route command which spines each cross-ToR pair's candidate ports
+    /// cross, out and back, and keeps per pair-direction the ports that cross every spine
+    /// each way (then others, up to `pod.source_ports`). A command that fails is a failed
+    /// check, and the probes go from spread ports.
+    fn choose_ports(&mut self, pairs: &[(Dev, Dev)], checks: &mut Vec<Measurement>) {
+        let pod = self.pod;
+        let Some(cmd) = pod.route.as_deref() else { return };
+        let ip = |d: Dev| pod.rail(d).soft_ip();
+        let mut asks: Vec<(std::net::IpAddr, std::net::IpAddr, u16)> = Vec::new();
+        let dirs: Vec<(Dev, Dev)> = pairs
+            .iter()
+            .filter(|(a, b)| !pod.same_tor(*a, *b))
+            .flat_map(|&(a, b)| [(a, b), (b, a)])
+            .filter(|(a, b)| ip(*a).is_some() && ip(*b).is_some())
+            .collect();
+        for &(a, b) in &dirs {
+            let (Some(x), Some(y)) = (ip(a), ip(b)) else { continue };
+            asks.extend((0..ROUTE_CANDIDATES).map(|i| (x, y, spread_port(i, ROUTE_CANDIDATES))));
+        }
+        let started = Instant::now();
+        let check = Measurement::new("pod/route")
+            .detail(format!("{} flows asked of the route command `{cmd}`", asks.len()));
+        let answers = match ask_routes(cmd, &asks) {
+            Ok(a) => a,
+            Err(why) => {
+                checks.push(check.want(Threshold::Unset(why)));
+                return;
+            }
+        };
+        let spines =
+            pod.spines.unwrap_or(0).max(answers.iter().flatten().map(|j| j + 1).max().unwrap_or(0));
+        let spine_of: BTreeMap<(std::net::IpAddr, std::net::IpAddr, u16), usize> =
+            asks.iter().zip(&answers).filter_map(|(k, a)| Some((*k, (*a)?))).collect();
+        for &(a, b) in &dirs {
+            let (Some(x), Some(y)) = (ip(a), ip(b)) else { continue };
+            let cands: Vec<(u16, [usize; 2])> = (0..ROUTE_CANDIDATES)
+                .map(|i| spread_port(i, ROUTE_CANDIDATES))
+                .filter_map(|p| Some((p, [*spine_of.get(&(x, y, p))?, *spine_of.get(&(y, x, p))?])))
+                .collect();
+            self.routes.insert((a, b), cover(&cands, spines, pod.source_ports));
+        }
+        checks.push(check.took(started.elapsed()));
     }
 
     /// A short exchange before the figures count: the first packets to a new neighbour wait
@@ -922,9 +1158,8 @@ impl Coordinator<'_> {
         rounds_out: &mut Vec<RoundReport>,
     ) -> Result<Pass, BootstrapError> {
         let specs = self.specs();
-        let probes = self.probes();
         let mut measured = Vec::new();
-        let mut ports: BTreeMap<(Dev, Dev), Vec<(u16, bool)>> = BTreeMap::new();
+        let mut ports: Probes = BTreeMap::new();
         let mut beside: Beside = BTreeMap::new();
         let total = rounds.len();
         for (k, round) in rounds.iter().enumerate() {
@@ -986,20 +1221,36 @@ impl Coordinator<'_> {
                         }
                     }
                 }
-                // The cross-ToR pairs' source-port probes, one way.
+                // The probes (source ports, small and near-MTU), one way.
                 if dir == 0 {
                     let jobs: Vec<Job> = ends
                         .iter()
-                        .filter(|(c, s)| !self.pod.same_tor(*c, *s))
-                        .map(|&(client, server)| Job { client, server, tests: probes.clone() })
+                        .map(|&(client, server)| Job {
+                            client,
+                            server,
+                            tests: self.probes(client, server),
+                        })
+                        .filter(|j| !j.tests.is_empty())
                         .collect();
-                    if !jobs.is_empty() && !probes.is_empty() {
+                    if !jobs.is_empty() {
                         let res = self.phase(&jobs)?;
                         for (j, r) in jobs.iter().zip(res) {
                             packets += r.iter().map(|t| t.sent_pkts).sum::<u64>();
                             let list = ports.entry((j.client, j.server)).or_default();
-                            for (spec, pr) in probes.iter().zip(r) {
-                                list.push((spec.udp_source_port.unwrap_or(0), pr.error.is_none()));
+                            for (spec, pr) in j.tests.iter().zip(r) {
+                                list.push(Probed {
+                                    port: spec.udp_source_port.unwrap_or(0),
+                                    large: spec.sizes.first() == Some(&NEAR_MTU),
+                                    ok: match (&pr.error, pr.on_wire) {
+                                        (None, _) => Some(true),
+                                        (Some(_), true) => Some(false),
+                                        (Some(_), false) => None,
+                                    },
+                                    slowest_us: pr.figures.iter().find_map(|f| match f {
+                                        Figure::Lat { p99_9, .. } => Some(*p99_9),
+                                        Figure::Bw { .. } => None,
+                                    }),
+                                });
                             }
                         }
                     }
@@ -1373,6 +1624,7 @@ impl Coordinator<'_> {
         let pairs: Vec<(Dev, Dev)> =
             pod.pairs().into_iter().filter(|(a, b)| usable[a.host] && usable[b.host]).collect();
         let mut rounds = Vec::new();
+        self.choose_ports(&pairs, &mut checks);
         let Pass { mut measured, ports, beside } =
             self.rounds(&topology::rounds(pod, &pairs), "pairs", &mut rounds)?;
         let (judged, again_note) = self.judge_apart(
@@ -1384,6 +1636,7 @@ impl Coordinator<'_> {
             &mut report.contention,
         )?;
         let mut outcomes: Vec<PairOutcome> = Vec::new();
+        let mut large: Vec<PairOutcome> = Vec::new();
         for &(a, b) in &pairs {
             let mine: Vec<&(Dev, Dev, Vec<Check>)> = judged
                 .iter()
@@ -1395,19 +1648,46 @@ impl Coordinator<'_> {
                     cs.iter().filter(|c| c.status == Status::Fail).map(|c| c.name.clone())
                 })
                 .collect();
-            let mut pr = ports.get(&(a, b)).cloned().unwrap_or_default();
-            pr.extend(ports.get(&(b, a)).cloned().unwrap_or_default());
-            let status = if failed_checks.is_empty() && pr.iter().all(|p| p.1) {
+            let probed: Vec<Probed> =
+                [(a, b), (b, a)].iter().filter_map(|k| ports.get(k)).flatten().copied().collect();
+            let of = |large: bool| -> Vec<(u16, bool)> {
+                probed
+                    .iter()
+                    .filter(|p| p.large == large)
+                    .filter_map(|p| Some((p.port, p.clean(pod.qp_timeout)?)))
+                    .collect()
+            };
+            let status = if failed_checks.is_empty()
+                && probed.iter().all(|p| p.clean(pod.qp_timeout) == Some(true))
+            {
                 Status::Pass
             } else {
                 Status::Fail
             };
             report.pairs.push(PairResult { a: pod.name(a), b: pod.name(b), status });
+            // The spines of each port, as the pair's client saw them (a probe crosses both).
+            let routes: BTreeMap<u16, [usize; 2]> = [(a, b), (b, a)]
+                .iter()
+                .filter_map(|k| self.routes.get(k))
+                .flatten()
+                .copied()
+                .collect();
+            let small = of(false);
+            if small.iter().all(|p| p.1) {
+                large.push(PairOutcome {
+                    pair: (a, b),
+                    failed: false,
+                    failed_checks: vec![],
+                    ports: of(true),
+                    routes: routes.clone(),
+                });
+            }
             outcomes.push(PairOutcome {
                 pair: (a, b),
                 failed: !failed_checks.is_empty(),
                 failed_checks,
-                ports: pr,
+                ports: small,
+                routes,
             });
         }
         for m in checks {
@@ -1423,17 +1703,8 @@ impl Coordinator<'_> {
             }
         }
         for ((c, s), list) in &ports {
-            for (port, ok) in list {
-                let name =
-                    format!("path/{}->{}/udp-source-port-{port}", pod.name(*c), pod.name(*s));
-                let ch = Measurement::new(name)
-                    .words(if *ok { "carried" } else { "lost" })
-                    .want(Threshold::Is("carried".into()))
-                    .detail(format!("SEND latency probe from UDP source port {port}"))
-                    .on_fail(format!(
-                        "nothing came back over UDP source port {port} (an ECMP path that drops)"
-                    ))
-                    .judge(None);
+            for p in list {
+                let ch = probe_check(pod, *c, *s, p);
                 self.progress.done(&ch);
                 report.checks.push(ch);
             }
@@ -1474,7 +1745,7 @@ impl Coordinator<'_> {
         if let Some(inc) = &pod.incast {
             self.incast(inc, &usable, &mut report, &mut rounds)?;
         }
-        report.suspects = topology::attribute(pod, &outcomes);
+        report.suspects = topology::attribute_mtu(pod, &outcomes, &large);
         report.rounds = rounds;
         report.hosts = facts.to_vec();
         let all = pod.all_pairs();
@@ -1847,9 +2118,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn probe_ports_cross_every_spine_each_way() {
+        // 16 candidates over 3 spines, out and back drawn apart.
+        let cands: Vec<(u16, [usize; 2])> =
+            (0..16).map(|i| (spread_port(i, 16), [i % 3, (i / 3 + 1) % 3])).collect();
+        let got = cover(&cands, 3, 4);
+        for j in 0..3 {
+            assert!(got.iter().any(|c| c.1[0] == j) && got.iter().any(|c| c.1[1] == j), "{got:?}");
+        }
+        assert!(got.len() >= 3 && got.len() <= 4, "{got:?}");
+        // Fewer spines than it wants: filled up to `want`.
+        assert_eq!(cover(&cands, 1, 6).len(), 6);
+    }
+
+    #[test]
+    fn the_route_command_is_asked_once_and_held_to_its_answers() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let flows =
+            [(ip("10.1.0.1"), ip("10.1.2.1"), 49159), (ip("10.1.2.1"), ip("10.1.0.1"), 50000)];
+        let got = ask_routes("awk '{ print $3 % 4 }'", &flows).unwrap();
+        assert_eq!(got, [Some(49159 % 4), Some(50000 % 4)]);
+        assert_eq!(ask_routes("echo -; echo 1", &flows).unwrap(), [None, Some(1)]);
+        let err = ask_routes("echo 1", &flows).unwrap_err();
+        assert!(err.contains("answered 1 lines for 2 flows"), "{err}");
+        let err = ask_routes("echo spine-a; echo 1", &flows).unwrap_err();
+        assert!(err.contains("a spine's index"), "{err}");
+        let err = ask_routes("echo nope >&2; exit 3", &flows).unwrap_err();
+        assert!(err.contains("failed") && err.contains("nope"), "{err}");
+    }
+
+    #[test]
     fn hosts_that_never_joined_are_the_reports_suspects() {
         let shape = topology::Shape::draw(12);
-        let plan = Plan::parse(&crate::plan::for_shape(&shape), "shape.toml").unwrap();
+        let plan = Plan::parse(&crate::plan::for_shape(&shape, None), "shape.toml").unwrap();
         let mut r = not_joined_report(&plan, &[1, 99], "rank(s) 1, 99 never joined within 30s");
         let s = r.summarize();
         assert_eq!((s.failed, r.suspects.len()), (1, 1), "rank 99 plays no host: {r:?}");

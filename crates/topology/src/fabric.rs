@@ -212,6 +212,15 @@ pub struct Pod {
     /// rate is the slower of its host links and this. Unset: the fabric is non-blocking.
     #[serde(default)]
     pub spine_link_gbps: Option<f64>,
+    /// Which spine a flow crosses, where the fabric can say (an ECMP hash calculator, the
+    /// switches' own answer, `scripts/emupod.sh route NAME`): a command, run by rank 0
+    /// through `sh -c`, that reads lines `SRC DST SPORT` (a RoCEv2 flow's IP addresses and
+    /// UDP source port) on its standard input and writes for each a line with the index of
+    /// the spine the flow crosses (0-based) or `-`. With it qualify chooses each cross-ToR
+    /// pair's probe ports to cross every spine both ways and names the ToR–spine link or the
+    /// spine that failed probes share; without it, the ToR pairs whose probes split.
+    #[serde(default)]
+    pub route: Option<String>,
     /// The devices' progress.
     #[serde(default)]
     pub progress: PodProgress,
@@ -249,6 +258,9 @@ impl Pod {
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
         if self.hosts.len() < 2 {
             return Err(("hosts", "a pod has at least 2 hosts ([[pod.hosts]])".into()));
+        }
+        if self.route.as_deref().is_some_and(|r| r.trim().is_empty()) {
+            return Err(("route", "`pod.route` is empty: a command, or leave it out".into()));
         }
         let mut names = BTreeSet::new();
         let mut devices = BTreeSet::new();

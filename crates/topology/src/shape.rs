@@ -234,6 +234,7 @@ impl Shape {
             source_ports: 4,
             spines: Some(self.spines),
             // Below a host link's rate only on an oversubscribed fabric.
+            route: None,
             spine_link_gbps: (self.spine_link_mbit() < self.host_mbit)
                 .then(|| f64::from(self.spine_link_mbit()) / 1000.0),
             // As testdata/qualify/emupod.toml sets them for 100 Mbit/s links (measured there:

@@ -105,7 +105,8 @@ impl Env {
         let dir = self.dir.join(d.id.replace('/', "_"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        std::fs::write(dir.join("pod.toml"), qualify::plan::for_shape(&d.shape))
+        let route = format!("{} route {}", self.emupod.display(), self.name);
+        std::fs::write(dir.join("pod.toml"), qualify::plan::for_shape(&d.shape, Some(&route)))
             .map_err(|e| format!("{}: {e}", dir.display()))?;
         Ok(dir)
     }

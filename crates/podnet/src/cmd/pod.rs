@@ -514,7 +514,7 @@ pub(crate) fn shape(args: &crate::cli::PodShapeArgs) -> anyhow::Result<ExitCode>
     if args.emupod {
         writeln!(out, "{}", shape.emupod_args().join(" "))?;
     } else if args.plan {
-        write!(out, "{}", qualify::plan::for_shape(&shape))?;
+        write!(out, "{}", qualify::plan::for_shape(&shape, args.route.as_deref()))?;
     } else if args.json {
         let mut v = serde_json::to_value(&shape)?;
         v["hosts"] = shape.hosts().into();
