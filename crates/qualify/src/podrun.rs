@@ -1505,14 +1505,14 @@ impl Coordinator<'_> {
         // its links, are the pair. A test that could not finish (no completion within the
         // stall time) is no noise. Without retries (`retries = 0`) only the pairs that had
         // company on a link are measured again. Once the pairs measured apart have moved a
-        // median, the pairs that had company and now fail are measured apart too (a second
-        // pass at most; each pair is measured apart once).
+        // median, the pairs that now fail are measured apart too, until none newly fails
+        // (each pair is measured apart once: a pass per median move at most).
         let mut apart_done: BTreeSet<(Dev, Dev)> = BTreeSet::new();
         // The first run's failed checks of each pair-direction measured apart.
         let mut first_failed: BTreeMap<(Dev, Dev), Vec<Check>> = BTreeMap::new();
         let mut again_note: BTreeMap<(Dev, Dev), String> = BTreeMap::new();
         let mut medians = judged_medians(plan, pod, measured, &collided);
-        for _ in 0..2 {
+        for _ in 0..=pairs.len() {
             let judged = judge_with(plan, pod, measured, line_rate, &medians);
             let failed_pairs: Vec<(Dev, Dev)> = pairs
                 .iter()
