@@ -91,6 +91,9 @@ pub struct AgentConfig {
     /// — a fault whose evidence is still arriving names the pairs or the device it has
     /// reached before the component they share.
     pub settle: Duration,
+    /// The spines each pair's probes cross from each probe port, where the plan's route
+    /// command said (`pod.route`): findings then name a ToR's link to a spine, or a spine.
+    pub routes: topology::route::Routes,
     /// The pod's key, from the run's shared secret: every membership, gossip, probe and
     /// handshake datagram is authenticated with it (none: they are not — anyone who can
     /// reach the control port can speak for a host of the plan).
@@ -108,6 +111,7 @@ impl AgentConfig {
             probe: ProbeConfig::default(),
             report_every: Duration::from_millis(200),
             settle: Duration::from_millis(400),
+            routes: topology::route::Routes::new(),
             key: None,
         }
     }
@@ -1358,7 +1362,13 @@ impl<'a> Control<'a> {
                 .iter()
                 .filter_map(|(h, _)| Some((*h, self.decoded.get(h)?.1.clone())))
                 .collect();
-            let mut found = locate::locate(&self.inner.cfg.pod, me, &health, &reports);
+            let mut found = locate::locate_routed(
+                &self.inner.cfg.pod,
+                me,
+                &health,
+                &reports,
+                &self.inner.cfg.routes,
+            );
             let pod = &self.inner.cfg.pod;
             let secs = self.start.elapsed().as_secs();
             for f in found.iter_mut().filter(|f| f.kind == "host-down") {

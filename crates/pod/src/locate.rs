@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
+use topology::route::Routes;
 use topology::{Component, Dev, PairOutcome, Pod, Suspect, attribute_with_spines};
 
 use crate::member::Health;
@@ -77,6 +78,20 @@ pub fn locate(
     health: &BTreeMap<u16, Health>,
     reports: &BTreeMap<u16, Report>,
 ) -> Vec<Finding> {
+    locate_routed(pod, me, health, reports, &Routes::new())
+}
+
+/// [`locate`], knowing which spines each pair's probes cross from each port (`routes`, from
+/// the plan's route command): the spine paths are then the ToR–spine links or the spines
+/// the lost probes share and the answered ones clear; a pair that lost nothing in its
+/// window over at least one probe a port answered from every port.
+pub fn locate_routed(
+    pod: &Pod,
+    me: usize,
+    health: &BTreeMap<u16, Health>,
+    reports: &BTreeMap<u16, Report>,
+    routes: &Routes,
+) -> Vec<Finding> {
     let name = |h: usize| Component::Host(h).name(pod);
     let mut out = Vec::new();
     // Dropouts.
@@ -134,6 +149,9 @@ pub fn locate(
         dead: bool,
         checks: Vec<String>,
         ports: BTreeMap<u16, bool>,
+        /// Small probes sent and lost, both ways.
+        sent: u32,
+        lost: u32,
         large_failed: bool,
         large_ports: BTreeMap<u16, bool>,
     }
@@ -157,6 +175,8 @@ pub fn locate(
             let e = pairs.entry(key).or_default();
             let bad = matches!(p.state, PathState::Dead | PathState::Lossy);
             e.dead |= p.state == PathState::Dead;
+            e.sent += p.small.0;
+            e.lost += p.small.1;
             if bad {
                 e.failed = true;
                 e.checks.push(format!(
@@ -184,14 +204,29 @@ pub fn locate(
             }
         }
     }
+    let routes_of = |k: (Dev, Dev)| -> BTreeMap<u16, [usize; 2]> {
+        routes.range((k, 0)..=(k, u16::MAX)).map(|((_, port), r)| (*port, *r)).collect()
+    };
     let small: Vec<PairOutcome> = pairs
         .iter()
-        .map(|(k, p)| PairOutcome {
-            pair: *k,
-            failed: p.failed,
-            failed_checks: p.checks.clone(),
-            ports: if p.failed { p.ports.iter().map(|(a, b)| (*a, *b)).collect() } else { vec![] },
-            routes: Default::default(),
+        .map(|(k, p)| {
+            let routes = routes_of(*k);
+            let ports = if p.failed {
+                p.ports.iter().map(|(a, b)| (*a, *b)).collect()
+            } else if !routes.is_empty() && p.lost == 0 && p.sent as usize >= routes.len() {
+                // Nothing lost over at least a probe a port: every port's path carried.
+                routes.keys().map(|port| (*port, true)).collect()
+            } else {
+                vec![]
+            };
+            PairOutcome {
+                pair: *k,
+                failed: p.failed,
+                failed_checks: p.checks.clone(),
+                ports,
+                routes,
+                round: 0,
+            }
         })
         .collect();
     let net = attribute_with_spines(pod, &small);
@@ -225,7 +260,8 @@ pub fn locate(
             } else {
                 vec![]
             },
-            routes: Default::default(),
+            routes: routes_of(*k),
+            round: 0,
         })
         .collect();
     if large.iter().any(|o| o.failed) {
@@ -291,6 +327,55 @@ mod tests {
 
     fn kinds(f: &[Finding]) -> Vec<(String, String)> {
         f.iter().map(|f| (f.kind.clone(), f.component.clone())).collect()
+    }
+
+    #[test]
+    fn with_the_fabrics_routes_a_spine_link_and_a_spine_are_named() {
+        // Three ToRs of one rail, three spines; the spines a probe crosses from each port, out
+        // and back, by a hash of the pair and the port.
+        let pod = Pod { spines: Some(3), ..test_pod(9, 1, 3) };
+        let cfg = crate::probe::ProbeConfig::default();
+        let ports: Vec<u16> = (0..cfg.ports).map(|i| cfg.port(i)).collect();
+        let spine = |a: Dev, b: Dev, p: u16| (a.host * 7 + b.host * 3 + usize::from(p) / 7) % 3;
+        let mut routes = Routes::new();
+        for a in pod.devices() {
+            for b in pod.devices() {
+                if a < b && !pod.same_tor(a, b) {
+                    for &p in &ports {
+                        routes.insert(((a, b), p), [spine(a, b, p), spine(b, a, p)]);
+                    }
+                }
+            }
+        }
+        let tor = |d: Dev| pod.rail(d).tor.clone();
+        // Whether a probe between a and b from port p crosses `lost`.
+        let run = |lost: &dyn Fn(&str, &str, [usize; 2]) -> bool| {
+            let r = reports(&pod, &|a, b| {
+                let (x, y) = if a < b { (a, b) } else { (b, a) };
+                let Some(_) = routes.get(&((x, y), ports[0])) else {
+                    return (PathState::Ok, vec![], vec![]);
+                };
+                let (l, o): (Vec<u16>, Vec<u16>) =
+                    ports.iter().partition(|p| lost(&tor(x), &tor(y), routes[&((x, y), **p)]));
+                if l.is_empty() {
+                    (PathState::Ok, vec![], vec![])
+                } else {
+                    (PathState::Lossy, l, o)
+                }
+            });
+            locate_routed(&pod, 0, &alive(9), &r, &routes)
+        };
+        let f = run(&|a, b, s| (a == "rack1-rail0" || b == "rack1-rail0") && s.contains(&2));
+        assert_eq!(
+            kinds(&f),
+            [("spine-link".into(), "rack1-rail0's link to spine 2".into())],
+            "{f:#?}"
+        );
+        let f = run(&|_, _, s| s.contains(&0));
+        assert_eq!(kinds(&f), [("spine".into(), "spine 0".into())], "{f:#?}");
+        // A clean pod, its routes known: nothing.
+        let r = reports(&pod, &|_, _| (PathState::Ok, vec![], vec![]));
+        assert_eq!(locate_routed(&pod, 0, &alive(9), &r, &routes), vec![]);
     }
 
     #[test]

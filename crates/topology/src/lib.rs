@@ -5,7 +5,8 @@
 //! that measure them at once ([`pairs`]); the attribution of failed pairs to the component
 //! at fault ([`locate`]), which qualify's report and the agent's findings both name; and, to
 //! judge both, pods drawn from a seed ([`shape`]), the faults a pod meets ([`fault`]) and the
-//! scorer of a fault campaign ([`score`]).
+//! scorer of a fault campaign ([`score`]); and, where the fabric says which spine a flow
+//! crosses, the routes of a pod's pairs ([`route`]).
 
 #![forbid(unsafe_code)]
 
@@ -14,6 +15,7 @@ pub mod fabric;
 pub mod fault;
 pub mod locate;
 pub mod pairs;
+pub mod route;
 pub mod score;
 pub mod shape;
 mod tomo;

@@ -146,7 +146,37 @@ pub(crate) fn agent_config(
     cfg.timeouts.suspect_to_down = period * 3;
     cfg.report_every = period * 2;
     cfg.settle = period * 4;
+    if let Some(cmd) = cfg.pod.route.clone() {
+        cfg.routes = agent_routes(&cfg.pod, &cmd, &cfg.probe)?;
+    }
     Ok(cfg)
+}
+
+/// The spines the agent's probes cross, from the plan's route command: every pair of
+/// devices of one rail under two ToRs, over each probe port, both ways.
+fn agent_routes(
+    pod: &Pod,
+    cmd: &str,
+    probe: &pod::probe::ProbeConfig,
+) -> anyhow::Result<topology::route::Routes> {
+    let devs = pod.devices();
+    let pairs: Vec<(topology::Dev, topology::Dev)> = devs
+        .iter()
+        .flat_map(|a| devs.iter().map(move |b| (*a, *b)))
+        .filter(|(a, b)| a < b && a.rail == b.rail && !pod.same_tor(*a, *b))
+        .collect();
+    let ports: Vec<u16> = (0..probe.ports).map(|i| probe.port(i)).collect();
+    let flows = topology::route::flows(pod, &pairs, &ports);
+    let answers =
+        qualify::podrun::ask_routes(cmd, &flows).map_err(|e| anyhow::anyhow!("pod.route: {e}"))?;
+    let routes = topology::route::routes(pod, &pairs, &ports, &answers);
+    eprintln!(
+        "podnet: the routes of {} pairs over {} probe ports from `{cmd}`: findings name a \
+         ToR's link to a spine, or a spine",
+        pairs.len(),
+        ports.len()
+    );
+    Ok(routes)
 }
 
 /// Which host of `pod` this is: `--pod-host` (a name or an index), else the host with this
