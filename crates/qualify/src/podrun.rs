@@ -722,6 +722,8 @@ struct Pass {
     measured: Vec<Measured>,
     ports: Probes,
     beside: Beside,
+    /// The round each pair-direction was probed in.
+    when: BTreeMap<(Dev, Dev), usize>,
 }
 
 /// A probe's check: `path/C->S/udp-source-port-P[/4096B]` (or `path/C->S/4096B` from the
@@ -803,11 +805,11 @@ fn cover(cands: &[(u16, [usize; 2])], spines: usize, want: usize) -> Vec<(u16, [
     out
 }
 
-/// Runs `cmd` (`sh -c`), writing a line `SRC DST SPORT` per flow to its standard input,
-/// and reads a line per flow back: a spine's index, or `-` (no spine crossed).
-fn ask_routes(
+/// Runs a route command (`sh -c`, a plan's `pod.route`) on `flows` ([`topology::route`]:
+/// a line `SRC DST SPORT` each on its standard input, a spine's index or `-` each back).
+pub fn ask_routes(
     cmd: &str,
-    flows: &[(std::net::IpAddr, std::net::IpAddr, u16)],
+    flows: &[topology::route::Flow],
 ) -> Result<Vec<Option<usize>>, String> {
     use std::io::Write as _;
     use std::process::{Command, Stdio};
@@ -818,7 +820,7 @@ fn ask_routes(
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("the route command `{cmd}` did not start: {e}"))?;
-    let input: String = flows.iter().map(|(a, b, p)| format!("{a} {b} {p}\n")).collect();
+    let input = topology::route::request(flows);
     let mut stdin = child.stdin.take().ok_or("no standard input")?;
     // Written from a thread: the command may answer before it has read everything.
     let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
@@ -832,24 +834,8 @@ fn ask_routes(
             err.lines().next().unwrap_or("")
         ));
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<&str> = text.lines().map(str::trim).collect();
-    if lines.len() != flows.len() {
-        return Err(format!(
-            "the route command `{cmd}` answered {} lines for {} flows",
-            lines.len(),
-            flows.len()
-        ));
-    }
-    lines
-        .iter()
-        .map(|l| match *l {
-            "-" | "local" => Ok(None),
-            n => n.parse().map(Some).map_err(|_| {
-                format!("the route command `{cmd}` answered {n:?}: a spine's index or `-`")
-            }),
-        })
-        .collect()
+    topology::route::parse(&String::from_utf8_lossy(&out.stdout), flows.len())
+        .map_err(|why| format!("the route command `{cmd}` {why}"))
 }
 
 impl Coordinator<'_> {
@@ -1071,6 +1057,16 @@ impl Coordinator<'_> {
             .collect()
     }
 
+    /// The UDP source port a cross-ToR pair is measured from where the fabric's routes are
+    /// known: one of its probe ports (which one turns with the pair, so that the pairs'
+    /// measurements spread over the spines), so that a failed measurement — a link slow but
+    /// not lossy fails no probe — is evidence on a known path.
+    fn measure_port(&self, client: Dev, server: Dev) -> Option<u16> {
+        let ports = self.routes.get(&(client, server)).filter(|r| !r.is_empty())?;
+        let (a, b) = if client <= server { (client, server) } else { (server, client) };
+        Some(ports[(a.host * 31 + b.host * 7 + a.rail) % ports.len()].0)
+    }
+
     /// The probes of a pair, client to server: across ToRs a short SEND latency test per
     /// source port (those chosen with the fabric's routes, else spread), small and near-MTU;
     /// under one ToR a near-MTU one from the QP's own port.
@@ -1091,11 +1087,9 @@ impl Coordinator<'_> {
                 (0..n).map(|i| spread_port(i, n)).collect()
             }
         };
-        [2, NEAR_MTU]
-            .into_iter()
-            .flat_map(|size| ports.iter().map(move |p| (Some(*p), size)))
-            .map(|(p, size)| probe(p, size))
-            .collect()
+        // Small and near-MTU from each port in turn: a fault that starts mid-way meets both
+        // alike, and does not pass for an MTU.
+        ports.iter().flat_map(|p| [probe(Some(*p), 2), probe(Some(*p), NEAR_MTU)]).collect()
     }
 
     /// Asks the plan's route command which spines each cross-ToR pair's candidate ports
@@ -1105,18 +1099,9 @@ impl Coordinator<'_> {
     fn choose_ports(&mut self, pairs: &[(Dev, Dev)], checks: &mut Vec<Measurement>) {
         let pod = self.pod;
         let Some(cmd) = pod.route.as_deref() else { return };
-        let ip = |d: Dev| pod.rail(d).soft_ip();
-        let mut asks: Vec<(std::net::IpAddr, std::net::IpAddr, u16)> = Vec::new();
-        let dirs: Vec<(Dev, Dev)> = pairs
-            .iter()
-            .filter(|(a, b)| !pod.same_tor(*a, *b))
-            .flat_map(|&(a, b)| [(a, b), (b, a)])
-            .filter(|(a, b)| ip(*a).is_some() && ip(*b).is_some())
-            .collect();
-        for &(a, b) in &dirs {
-            let (Some(x), Some(y)) = (ip(a), ip(b)) else { continue };
-            asks.extend((0..ROUTE_CANDIDATES).map(|i| (x, y, spread_port(i, ROUTE_CANDIDATES))));
-        }
+        let ports: Vec<u16> =
+            (0..ROUTE_CANDIDATES).map(|i| spread_port(i, ROUTE_CANDIDATES)).collect();
+        let asks = topology::route::flows(pod, pairs, &ports);
         let started = Instant::now();
         let check = Measurement::new("pod/route")
             .detail(format!("{} flows asked of the route command `{cmd}`", asks.len()));
@@ -1129,15 +1114,20 @@ impl Coordinator<'_> {
         };
         let spines =
             pod.spines.unwrap_or(0).max(answers.iter().flatten().map(|j| j + 1).max().unwrap_or(0));
-        let spine_of: BTreeMap<(std::net::IpAddr, std::net::IpAddr, u16), usize> =
-            asks.iter().zip(&answers).filter_map(|(k, a)| Some((*k, (*a)?))).collect();
-        for &(a, b) in &dirs {
-            let (Some(x), Some(y)) = (ip(a), ip(b)) else { continue };
-            let cands: Vec<(u16, [usize; 2])> = (0..ROUTE_CANDIDATES)
-                .map(|i| spread_port(i, ROUTE_CANDIDATES))
-                .filter_map(|p| Some((p, [*spine_of.get(&(x, y, p))?, *spine_of.get(&(y, x, p))?])))
+        let routes = topology::route::routes(pod, pairs, &ports, &answers);
+        for &(a, b) in pairs.iter().filter(|(a, b)| !pod.same_tor(*a, *b)) {
+            let key = if a <= b { (a, b) } else { (b, a) };
+            // Out and back as a flow from `a` sees them.
+            let cands: Vec<(u16, [usize; 2])> = ports
+                .iter()
+                .filter_map(|p| {
+                    let [f, r] = *routes.get(&(key, *p))?;
+                    Some((*p, if key.0 == a { [f, r] } else { [r, f] }))
+                })
                 .collect();
-            self.routes.insert((a, b), cover(&cands, spines, pod.source_ports));
+            let chosen = cover(&cands, spines, pod.source_ports);
+            self.routes.insert((b, a), chosen.iter().map(|(p, [f, r])| (*p, [*r, *f])).collect());
+            self.routes.insert((a, b), chosen);
         }
         checks.push(check.took(started.elapsed()));
     }
@@ -1160,6 +1150,7 @@ impl Coordinator<'_> {
         let specs = self.specs();
         let mut measured = Vec::new();
         let mut ports: Probes = BTreeMap::new();
+        let mut when = BTreeMap::new();
         let mut beside: Beside = BTreeMap::new();
         let total = rounds.len();
         for (k, round) in rounds.iter().enumerate() {
@@ -1195,7 +1186,10 @@ impl Coordinator<'_> {
                         .map(|&i| Job {
                             client: ends[i].0,
                             server: ends[i].1,
-                            tests: vec![spec.clone()],
+                            tests: vec![TestSpec {
+                                udp_source_port: self.measure_port(ends[i].0, ends[i].1),
+                                ..spec.clone()
+                            }],
                         })
                         .collect();
                     let res = self.phase(&jobs)?;
@@ -1221,8 +1215,8 @@ impl Coordinator<'_> {
                         }
                     }
                 }
-                // The probes (source ports, small and near-MTU), one way.
-                if dir == 0 {
+                // The probes (source ports, small and near-MTU), one way, in the first pass.
+                if dir == 0 && what == "pairs" {
                     let jobs: Vec<Job> = ends
                         .iter()
                         .map(|&(client, server)| Job {
@@ -1236,6 +1230,7 @@ impl Coordinator<'_> {
                         let res = self.phase(&jobs)?;
                         for (j, r) in jobs.iter().zip(res) {
                             packets += r.iter().map(|t| t.sent_pkts).sum::<u64>();
+                            when.insert((j.client, j.server), k);
                             let list = ports.entry((j.client, j.server)).or_default();
                             for (spec, pr) in j.tests.iter().zip(r) {
                                 list.push(Probed {
@@ -1269,7 +1264,7 @@ impl Coordinator<'_> {
                 seconds: started.elapsed().as_secs_f64(),
             });
         }
-        Ok(Pass { measured, ports, beside })
+        Ok(Pass { measured, ports, beside, when })
     }
 
     /// The bisection round: half the hosts to the other half at once, the aggregate against
@@ -1625,7 +1620,7 @@ impl Coordinator<'_> {
             pod.pairs().into_iter().filter(|(a, b)| usable[a.host] && usable[b.host]).collect();
         let mut rounds = Vec::new();
         self.choose_ports(&pairs, &mut checks);
-        let Pass { mut measured, ports, beside } =
+        let Pass { mut measured, ports, beside, when } =
             self.rounds(&topology::rounds(pod, &pairs), "pairs", &mut rounds)?;
         let (judged, again_note) = self.judge_apart(
             &pairs,
@@ -1672,14 +1667,24 @@ impl Coordinator<'_> {
                 .flatten()
                 .copied()
                 .collect();
-            let small = of(false);
-            if small.iter().all(|p| p.1) {
+            let round = when.get(&(a, b)).or_else(|| when.get(&(b, a))).copied().unwrap_or(0);
+            let mut small = of(false);
+            // Each direction's measurements, from their known port: carried, or failed.
+            for (c, s) in [(a, b), (b, a)] {
+                let Some(port) = self.measure_port(c, s) else { continue };
+                let failed = mine.iter().any(|(x, y, cs)| {
+                    (*x, *y) == (c, s) && cs.iter().any(|m| m.status == Status::Fail)
+                });
+                small.push((port, !failed));
+            }
+            if of(false).iter().all(|p| p.1) {
                 large.push(PairOutcome {
                     pair: (a, b),
                     failed: false,
                     failed_checks: vec![],
                     ports: of(true),
                     routes: routes.clone(),
+                    round,
                 });
             }
             outcomes.push(PairOutcome {
@@ -1688,6 +1693,7 @@ impl Coordinator<'_> {
                 failed_checks,
                 ports: small,
                 routes,
+                round,
             });
         }
         for m in checks {

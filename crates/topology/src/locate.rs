@@ -26,6 +26,9 @@ pub struct PairOutcome {
     /// Where the fabric says (a plan's `pod.route`): the spines a probe from each port
     /// crossed, out and back.
     pub routes: BTreeMap<u16, [usize; 2]>,
+    /// When the pair was probed, in the run's order (qualify's round; 0 for all in the
+    /// agent's window): a fault that starts mid-run is judged on what came after it.
+    pub round: usize,
 }
 
 /// A component the failures point at.

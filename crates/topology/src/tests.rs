@@ -151,6 +151,7 @@ fn outcome(p: &Pod, a: Dev, b: Dev, bad: &dyn Fn(Dev, Dev) -> bool) -> PairOutco
         failed_checks: if failed { vec![format!("perf/{}", p.name(a))] } else { vec![] },
         ports: vec![],
         routes: Default::default(),
+        round: 0,
     }
 }
 
@@ -416,6 +417,7 @@ fn every_suspect_is_named_by_its_component() {
             failed_checks: vec![],
             ports: vec![],
             routes: Default::default(),
+            round: 0,
         })
         .collect();
     let sus = attribute(&p, &outcomes);
@@ -622,4 +624,21 @@ fn near_mtu_probes_name_an_mtu_and_take_the_bandwidth_failures_through_it() {
     let large = large_of(&p, &small, 3, &lossy);
     let s = attribute_mtu(&p, &small, &large);
     assert_eq!(ats(&s), [("rail".into(), Component::Rail(bad))], "{s:#?}");
+}
+
+#[test]
+fn a_spine_that_fails_mid_run_is_judged_from_its_first_lost_probe() {
+    // Pairs probed over four rounds; spine 1 forwards nothing from the second on.
+    let p = Pod { spines: Some(3), ..pod(9, 1, 3, PairSet::All) };
+    let mut os = routed(&p, 3, &|_, _, _, _| false);
+    for (i, o) in os.iter_mut().enumerate() {
+        o.round = i % 4;
+        if o.round >= 1 {
+            for (port, ok) in o.ports.iter_mut() {
+                *ok = !o.routes[port].contains(&1);
+            }
+        }
+    }
+    let s = attribute(&p, &os);
+    assert_eq!(ats(&s), [("spine".into(), Component::Spine { tors: 3, spine: Some(1) })], "{s:#?}");
 }

@@ -33,6 +33,8 @@ const MIN_LOWER: f64 = 0.1;
 struct Obs {
     /// Its outcome (an index into the outcomes).
     o: usize,
+    /// When it was sent, in the run's order.
+    round: usize,
     /// Whether it carried.
     ok: bool,
     /// The ToR–spine links it crossed.
@@ -88,7 +90,7 @@ pub(crate) fn localize(
             let Some(&[f, r]) = o.routes.get(&port) else { continue };
             let links: BTreeSet<(String, usize)> =
                 [(ta, f), (tb, f), (tb, r), (ta, r)].map(|(t, s)| (t.clone(), s)).into();
-            obs.push(Obs { o: i, ok, links });
+            obs.push(Obs { o: i, round: o.round, ok, links });
             ports.push(port);
         }
     }
@@ -122,16 +124,28 @@ pub(crate) fn localize(
                 if mine.len() < 2 || one_device {
                     return None;
                 }
+                // Judged from its first failed probe on: a fault that starts mid-run is not
+                // cleared by what carried before it.
+                let since = on.iter().filter(|k| !obs[**k].ok).map(|k| obs[*k].round).min()?;
+                let on: Vec<usize> = on.into_iter().filter(|k| obs[*k].round >= since).collect();
                 let failed = on.iter().filter(|k| !obs[**k].ok).count();
                 let (lower, _) = wilson(failed, on.len());
-                (lower >= MIN_LOWER).then_some((lower, mine.len(), c, on, mine))
+                // Above what the probes elsewhere meanwhile lost (those not yet explained):
+                // a few probes lost by chance (a busy host) name no link.
+                let rest: Vec<usize> = (0..obs.len())
+                    .filter(|k| obs[*k].round >= since && !on.contains(k))
+                    .filter(|k| obs[*k].ok || left.contains(k))
+                    .collect();
+                let (_, upper) = wilson(rest.iter().filter(|k| !obs[**k].ok).count(), rest.len());
+                (lower >= MIN_LOWER && lower > upper).then_some((lower, mine.len(), c, on, mine))
             })
             // The surest first, then the one that explains more (a spine over its links at
             // the same share).
             .max_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let Some((_, _, c, on, mine)) = best else { break };
+        let all = through(c);
         let twins: Vec<Component> =
-            cands.iter().filter(|x| *x != c && through(x) == on).cloned().collect();
+            cands.iter().filter(|x| *x != c && through(x) == all).cloned().collect();
         out.push(Chosen {
             at: c.clone(),
             failed: on.iter().filter(|k| !obs[**k].ok).count(),
@@ -143,6 +157,43 @@ pub(crate) fn localize(
         for k in mine {
             left.remove(&k);
         }
+    }
+    fold_spines(out, tors.len())
+}
+
+/// Two or more ToRs' links to one spine are that spine: a spine that drops some flows, or that failed after the first probes through
+/// its other links had carried, leaves some of its links looking clean.
+fn fold_spines(chosen: Vec<Chosen>, tors: usize) -> Vec<Chosen> {
+    let mut by_spine: std::collections::BTreeMap<usize, Vec<Chosen>> = Default::default();
+    let mut out = Vec::new();
+    for c in chosen {
+        match &c.at {
+            Component::TorSpine { spine, .. } => by_spine.entry(*spine).or_default().push(c),
+            _ => out.push(c),
+        }
+    }
+    for (j, links) in by_spine {
+        // (Twins are never both chosen: the first explains the other's probes.)
+        if links.len() < 2 {
+            out.extend(links);
+            continue;
+        }
+        let mut spine = Chosen {
+            at: Component::Spine { tors, spine: Some(j) },
+            failed: 0,
+            probes: 0,
+            twins: Vec::new(),
+            outcomes: BTreeSet::new(),
+            ports: Vec::new(),
+        };
+        for l in links {
+            spine.failed += l.failed;
+            spine.probes += l.probes;
+            spine.outcomes.extend(l.outcomes);
+            spine.ports.extend(l.ports);
+        }
+        spine.ports.truncate(6);
+        out.push(spine);
     }
     out
 }
