@@ -225,6 +225,7 @@ pub fn locate_routed(
                 failed_checks: p.checks.clone(),
                 ports,
                 routes,
+                measured: vec![],
                 round: 0,
             }
         })
@@ -261,6 +262,7 @@ pub fn locate_routed(
                 vec![]
             },
             routes: routes_of(*k),
+            measured: vec![],
             round: 0,
         })
         .collect();

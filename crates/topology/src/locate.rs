@@ -26,6 +26,10 @@ pub struct PairOutcome {
     /// Where the fabric says (a plan's `pod.route`): the spines a probe from each port
     /// crossed, out and back.
     pub routes: BTreeMap<u16, [usize; 2]>,
+    /// Its measurements across ToRs from a known port (qualify's, with the fabric's routes):
+    /// (port, whether they passed) — evidence on a path, as a probe's is, for the faults that
+    /// fail measurements and no probe (a slow link).
+    pub measured: Vec<(u16, bool)>,
     /// When the pair was probed, in the run's order (qualify's round; 0 for all in the
     /// agent's window): a fault that starts mid-run is judged on what came after it.
     pub round: usize,
@@ -228,6 +232,30 @@ fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
     SpinePaths { spine, common, not_path }
 }
 
+/// The devices suspected: at least [`DEVICE_SHARE`] of their pairs failed (two or more), over
+/// every pair measured (`tally`: measured, failed) or from their first failed pair on, in the
+/// run's order — a fault that starts mid-run is not cleared by the pairs that passed before
+/// it. Pairs `aside` says are a path's count for neither.
+fn flagged(
+    outcomes: &[PairOutcome],
+    tally: &BTreeMap<Dev, (usize, usize)>,
+    aside: &dyn Fn(&PairOutcome) -> bool,
+) -> BTreeSet<Dev> {
+    let share_ok = |(n, f): (usize, usize)| f >= 2 && f as f64 >= DEVICE_SHARE * n as f64;
+    let since = |d: Dev| {
+        let mine: Vec<&PairOutcome> =
+            outcomes.iter().filter(|o| (o.pair.0 == d || o.pair.1 == d) && !aside(o)).collect();
+        let first = mine.iter().filter(|o| failed(o)).map(|o| o.round).min()?;
+        let later: Vec<&&PairOutcome> = mine.iter().filter(|o| o.round >= first).collect();
+        Some((later.len(), later.iter().filter(|o| failed(o)).count()))
+    };
+    tally
+        .iter()
+        .filter(|(d, t)| share_ok(**t) || since(**d).is_some_and(share_ok))
+        .map(|(d, _)| *d)
+        .collect()
+}
+
 /// From the pairs measured, the suspects: hosts (every rail of a host suspected), ToRs
 /// (every device under a ToR, on two or more hosts), rails (a device, its port or its cable),
 /// spine paths (cross-ToR pairs where some source ports carried and others did not) and,
@@ -294,11 +322,7 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
             }
         }
     }
-    let flagged: BTreeSet<Dev> = tally
-        .iter()
-        .filter(|(_, (n, f))| *f >= 2 && *f as f64 >= DEVICE_SHARE * *n as f64)
-        .map(|(d, _)| *d)
-        .collect();
+    let flagged = flagged(outcomes, &tally, &|o| by_path(o) || on_split_path(o));
     let share = |ds: &[Dev]| {
         let (n, f) =
             ds.iter().filter_map(|d| tally.get(d)).fold((0, 0), |a, t| (a.0 + t.0, a.1 + t.1));

@@ -86,7 +86,7 @@ pub(crate) fn localize(
         if !o.ports.is_empty() && o.ports.iter().all(|p| !p.1) {
             continue;
         }
-        for &(port, ok) in &o.ports {
+        for &(port, ok) in o.ports.iter().chain(&o.measured) {
             let Some(&[f, r]) = o.routes.get(&port) else { continue };
             let links: BTreeSet<(String, usize)> =
                 [(ta, f), (tb, f), (tb, r), (ta, r)].map(|(t, s)| (t.clone(), s)).into();
