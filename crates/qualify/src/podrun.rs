@@ -437,7 +437,6 @@ pub fn run(
         line_rates: BTreeMap::new(),
         silent_ranks: BTreeMap::new(),
         routes: BTreeMap::new(),
-        late: Vec::new(),
     };
     let report = coord.run(&facts, sys);
     // A host lost mid-run (frozen, killed, cut off) stops the run; the report still says
@@ -664,9 +663,6 @@ struct Coordinator<'a> {
     silent_ranks: BTreeMap<u32, String>,
     /// The probe ports chosen with the fabric's routes (`pod.route`).
     routes: Routes,
-    /// The bisection's and the incasts' flows, each with why it could not run, if it could
-    /// not: what a fault that starts after the pairs' rounds shows.
-    late: Vec<(Dev, Dev, Option<String>)>,
 }
 
 /// A pair-direction's figures, for judging: (client, server, one result per test).
@@ -1061,13 +1057,6 @@ impl Coordinator<'_> {
             .collect()
     }
 
-    /// Keeps each flow of a bisection or incast round, and why it could not run.
-    fn late_flows(&mut self, jobs: &[Job], res: &[Vec<TestResult>]) {
-        for (j, r) in jobs.iter().zip(res) {
-            self.late.push((j.client, j.server, r.iter().find_map(|t| t.error.clone())));
-        }
-    }
-
     /// The UDP source port a cross-ToR pair is measured from where the fabric's routes are
     /// known: one of its probe ports (which one turns with the pair, so that the pairs'
     /// measurements spread over the spines), so that a failed measurement — a link slow but
@@ -1304,7 +1293,6 @@ impl Coordinator<'_> {
         self.progress.starting(&format!("bisection: {} flows at once", jobs.len()));
         let started = Instant::now();
         let res = self.phase(&jobs)?;
-        self.late_flows(&jobs, &res);
         let total: f64 =
             res.iter().flat_map(|r| r.iter().flat_map(|t| t.figures.iter())).map(bw_of).sum();
         let rate = bisection_capacity(pod, &flows, line_rate);
@@ -1381,7 +1369,6 @@ impl Coordinator<'_> {
             ));
             let started = Instant::now();
             let res = self.phase(&jobs)?;
-            self.late_flows(&jobs, &res);
             let bws: Vec<f64> = res
                 .iter()
                 .map(|r| r.iter().flat_map(|t| t.figures.iter()).map(bw_of).sum())
@@ -1766,24 +1753,6 @@ impl Coordinator<'_> {
         }
         if let Some(inc) = &pod.incast {
             self.incast(inc, &usable, &mut report, &mut rounds)?;
-        }
-        // The bisection's and the incasts' flows, after every pair's round: a fault that
-        // starts late fails them only (a flow that ran counts as carried; its share of an
-        // incast is the fabric's, not a fault).
-        let last = when.values().max().map_or(0, |r| r + 1);
-        for (c, s, err) in std::mem::take(&mut self.late) {
-            outcomes.push(PairOutcome {
-                pair: (c, s),
-                failed: err.is_some(),
-                failed_checks: err
-                    .into_iter()
-                    .map(|e| format!("{}->{}: {e}", pod.name(c), pod.name(s)))
-                    .collect(),
-                ports: vec![],
-                routes: BTreeMap::new(),
-                measured: vec![],
-                round: last,
-            });
         }
         report.suspects = topology::attribute_mtu(pod, &outcomes, &large);
         report.rounds = rounds;

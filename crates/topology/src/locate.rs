@@ -528,6 +528,25 @@ pub fn attribute_mtu(pod: &Pod, small: &[PairOutcome], large: &[PairOutcome]) ->
     if !large.iter().any(failed) {
         return sus;
     }
+    let pname = |(a, b): (Dev, Dev)| format!("{} <-> {}", pod.name(a), pod.name(b));
+    let by_name: BTreeMap<String, &PairOutcome> =
+        small.iter().map(|o| (pname(o.pair), o)).collect();
+    // Large frames on the components that lose small probes too are lost with them: a lossy
+    // rail or a dead spine path loses a near-MTU probe as it loses a small one, and its
+    // peers' large frames say nothing of theirs.
+    let losing: Vec<Component> = sus
+        .iter()
+        .filter(|s| {
+            s.pairs.iter().filter_map(|n| by_name.get(n)).any(|o| o.ports.iter().any(|p| !p.1))
+        })
+        .map(|s| s.at.clone())
+        .collect();
+    let large: Vec<PairOutcome> = large
+        .iter()
+        .filter(|o| !losing.iter().any(|at| lies_on(pod, at, o.pair)))
+        .cloned()
+        .collect();
+    let large = large.as_slice();
     // The probes of the pairs on `at` that failed, and all of them.
     let lost = |os: &[PairOutcome], at: &Component| {
         let ports: Vec<bool> = os
@@ -557,12 +576,9 @@ pub fn attribute_mtu(pod: &Pod, small: &[PairOutcome], large: &[PairOutcome]) ->
             ..s
         })
         .collect();
-    let pname = |(a, b): (Dev, Dev)| format!("{} <-> {}", pod.name(a), pod.name(b));
-    let by_name: BTreeMap<String, (Dev, Dev)> =
-        small.iter().map(|o| (pname(o.pair), o.pair)).collect();
     sus.retain(|s| {
         let pairs: Vec<(Dev, Dev)> =
-            s.pairs.iter().filter_map(|n| by_name.get(n)).copied().collect();
+            s.pairs.iter().filter_map(|n| by_name.get(n)).map(|o| o.pair).collect();
         pairs.is_empty() || !pairs.iter().all(|p| big.iter().any(|b| lies_on(pod, &b.at, *p)))
     });
     sus.extend(big);
