@@ -256,6 +256,22 @@ fn flagged(
         .collect()
 }
 
+/// Whether a ToR's own pairs (no spine crossed, among `under`) fail whichever of its
+/// devices they join: for each device under it a pair under it without that device failed
+/// too, and at least half of them did — a ToR dropping at every port, which fails too few of
+/// each device's pairs to suspect the device (a lossy device fails only its own).
+fn own_pairs_fail(outcomes: &[PairOutcome], under: &[Dev]) -> bool {
+    let own: Vec<&PairOutcome> = outcomes
+        .iter()
+        .filter(|o| under.contains(&o.pair.0) && under.contains(&o.pair.1))
+        .collect();
+    let bad: Vec<&&PairOutcome> = own.iter().filter(|o| failed(o)).collect();
+    under.len() >= 3
+        && bad.len() >= 2
+        && 2 * bad.len() >= own.len()
+        && under.iter().all(|d| bad.iter().any(|o| o.pair.0 != *d && o.pair.1 != *d))
+}
+
 /// From the pairs measured, the suspects: hosts (every rail of a host suspected), ToRs
 /// (every device under a ToR, on two or more hosts), rails (a device, its port or its cable),
 /// spine paths (cross-ToR pairs where some source ports carried and others did not) and,
@@ -372,7 +388,10 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
     // ToRs: every device under it not explained yet, on two or more hosts.
     for (tor, under) in pod.tors() {
         let hosts: BTreeSet<usize> = under.iter().map(|d| d.host).collect();
-        if hosts.len() >= 2 && under.iter().all(|d| flagged.contains(d) && !covered.contains(d)) {
+        if hosts.len() >= 2
+            && under.iter().all(|d| !covered.contains(d))
+            && (under.iter().all(|d| flagged.contains(d)) || own_pairs_fail(outcomes, &under))
+        {
             let (pairs, checks, text) =
                 evidence_of(&under, &format!("the {} devices under it", under.len()));
             let evidence = format!("{text}; the devices of other ToRs passed among themselves");

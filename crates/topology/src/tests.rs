@@ -672,3 +672,27 @@ fn a_device_that_fails_late_is_judged_from_its_first_failed_pair() {
     let s = attribute(&p, &calm);
     assert!(!s.iter().any(|x| x.at == Component::Rail(bad)), "{s:#?}");
 }
+
+#[test]
+fn a_tor_whose_own_pairs_fail_whichever_devices_they_join_is_the_tor() {
+    // Three hosts under t0; loss at its every port fails each pair under it and half of
+    // its pairs across the spines: too few of any device's pairs to suspect the device.
+    let p = pod(9, 1, 3, PairSet::All);
+    let t0 = |d: Dev| d.host < 3;
+    let os: Vec<PairOutcome> = p
+        .pairs()
+        .into_iter()
+        .map(|(a, b)| {
+            let bad = (t0(a) && t0(b)) || ((t0(a) || t0(b)) && (a.host + b.host) % 2 == 0);
+            outcome(&p, a, b, &|_, _| bad)
+        })
+        .collect();
+    let s = attribute(&p, &os);
+    assert_eq!(ats(&s)[0], ("tor".into(), Component::Tor("t0".into())), "{s:#?}");
+    assert_eq!(s.len(), 1, "{s:#?}");
+    // One lossy device under it fails only its own pairs there: not the ToR.
+    let d = Dev { host: 0, rail: 0 };
+    let os: Vec<PairOutcome> =
+        p.pairs().into_iter().map(|(a, b)| outcome(&p, a, b, &|a, b| a == d || b == d)).collect();
+    assert_eq!(ats(&attribute(&p, &os)), [("rail".into(), Component::Rail(d))]);
+}
