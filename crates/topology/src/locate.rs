@@ -232,26 +232,12 @@ fn spine_paths<'a>(pod: &Pod, outcomes: &'a [PairOutcome]) -> SpinePaths<'a> {
     SpinePaths { spine, common, not_path }
 }
 
-/// The devices suspected: at least [`DEVICE_SHARE`] of their pairs failed (two or more), over
-/// every pair measured (`tally`: measured, failed) or from their first failed pair on, in the
-/// run's order — a fault that starts mid-run is not cleared by the pairs that passed before
-/// it. Pairs `aside` says are a path's count for neither.
-fn flagged(
-    outcomes: &[PairOutcome],
-    tally: &BTreeMap<Dev, (usize, usize)>,
-    aside: &dyn Fn(&PairOutcome) -> bool,
-) -> BTreeSet<Dev> {
-    let share_ok = |(n, f): (usize, usize)| f >= 2 && f as f64 >= DEVICE_SHARE * n as f64;
-    let since = |d: Dev| {
-        let mine: Vec<&PairOutcome> =
-            outcomes.iter().filter(|o| (o.pair.0 == d || o.pair.1 == d) && !aside(o)).collect();
-        let first = mine.iter().filter(|o| failed(o)).map(|o| o.round).min()?;
-        let later: Vec<&&PairOutcome> = mine.iter().filter(|o| o.round >= first).collect();
-        Some((later.len(), later.iter().filter(|o| failed(o)).count()))
-    };
+/// The devices suspected: at least [`DEVICE_SHARE`] of their pairs failed, two or more
+/// (`tally`: measured, failed).
+fn flagged(tally: &BTreeMap<Dev, (usize, usize)>) -> BTreeSet<Dev> {
     tally
         .iter()
-        .filter(|(d, t)| share_ok(**t) || since(**d).is_some_and(share_ok))
+        .filter(|(_, (n, f))| *f >= 2 && *f as f64 >= DEVICE_SHARE * *n as f64)
         .map(|(d, _)| *d)
         .collect()
 }
@@ -338,7 +324,7 @@ pub fn attribute(pod: &Pod, outcomes: &[PairOutcome]) -> Vec<Suspect> {
             }
         }
     }
-    let flagged = flagged(outcomes, &tally, &|o| by_path(o) || on_split_path(o));
+    let flagged = flagged(&tally);
     let share = |ds: &[Dev]| {
         let (n, f) =
             ds.iter().filter_map(|d| tally.get(d)).fold((0, 0), |a, t| (a.0 + t.0, a.1 + t.1));

@@ -646,34 +646,6 @@ fn a_spine_that_fails_mid_run_is_judged_from_its_first_lost_probe() {
 }
 
 #[test]
-fn a_device_that_fails_late_is_judged_from_its_first_failed_pair() {
-    // Its pairs of the first rounds passed; every flow of it from round 3 on failed.
-    let p = pod(6, 1, 3, PairSet::All);
-    let bad = Dev { host: 4, rail: 0 };
-    let mut os: Vec<PairOutcome> = p
-        .pairs()
-        .into_iter()
-        .enumerate()
-        .map(|(i, (a, b))| PairOutcome { round: i % 3, ..outcome(&p, a, b, &|_, _| false) })
-        .collect();
-    let late = |a: Dev, b: Dev, failed: bool| PairOutcome {
-        round: 3,
-        ..outcome(&p, a, b, &|_, _| failed)
-    };
-    let (x, y) = (Dev { host: 0, rail: 0 }, Dev { host: 1, rail: 0 });
-    os.extend([late(x, bad, true), late(y, bad, true), late(bad, x, true), late(x, y, false)]);
-    let s = attribute(&p, &os);
-    assert_eq!(ats(&s), [("rail".into(), Component::Rail(bad))], "{s:#?}");
-    // Two late failures among many late passes are not the device.
-    let mut calm = os.clone();
-    calm.truncate(calm.len() - 4);
-    calm.extend([late(x, bad, true), late(y, bad, true)]);
-    calm.extend((0..4).map(|_| late(bad, y, false)));
-    let s = attribute(&p, &calm);
-    assert!(!s.iter().any(|x| x.at == Component::Rail(bad)), "{s:#?}");
-}
-
-#[test]
 fn a_tor_whose_own_pairs_fail_whichever_devices_they_join_is_the_tor() {
     // Three hosts under t0; loss at its every port fails each pair under it and half of
     // its pairs across the spines: too few of any device's pairs to suspect the device.
