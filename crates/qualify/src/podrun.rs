@@ -943,8 +943,7 @@ impl Coordinator<'_> {
     }
 
     /// Rank `lost` was lost: the ranks other jobs had waited on for [`SILENT_AT_LOSS`] or
-    /// more are kept as silent too (the report names them beside the lost one) — not those
-    /// whose job's other end is the lost host.
+    /// more are kept as silent too (the report names them beside the lost one).
     fn waiting_at_loss(&mut self, jobs: &[Job], states: &[JobState], lost: u32) {
         for (j, st) in jobs.iter().zip(states) {
             let (dev, what, asked) = match st {
@@ -953,12 +952,6 @@ impl Coordinator<'_> {
                 JobState::Done(_) => continue,
             };
             let rank = self.bus.rank_of[dev.host];
-            // A job with the lost host at its other end waits on that host, not on its own
-            // rank (a client's probes to a frozen server each wait out their stall).
-            let peer = if dev == j.client { j.server } else { j.client };
-            if self.bus.rank_of[peer.host] == lost {
-                continue;
-            }
             if rank != lost && asked.elapsed() >= SILENT_AT_LOSS {
                 self.silent_ranks.entry(rank).or_insert_with(|| {
                     format!(
