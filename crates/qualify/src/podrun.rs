@@ -619,6 +619,13 @@ impl Job {
         let s: f64 = self.tests.iter().map(|t| t.stall + 30.0 + t.seconds.unwrap_or(0.0)).sum();
         Duration::from_secs_f64(s.clamp(0.0, 86_400.0))
     }
+
+    /// How long its tests take when each runs its time and then stalls out: what a working
+    /// client may spend on it without a word (an iteration count's own time is not known).
+    fn worst_case(&self) -> Duration {
+        let s: f64 = self.tests.iter().map(|t| t.stall + t.seconds.unwrap_or(0.0)).sum();
+        Duration::from_secs_f64(s.clamp(0.0, 86_400.0))
+    }
 }
 
 /// How long a server's rank has to say it listens.
@@ -943,7 +950,8 @@ impl Coordinator<'_> {
     }
 
     /// Rank `lost` was lost: the ranks other jobs had waited on for [`SILENT_AT_LOSS`] or
-    /// more are kept as silent too (the report names them beside the lost one).
+    /// more — a client beyond its job's [`Job::worst_case`] too — are kept as silent (the
+    /// report names them beside the lost one).
     fn waiting_at_loss(&mut self, jobs: &[Job], states: &[JobState], lost: u32) {
         for (j, st) in jobs.iter().zip(states) {
             let (dev, what, asked) = match st {
@@ -952,7 +960,13 @@ impl Coordinator<'_> {
                 JobState::Done(_) => continue,
             };
             let rank = self.bus.rank_of[dev.host];
-            if rank != lost && asked.elapsed() >= SILENT_AT_LOSS {
+            // A client inside the time its tests take when every one stalls (a probe of a
+            // dead path, a frozen peer) is at work, not silent.
+            let working = match st {
+                JobState::Measuring { .. } => j.worst_case(),
+                _ => Duration::ZERO,
+            };
+            if rank != lost && asked.elapsed() >= SILENT_AT_LOSS + working {
                 self.silent_ranks.entry(rank).or_insert_with(|| {
                     format!(
                         "{what} {:.0} s after rank 0 asked, when rank {lost} was lost, though it \

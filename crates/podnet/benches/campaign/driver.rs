@@ -350,6 +350,13 @@ pub(crate) fn qualify(env: &Env, d: &Draw) -> Value {
             "contention": report["contention"].as_array().map_or(0, Vec::len),
             "suspects": report["suspects"].as_array().into_iter().flatten()
                 .map(|s| json!({"kind": s["kind"], "component": s["component"]})).collect::<Vec<_>>(),
+            "evidence": report["suspects"].as_array().into_iter().flatten()
+                .map(|s| s["evidence"].as_str().unwrap_or("").chars().take(400).collect::<String>())
+                .collect::<Vec<_>>(),
+            "failed": report["checks"].as_array().into_iter().flatten()
+                .filter(|c| c["status"] == "fail").take(40)
+                .map(|c| format!("{} {}", c["name"].as_str().unwrap_or(""), c["measured"]))
+                .collect::<Vec<_>>(),
             "output_tail": if report.is_null() { tail(&out0, 600) } else { String::new() },
         },
         "named": verdict.named,
