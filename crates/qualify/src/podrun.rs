@@ -737,7 +737,8 @@ struct Pass {
 /// QP's own port), carried or what went wrong.
 fn probe_check(pod: &Pod, c: Dev, s: Dev, p: &Probed) -> Check {
     let Probed { port, large, ok, slowest_us } = *p;
-    let said = match (ok, p.clean(pod.qp_timeout)) {
+    let clean = p.clean(pod.qp_timeout);
+    let said = match (ok, clean) {
         (Some(true), Some(true)) => "carried".to_string(),
         (Some(true), _) => format!(
             "carried, a packet sent again (a round trip of {:.0} ms)",
@@ -746,7 +747,7 @@ fn probe_check(pod: &Pod, c: Dev, s: Dev, p: &Probed) -> Check {
         (Some(false), _) => "lost".into(),
         (None, _) => "not set up (its side channel failed)".into(),
     };
-    let ok = p.clean(pod.qp_timeout) == Some(true);
+    let ok = clean == Some(true);
     let path = format!("path/{}->{}", pod.name(c), pod.name(s));
     let (name, what) = match (port, large) {
         (0, _) => (format!("{path}/{NEAR_MTU}B"), "from the QP's own port".into()),

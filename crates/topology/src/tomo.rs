@@ -102,16 +102,19 @@ pub(crate) fn localize(
         cands.push(Component::Spine { tors: tors.len(), spine: Some(j) });
         cands.extend(tors.iter().map(|t| Component::TorSpine { tor: t.clone(), spine: j }));
     }
-    let through = |c: &Component| -> Vec<usize> {
-        (0..obs.len()).filter(|&k| crosses(c, &obs[k].links)).collect()
-    };
+    // The probes through each candidate, once.
+    let through: Vec<Vec<usize>> = cands
+        .iter()
+        .map(|c| (0..obs.len()).filter(|&k| crosses(c, &obs[k].links)).collect())
+        .collect();
     let mut left: BTreeSet<usize> = (0..obs.len()).filter(|&k| !obs[k].ok).collect();
     let mut out: Vec<Chosen> = Vec::new();
     while !left.is_empty() {
-        let best = cands
+        let best = through
             .iter()
-            .filter_map(|c| {
-                let on = through(c);
+            .enumerate()
+            .filter_map(|(i, on)| {
+                let on = on.clone();
                 let mine: Vec<usize> = on.iter().copied().filter(|k| left.contains(k)).collect();
                 // Two or more failed probes, not all of one device.
                 let devs = |k: &usize| {
@@ -132,20 +135,25 @@ pub(crate) fn localize(
                 let (lower, _) = wilson(failed, on.len());
                 // Above what the probes elsewhere meanwhile lost (those not yet explained):
                 // a few probes lost by chance (a busy host) name no link.
+                let here: BTreeSet<usize> = on.iter().copied().collect();
                 let rest: Vec<usize> = (0..obs.len())
-                    .filter(|k| obs[*k].round >= since && !on.contains(k))
+                    .filter(|k| obs[*k].round >= since && !here.contains(k))
                     .filter(|k| obs[*k].ok || left.contains(k))
                     .collect();
                 let (_, upper) = wilson(rest.iter().filter(|k| !obs[**k].ok).count(), rest.len());
-                (lower >= MIN_LOWER && lower > upper).then_some((lower, mine.len(), c, on, mine))
+                (lower >= MIN_LOWER && lower > upper).then_some((lower, mine.len(), i, on, mine))
             })
             // The surest first, then the one that explains more (a spine over its links at
             // the same share).
             .max_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let Some((_, _, c, on, mine)) = best else { break };
-        let all = through(c);
-        let twins: Vec<Component> =
-            cands.iter().filter(|x| *x != c && through(x) == all).cloned().collect();
+        let Some((_, _, i, on, mine)) = best else { break };
+        let (c, all) = (&cands[i], &through[i]);
+        let twins: Vec<Component> = cands
+            .iter()
+            .zip(&through)
+            .filter(|(x, t)| *x != c && *t == all)
+            .map(|(x, _)| x.clone())
+            .collect();
         out.push(Chosen {
             at: c.clone(),
             failed: on.iter().filter(|k| !obs[**k].ok).count(),
