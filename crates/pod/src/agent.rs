@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use providers::{ContextOptions, Progress};
 use serde::Serialize;
-use topology::{Dev, Pod};
+use topology::{Component, Dev, Pod};
 use verbs::{
     Access, CompletionChannel, CompletionQueue, Context, MemoryRegion, ModifyQp, QKey, QpCaps,
     QpInit, QpState, QpType, QueuePair, RecvWr, SendOp, SendWr, UdDest, WcOpcode, WcStatus,
@@ -1362,12 +1362,23 @@ impl<'a> Control<'a> {
                 .iter()
                 .filter_map(|(h, _)| Some((*h, self.decoded.get(h)?.1.clone())))
                 .collect();
-            let mut found = locate::locate_routed(
+            // The rails named before stay while their losses stay above the background.
+            let held: BTreeSet<Dev> = self
+                .located
+                .iter()
+                .flat_map(|l| &l.found)
+                .filter_map(|f| match f.at {
+                    Component::Rail(d) => Some(d),
+                    _ => None,
+                })
+                .collect();
+            let mut found = locate::locate_held(
                 &self.inner.cfg.pod,
                 me,
                 &health,
                 &reports,
                 &self.inner.cfg.routes,
+                &held,
             );
             let pod = &self.inner.cfg.pod;
             let secs = self.start.elapsed().as_secs();

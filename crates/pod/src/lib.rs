@@ -4,6 +4,7 @@
 //! the pod's path matrix ([`locate`]).
 
 pub mod agent;
+pub mod cable;
 pub mod channel;
 pub mod locate;
 pub mod member;

@@ -92,6 +92,19 @@ pub fn locate_routed(
     reports: &BTreeMap<u16, Report>,
     routes: &Routes,
 ) -> Vec<Finding> {
+    locate_held(pod, me, health, reports, routes, &BTreeSet::new())
+}
+
+/// [`locate_routed`], with the pod's per-component loss test ([`crate::cable`]) holding
+/// the cables named before (`held`) while their losses stay above the background.
+pub fn locate_held(
+    pod: &Pod,
+    me: usize,
+    health: &BTreeMap<u16, Health>,
+    reports: &BTreeMap<u16, Report>,
+    routes: &Routes,
+    held: &BTreeSet<Dev>,
+) -> Vec<Finding> {
     let name = |h: usize| Component::Host(h).name(pod);
     let mut out = Vec::new();
     // Dropouts.
@@ -273,13 +286,52 @@ pub fn locate_routed(
                 .map(|s| Finding::from_suspect(s, true, false)),
         );
     }
+    cables(pod, reports, &excluded, held, &mut out);
     out
+}
+
+/// The cables the per-component loss test names, where the path verdicts named neither
+/// the rail nor its host; the `link`s through such a cable are its.
+fn cables(
+    pod: &Pod,
+    reports: &BTreeMap<u16, Report>,
+    excluded: &BTreeSet<usize>,
+    held: &BTreeSet<Dev>,
+    out: &mut Vec<Finding>,
+) {
+    for c in crate::cable::cable_loss(pod, reports, excluded, held) {
+        let d = c.at;
+        if out.iter().any(|f| f.at == Component::Rail(d) || f.at == Component::Host(d.host)) {
+            continue;
+        }
+        out.retain(|f| !matches!(f.at, Component::Path(a, b) if a == d || b == d));
+        let at = Component::Rail(d);
+        out.push(Finding {
+            kind: "rail".into(),
+            component: at.name(pod),
+            severity: "error".into(),
+            confidence: f64::from(c.lost) / f64::from(c.judged.max(1)),
+            evidence: format!(
+                "{} of the {} small probes its rail sent in the last {} s were lost ({:.1} %), to                  devices under {} ToRs, against {:.2} % that the pod's devices lose (P = {:.0e}                  by chance): random loss on the device, its port or its cable, below what any                  one path's window shows",
+                c.lost,
+                c.judged,
+                crate::probe::ProbeConfig::default().horizon.as_secs(),
+                100.0 * f64::from(c.lost) / f64::from(c.judged.max(1)),
+                c.tors,
+                100.0 * c.background,
+                c.p_value
+            ),
+            paths: vec![],
+            at,
+            partial: false,
+        });
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::PathReport;
+    use crate::probe::{PathReport, RailLoss};
     use crate::test_pod;
 
     fn path(rail: u8, host: u16, state: PathState, lost: &[u16], ok: &[u16]) -> PathReport {
@@ -378,6 +430,47 @@ mod tests {
         // A clean pod, its routes known: nothing.
         let r = reports(&pod, &|_, _| (PathState::Ok, vec![], vec![]));
         assert_eq!(locate_routed(&pod, 0, &alive(9), &r, &routes), vec![]);
+    }
+
+    #[test]
+    fn a_cable_losing_below_every_path_window_is_named_by_its_probes_pooled() {
+        // Every path `ok` (no window shows the loss), one `link` failing through h5.r1, and
+        // h5.r1's rail losing 14 of 640 probes over the horizon, to devices under 3 ToRs; its
+        // peers lose 1 or 2 to it each: h5.r1 is named, and the link is its.
+        let pod = test_pod(8, 2, 2);
+        let bad = Dev { host: 5, rail: 1 };
+        let mut r = reports(&pod, &|a, b| match (a.host, b.host, a.rail) {
+            (1, 5, 1) | (5, 1, 1) => (PathState::Lossy, vec![], vec![]),
+            _ => (PathState::Ok, vec![], vec![]),
+        });
+        let horizon = |d: Dev, lost: &[(usize, u32)]| RailLoss {
+            rail: d.rail as u8,
+            judged: 640,
+            lost: lost.iter().map(|x| x.1).sum(),
+            paths: lost.iter().map(|&(h, k)| (h as u16, d.rail as u8, 96, k)).collect(),
+        };
+        r.get_mut(&5)
+            .unwrap()
+            .horizon
+            .push(horizon(bad, &[(0, 3), (1, 4), (3, 2), (4, 2), (7, 3)]));
+        for h in [0, 1, 3, 4, 7] {
+            let d = Dev { host: h, rail: 1 };
+            r.get_mut(&(h as u16)).unwrap().horizon.push(horizon(d, &[(5, 1 + h as u32 % 2)]));
+        }
+        let f = locate(&pod, 0, &alive(8), &r);
+        assert_eq!(kinds(&f), [("rail".into(), Component::Rail(bad).name(&pod))], "{f:#?}");
+        assert!(f[0].evidence.contains("14 of the 640 small probes"), "{}", f[0].evidence);
+        // The same losses spread over a tenth of the probes: the background, nothing named.
+        for rep in r.values_mut() {
+            for h in &mut rep.horizon {
+                h.judged = 14_000;
+                for p in &mut h.paths {
+                    p.2 = 2_000;
+                }
+            }
+        }
+        let f = locate(&pod, 0, &alive(8), &r);
+        assert_eq!(kinds(&f), [("link".into(), "h1.r1 <-> h5.r1".into())], "{f:#?}");
     }
 
     #[test]

@@ -40,6 +40,10 @@ pub struct ProbeConfig {
     pub large: usize,
     /// How far back a path's outcomes are judged.
     pub window: Duration,
+    /// How far back each rail's small probes are counted for the pod's per-component loss
+    /// test ([`Report::horizon`]): long enough to gather the probes that tell 1 % loss on
+    /// a cable from the background.
+    pub horizon: Duration,
     /// Other ToRs each rail probes per round, at most (in turn when its rail has more),
     /// while something is wrong (see [`Prober::set_alert`]): the probes per host stay
     /// bounded as a pod grows.
@@ -60,6 +64,7 @@ impl Default for ProbeConfig {
             small: HEADER,
             large: 4096,
             window: Duration::from_secs(5),
+            horizon: Duration::from_secs(30),
             max_inter_tor: 16,
             calm_inter_tor: 1,
         }
@@ -213,6 +218,8 @@ pub struct PathStats {
     /// Probes lost, small and large.
     pub lost: [u64; 2],
     recent: VecDeque<Outcome>,
+    /// Small probes judged and lost, per second of the horizon (seconds since the epoch).
+    buckets: VecDeque<(u64, u32, u32)>,
     /// Small probes lost among `recent`.
     recent_small_lost: usize,
     /// The last firm split of the small probes' losses by port: a path that fails for some
@@ -424,6 +431,8 @@ pub struct JudgedPath {
     pub sent: [u64; 2],
     /// Probes lost since the start, small and near-MTU.
     pub lost: [u64; 2],
+    /// Small probes (judged, lost) over the horizon.
+    pub horizon: (u32, u32),
 }
 
 /// One path in a host's report.
@@ -490,6 +499,58 @@ pub struct Report {
     pub host_loop: LoopHealth,
     /// Its paths.
     pub paths: Vec<PathReport>,
+    /// Its rails that lost a small probe over the horizon, with their counts: what the
+    /// pod's per-component loss test reads (empty in a pod that loses nothing, so that a
+    /// calm pod's reports stay the same bytes).
+    pub horizon: Vec<RailLoss>,
+}
+
+/// One rail's small probes over the horizon ([`ProbeConfig::horizon`]), where it lost any.
+/// Counts of probes judged are rounded to [`HORIZON_STEP`] (they grow every round; a
+/// report changes when a loss does, or every few seconds).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RailLoss {
+    /// This host's rail.
+    pub rail: u8,
+    /// Small probes judged (answered or lost) from it, to every device it probes.
+    pub judged: u32,
+    /// … and lost.
+    pub lost: u32,
+    /// The paths that lost any, most lost first (at most [`HORIZON_PATHS`]): (host, rail,
+    /// judged, lost).
+    pub paths: Vec<(u16, u8, u32, u32)>,
+}
+
+/// [`RailLoss`] counts of probes judged are rounded to this many.
+pub const HORIZON_STEP: u32 = 16;
+/// A [`RailLoss`] lists at most this many paths.
+pub const HORIZON_PATHS: usize = 8;
+
+/// Each rail's [`RailLoss`] from its paths judged, for the rails that lost any.
+fn horizon_of(judged: &[JudgedPath]) -> Vec<RailLoss> {
+    let round = |n: u32| (n + HORIZON_STEP / 2) / HORIZON_STEP * HORIZON_STEP;
+    let mut rails: BTreeMap<usize, RailLoss> = BTreeMap::new();
+    for jp in judged {
+        let (rail, d) = jp.key;
+        let r = rails
+            .entry(rail)
+            .or_insert_with(|| RailLoss { rail: rail as u8, ..RailLoss::default() });
+        r.judged += jp.horizon.0;
+        r.lost += jp.horizon.1;
+        if jp.horizon.1 > 0 {
+            r.paths.push((d.host as u16, d.rail as u8, round(jp.horizon.0), jp.horizon.1));
+        }
+    }
+    rails
+        .into_values()
+        .filter(|r| r.lost > 0)
+        .map(|mut r| {
+            r.judged = round(r.judged);
+            r.paths.sort_by_key(|p| (std::cmp::Reverse(p.3), p.0, p.1));
+            r.paths.truncate(HORIZON_PATHS);
+            r
+        })
+        .collect()
 }
 
 /// The `ok` paths from one rail of a host to one rail of others: a bitmap of the hosts.
@@ -510,6 +571,7 @@ struct Wire {
     bad: Vec<PathReport>,
     /// Failing paths left out to fit a membership datagram.
     truncated: u32,
+    horizon: Vec<RailLoss>,
 }
 
 /// The most bytes a report takes on the wire (it rides in a membership datagram).
@@ -552,7 +614,14 @@ impl Report {
                 OkSet { rail, dst_rail, first, bits }
             })
             .collect();
-        let mut w = Wire { host: self.host, host_loop: self.host_loop, ok, bad, truncated: 0 };
+        let mut w = Wire {
+            host: self.host,
+            host_loop: self.host_loop,
+            ok,
+            bad,
+            truncated: 0,
+            horizon: self.horizon.clone(),
+        };
         loop {
             let b = postcard::to_allocvec(&w).unwrap_or_default();
             if b.len() <= REPORT_BYTES || w.bad.is_empty() {
@@ -588,7 +657,7 @@ impl Report {
                 }
             }
         }
-        Some(Report { host: w.host, host_loop: w.host_loop, paths })
+        Some(Report { host: w.host, host_loop: w.host_loop, paths, horizon: w.horizon })
     }
 }
 
@@ -634,6 +703,8 @@ pub struct Prober {
     lost: Vec<Lost>,
     /// Probes lost, to send again on their port next round: (rail, device, port, large).
     retry: Vec<(usize, Dev, u16, bool)>,
+    /// The second (since the epoch) the horizon's buckets were last pruned.
+    pruned_at: u64,
 }
 
 /// A probe that timed out.
@@ -706,6 +777,7 @@ impl Prober {
             cursor: HashMap::new(),
             lost: Vec::new(),
             retry: Vec::new(),
+            pruned_at: 0,
         }
     }
 
@@ -801,6 +873,16 @@ impl Prober {
         }
         // A round late by more than a period is skipped, not made up in a burst.
         self.next_round = (self.next_round + self.cfg.period).max(now);
+        let sec = now.saturating_duration_since(self.epoch).as_secs();
+        if sec != self.pruned_at {
+            self.pruned_at = sec;
+            let oldest = sec.saturating_sub(self.cfg.horizon.as_secs());
+            for st in self.paths.values_mut() {
+                while st.buckets.front().is_some_and(|b| b.0 < oldest) {
+                    st.buckets.pop_front();
+                }
+            }
+        }
         for (r, d, port, large) in std::mem::take(&mut self.retry) {
             let (Some(&addr), Some(&qpn)) = (my_addrs.get(r), my_qpns.get(r)) else { continue };
             if !self.skip.contains(&d.host) {
@@ -921,6 +1003,16 @@ impl Prober {
             st.lost[usize::from(p.large)] += 1;
             self.lost.push(Lost { rail: p.rail, dst: p.dst, port: p.port, large: p.large });
         }
+        if !p.large {
+            let sec = p.sent.saturating_duration_since(self.epoch).as_secs();
+            match st.buckets.back_mut() {
+                Some(b) if b.0 == sec => {
+                    b.1 += 1;
+                    b.2 += u32::from(rtt.is_none());
+                }
+                _ => st.buckets.push_back((sec, 1, u32::from(rtt.is_none()))),
+            }
+        }
         let horizon = now.checked_sub(self.cfg.window).unwrap_or(self.epoch);
         st.recent.push_back(Outcome { at: p.sent, port: p.port, large: p.large, rtt });
         st.recent_small_lost += usize::from(!p.large && rtt.is_none());
@@ -951,7 +1043,13 @@ impl Prober {
     pub fn judge_all(&self) -> Vec<JudgedPath> {
         self.paths
             .iter()
-            .map(|(k, st)| JudgedPath { key: *k, judged: st.judge(), sent: st.sent, lost: st.lost })
+            .map(|(k, st)| JudgedPath {
+                key: *k,
+                judged: st.judge(),
+                sent: st.sent,
+                lost: st.lost,
+                horizon: st.buckets.iter().fold((0, 0), |(n, k), b| (n + b.1, k + b.2)),
+            })
             .collect()
     }
 
@@ -1016,7 +1114,7 @@ impl Prober {
                 }
             })
             .collect();
-        Report { host: self.me as u16, host_loop, paths }
+        Report { host: self.me as u16, host_loop, paths, horizon: horizon_of(judged) }
     }
 
     /// How many probes this host sends per round, small and near-MTU (in a healthy pod a
@@ -1362,5 +1460,50 @@ mod tests {
             assert!(split(r), "{r:?}");
             assert!(r.2.iter().all(|p| dead(*p)) && r.3.iter().all(|p| !dead(*p)), "{r:?}");
         }
+    }
+
+    #[test]
+    fn each_rail_counts_its_probes_over_the_horizon_and_reports_them_once_it_loses_one() {
+        // h0 of 4 hosts (2 per ToR, one rail) probes for 55 s; every 25th probe to h3 is
+        // lost in the first 20 s only.
+        let pod = pod(4, 1, 2);
+        let t0 = Instant::now();
+        let cfg = ProbeConfig { large: 0, ..Default::default() };
+        let mut p = Prober::new(&pod, 0, cfg, t0);
+        let mut to_h3 = 0;
+        let mut horizons = Vec::new();
+        for k in 0..550u32 {
+            let now = t0 + cfg.period * k;
+            for o in p.poll(now, &[NO_ADDR], &[1]) {
+                if o.dst.host == 3 && k < 200 {
+                    to_h3 += 1;
+                    if to_h3 % 25 == 0 {
+                        continue;
+                    }
+                }
+                p.on_reply(&o.packet.answer(0, 0), now + Duration::from_micros(50));
+            }
+            if k % 50 == 49 {
+                horizons.push(p.broadcast(LoopHealth::default()).horizon);
+            }
+        }
+        // Lossy at 10 s and 20 s: the rail's count, and h3's path listed with its losses.
+        for h in &horizons[1..4] {
+            assert_eq!(h.len(), 1, "{h:?}");
+            let r = &h[0];
+            assert!(r.lost >= 1 && r.judged >= 150 && r.judged % HORIZON_STEP == 0, "{r:?}");
+            assert_eq!(r.paths.len(), 1, "{r:?}");
+            assert_eq!((r.paths[0].0, r.paths[0].3), (3, r.lost), "{r:?}");
+        }
+        // At 20 s, every loss of the 20 s is still in the horizon: one probe to h3 in 25.
+        assert_eq!(horizons[3][0].lost, to_h3 / 25, "{:?}", horizons[3]);
+        // Round trip through the wire.
+        let r = p.broadcast(LoopHealth::default());
+        assert_eq!(Report::decode(&r.encode()).unwrap().horizon, r.horizon);
+        // 55 s in, the losses have left the 30 s horizon: nothing reported, and a pod that
+        // loses nothing broadcasts the same bytes.
+        assert_eq!(horizons.last().unwrap(), &Vec::<RailLoss>::new());
+        let clean = Prober::new(&pod, 1, cfg, t0);
+        assert!(clean.broadcast(LoopHealth::default()).horizon.is_empty());
     }
 }

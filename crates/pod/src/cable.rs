@@ -1,0 +1,375 @@
+//! The pod's per-component loss test. A cable (a rail: the device, its port, its cable to
+//! its ToR) that drops 1 % of its packets at random loses 1 % of every probe through it —
+//! about 0.4 of the 40 small probes one path sees in its 5 s window, so no path's own
+//! window shows it and the path verdicts ([`crate::probe::PathState`]) stay `ok`. Pooled
+//! over everything the rail probed in the last [`crate::probe::ProbeConfig::horizon`] (every
+//! host reports its rails that lost a probe, [`RailLoss`]), the loss stands out from the
+//! background, as 007 and NetBouncer aggregate per component.
+//!
+//! **The test**, per device, each time the pod's reports change: `k` of the `n` small
+//! probes its rail sent over the horizon were lost; under the null hypothesis the device
+//! loses what the pod's devices lose (`p0`: the median of the other devices' shares, their
+//! probes to it left out, and at least [`BACKGROUND_FLOOR`]), and `P(X ≥ k)` for
+//! `X ~ Binomial(n, p0)` is at most [`ALPHA`] for it to be named. The devices are tried greedily, the surest first: a device named
+//! explains its peers' losses to it (a lossy cable makes every probe to it lossy too), so
+//! those are taken out of the peers' counts before they are tried. A cable loses probes to
+//! every device its rail probes, under its own ToR and under others: a device whose losses
+//! all went to one ToR's devices is not a cable (an uplink, a spine or one peer), and two
+//! devices named under one ToR are its ToR or its uplinks, not two cables — neither is
+//! named here (the path verdicts judge those).
+//!
+//! **False alarms, by design**: with the background at or below `p0` and probes lost
+//! independently, a device is named by chance with probability at most [`ALPHA`] per test.
+//! A pod is tested at most once per probe round (10 a second), so a pod of `D` devices
+//! raises at most `ALPHA × 864,000 × D` false alarms a day: 0.06 for 64 devices, 0.86 for
+//! 1,000 (fewer in practice: successive tests share most of their probes). **Power**, with
+//! the default probes (a rail probes its ToR's devices every round and another ToR's device
+//! in turn, ten rounds a second: 20 probes a second in a pod of two hosts per ToR): a cable
+//! losing 1 % each way loses about 2 % of the 600 probes its rail sends in the 30 s horizon
+//! (each probe crosses it out and back) — 12 expected against a bar of 10 at `p0 = 10⁻³`,
+//! named in about three tests of four once the horizon has filled; at 2 % each way, 24
+//! against 10, within about 15 s. A device named stays named while its `P(X ≥ k)` stays
+//! below [`HOLD_ALPHA`] (a finding, once named, stays while its evidence
+//! does, and clears as its losses leave the horizon once healed).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use topology::{Dev, Pod};
+
+use crate::probe::{RailLoss, Report};
+
+/// The null hypothesis's loss share is never taken below this: one probe in a thousand
+/// (a healthy link loses far fewer packets; probes a busy host answered after their
+/// timeout count as lost).
+pub const BACKGROUND_FLOOR: f64 = 1e-3;
+/// The chance of naming a device whose loss is the background's, per test.
+pub const ALPHA: f64 = 1e-9;
+/// A device named stays named while its losses are this unlikely by chance.
+pub const HOLD_ALPHA: f64 = 1e-4;
+/// Fewer probes lost than this name nothing, whatever the counts.
+pub const MIN_LOST: u32 = 3;
+
+/// A device whose rail loses probes above the background.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CableLoss {
+    /// The device.
+    pub at: Dev,
+    /// Small probes its rail sent over the horizon (its peers' losses to devices named
+    /// before it taken out) …
+    pub judged: u32,
+    /// … and lost.
+    pub lost: u32,
+    /// The loss share the test took as the background.
+    pub background: f64,
+    /// `P(X ≥ lost)` by chance.
+    pub p_value: f64,
+    /// How many ToRs' devices its lost probes went to.
+    pub tors: usize,
+}
+
+/// `P(X ≥ k)` for `X ~ Binomial(n, p)`.
+pub fn binomial_tail(n: u32, k: u32, p: f64) -> f64 {
+    if k == 0 {
+        return 1.0;
+    }
+    if k > n || p <= 0.0 {
+        return 0.0;
+    }
+    if p >= 1.0 {
+        return 1.0;
+    }
+    let (n, k) = (f64::from(n), f64::from(k));
+    // ln P(X = k) = ln C(n, k) + k ln p + (n − k) ln(1 − p), then the terms above it.
+    let ln_choose: f64 = (1..=k as u32).map(|i| ((n - k + f64::from(i)) / f64::from(i)).ln()).sum();
+    let mut term = (ln_choose + k * p.ln() + (n - k) * (-p).ln_1p()).exp();
+    let mut sum = 0.0;
+    let mut i = k;
+    while i <= n && term > 0.0 {
+        sum += term;
+        if term < sum * 1e-16 {
+            break;
+        }
+        term *= (n - i) / (i + 1.0) * p / (1.0 - p);
+        i += 1.0;
+    }
+    sum.min(1.0)
+}
+
+/// One device's counts, as its host reported them.
+#[derive(Debug, Clone)]
+struct Counts {
+    judged: u32,
+    lost: u32,
+    /// (the device probed, judged, lost) for the paths that lost any.
+    paths: Vec<(Dev, u32, u32)>,
+}
+
+/// The loss share the test of device `d` takes as the background: the median of the other
+/// devices' shares, their probes to `d` left out (in a small pod every device probes a lossy
+/// one, and would otherwise lift the median to its loss), and at least [`BACKGROUND_FLOOR`].
+fn background(devices: &[Dev], counts: &BTreeMap<Dev, Counts>, d: Dev) -> f64 {
+    let mut shares: Vec<f64> = devices
+        .iter()
+        .filter(|e| **e != d)
+        .map(|e| {
+            counts.get(e).map_or(0.0, |c| {
+                let (n, k) =
+                    c.paths.iter().filter(|p| p.0 == d).fold((c.judged, c.lost), |(n, k), p| {
+                        (n.saturating_sub(p.1), k.saturating_sub(p.2))
+                    });
+                f64::from(k) / f64::from(n.max(k).max(1))
+            })
+        })
+        .collect();
+    shares.sort_by(f64::total_cmp);
+    shares.get(shares.len() / 2).copied().unwrap_or(0.0).max(BACKGROUND_FLOOR)
+}
+
+/// The devices whose rails lose probes above the background, by the test above; `excluded`
+/// hosts (down, starved) are left out, as are the probes to them; `held`, the devices named
+/// before, stay while their losses stay below [`HOLD_ALPHA`].
+pub fn cable_loss(
+    pod: &Pod,
+    reports: &BTreeMap<u16, Report>,
+    excluded: &BTreeSet<usize>,
+    held: &BTreeSet<Dev>,
+) -> Vec<CableLoss> {
+    let known = |d: Dev| d.host < pod.hosts.len() && d.rail < pod.hosts[d.host].rails.len();
+    let mut counts: BTreeMap<Dev, Counts> = BTreeMap::new();
+    for r in reports.values() {
+        let host = usize::from(r.host);
+        if excluded.contains(&host) {
+            continue;
+        }
+        for RailLoss { rail, judged, lost, paths } in &r.horizon {
+            let me = Dev { host, rail: usize::from(*rail) };
+            if !known(me) {
+                continue;
+            }
+            let mut c = Counts { judged: *judged, lost: *lost, paths: Vec::new() };
+            for &(h, rl, n, k) in paths {
+                let d = Dev { host: usize::from(h), rail: usize::from(rl) };
+                if !known(d) {
+                    continue;
+                }
+                if excluded.contains(&d.host) {
+                    c.judged = c.judged.saturating_sub(n);
+                    c.lost = c.lost.saturating_sub(k);
+                } else {
+                    c.paths.push((d, n, k));
+                }
+            }
+            c.judged = c.judged.max(c.lost);
+            counts.insert(me, c);
+        }
+    }
+    let devices: Vec<Dev> =
+        pod.devices().into_iter().filter(|d| !excluded.contains(&d.host)).collect();
+    // How many ToRs each rail's devices sit under: a cable's losses reach two of them
+    // where its rail has two.
+    let tors_of_rail = |rail: usize| -> usize {
+        pod.tors().into_iter().filter(|(_, ds)| ds.iter().any(|d| d.rail == rail)).count()
+    };
+    let mut named: Vec<CableLoss> = Vec::new();
+    loop {
+        let best = counts
+            .iter()
+            .filter(|(d, _)| !named.iter().any(|n| n.at == **d))
+            .filter(|(_, c)| c.lost >= MIN_LOST)
+            .filter_map(|(d, c)| {
+                let tors: BTreeSet<String> =
+                    c.paths.iter().filter(|p| p.2 > 0).map(|p| pod.rail(p.0).tor.clone()).collect();
+                if tors.len() < tors_of_rail(d.rail).min(2) {
+                    return None;
+                }
+                let background = background(&devices, &counts, *d);
+                let p = binomial_tail(c.judged, c.lost, background);
+                let bar = if held.contains(d) { HOLD_ALPHA } else { ALPHA };
+                (p <= bar).then_some(CableLoss {
+                    at: *d,
+                    judged: c.judged,
+                    lost: c.lost,
+                    background,
+                    p_value: p,
+                    tors: tors.len(),
+                })
+            })
+            .min_by(|a, b| a.p_value.total_cmp(&b.p_value).then(b.lost.cmp(&a.lost)));
+        let Some(found) = best else { break };
+        // Its peers' losses to it are its.
+        for c in counts.values_mut() {
+            for &(_, n, k) in c.paths.iter().filter(|p| p.0 == found.at) {
+                c.judged = c.judged.saturating_sub(n);
+                c.lost = c.lost.saturating_sub(k);
+            }
+            c.paths.retain(|p| p.0 != found.at);
+            c.judged = c.judged.max(c.lost);
+        }
+        named.push(found);
+    }
+    // Two or more under one ToR: the ToR or its uplinks, not cables.
+    let tor = |d: Dev| pod.rail(d).tor.clone();
+    let crowded: BTreeSet<String> = named
+        .iter()
+        .filter(|a| named.iter().filter(|b| tor(b.at) == tor(a.at)).count() >= 2)
+        .map(|a| tor(a.at))
+        .collect();
+    named.retain(|c| !crowded.contains(&tor(c.at)));
+    named
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_pod;
+
+    #[test]
+    fn the_binomial_tail_is_the_sum_of_the_terms() {
+        // P(X ≥ 1) = 1 − (1 − p)^n.
+        let p = binomial_tail(100, 1, 0.01);
+        assert!((p - (1.0 - 0.99f64.powi(100))).abs() < 1e-12, "{p}");
+        // P(X ≥ 2) for n = 3, p = 0.5: 4/8.
+        assert!((binomial_tail(3, 2, 0.5) - 0.5).abs() < 1e-12);
+        assert_eq!(binomial_tail(10, 0, 0.1), 1.0);
+        assert_eq!(binomial_tail(10, 11, 0.1), 0.0);
+        // Tiny tails keep their precision: P(X ≥ 10) for n = 600, p = 1e-3 ≈ λ^10 e^-λ / 10!.
+        let l: f64 = 0.6;
+        let poisson = l.powi(10) * (-l).exp() / 3_628_800.0;
+        let t = binomial_tail(600, 10, 1e-3);
+        assert!((t / poisson - 1.0).abs() < 0.05, "{t} against {poisson}");
+    }
+
+    /// The reports of a pod in which every device sends `n` probes over the horizon, spread
+    /// evenly over the devices of its rail, each path losing what `loss(src, dst)` says.
+    fn reports(pod: &Pod, n: u32, loss: &dyn Fn(Dev, Dev) -> u32) -> BTreeMap<u16, Report> {
+        let mut out = BTreeMap::new();
+        for d in pod.devices() {
+            let peers: Vec<Dev> = pod
+                .devices()
+                .into_iter()
+                .filter(|e| e.rail == d.rail && e.host != d.host)
+                .collect();
+            let each = n / peers.len() as u32;
+            let paths: Vec<(u16, u8, u32, u32)> = peers
+                .iter()
+                .map(|e| (e.host as u16, e.rail as u8, each, loss(d, *e)))
+                .filter(|p| p.3 > 0)
+                .collect();
+            let lost: u32 = paths.iter().map(|p| p.3).sum();
+            let r = out
+                .entry(d.host as u16)
+                .or_insert_with(|| Report { host: d.host as u16, ..Report::default() });
+            if lost > 0 {
+                r.horizon.push(RailLoss { rail: d.rail as u8, judged: n, lost, paths });
+            }
+        }
+        out
+    }
+
+    fn named(pod: &Pod, r: &BTreeMap<u16, Report>) -> Vec<Dev> {
+        cable_loss(pod, r, &BTreeSet::new(), &BTreeSet::new()).iter().map(|c| c.at).collect()
+    }
+
+    #[test]
+    fn a_cable_losing_two_percent_is_named_and_its_peers_are_not() {
+        // 8 hosts, 2 per ToR, one rail: h5's cable loses 2 % of the probes through it (its
+        // own, 14 of 700, and its peers' to it, 2 each of 100).
+        let pod = test_pod(8, 1, 2);
+        let bad = Dev { host: 5, rail: 0 };
+        let r = reports(&pod, 700, &|a, b| match (a == bad, b == bad) {
+            (true, _) => 2,
+            (_, true) => 2,
+            _ => 0,
+        });
+        assert_eq!(named(&pod, &r), [bad]);
+        // Beside a background of one probe in a thousand on every path: still h5 alone.
+        let r = reports(&pod, 700, &|a, b| {
+            u32::from(a == bad || b == bad) * 2 + u32::from((a.host + b.host) % 7 == 0)
+        });
+        assert_eq!(named(&pod, &r), [bad]);
+    }
+
+    #[test]
+    fn losses_toward_one_tor_or_under_one_tor_name_no_cable() {
+        let pod = test_pod(8, 1, 2);
+        // ToR rack0's uplink loses: its devices lose probes to every other ToR's devices,
+        // none to each other; the others lose probes to rack0's devices.
+        let up = |d: Dev| d.host < 2;
+        let r = reports(&pod, 700, &|a, b| u32::from(up(a) != up(b)) * 3);
+        assert_eq!(named(&pod, &r), [], "an uplink's losses");
+        // One peer's losses only (h3 loses to h6 alone): not h3's cable.
+        let r = reports(&pod, 700, &|a, b| {
+            u32::from((a.host, b.host) == (3, 6) || (a.host, b.host) == (6, 3)) * 12
+        });
+        assert_eq!(named(&pod, &r), [], "one path's losses");
+    }
+
+    /// A xorshift stream of coin tosses.
+    struct Coin(u64);
+
+    impl Coin {
+        /// Lost, with probability `per_100k` in 100,000.
+        fn lost(&mut self, per_100k: u64) -> bool {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % 100_000 < per_100k
+        }
+    }
+
+    /// Reports of a pod of one rail whose every device sends 40 probes to each other device
+    /// over the horizon, each lost with probability `loss(src, dst)` in 100,000.
+    fn drawn(pod: &Pod, coin: &mut Coin, loss: &dyn Fn(Dev, Dev) -> u64) -> BTreeMap<u16, Report> {
+        let mut out = BTreeMap::new();
+        for d in pod.devices() {
+            let peers: Vec<Dev> = pod.devices().into_iter().filter(|e| e.host != d.host).collect();
+            let paths: Vec<(u16, u8, u32, u32)> = peers
+                .iter()
+                .map(|e| {
+                    let k = (0..40).filter(|_| coin.lost(loss(d, *e))).count() as u32;
+                    (e.host as u16, 0, 40, k)
+                })
+                .filter(|p| p.3 > 0)
+                .collect();
+            let lost: u32 = paths.iter().map(|p| p.3).sum();
+            let r = out
+                .entry(d.host as u16)
+                .or_insert_with(|| Report { host: d.host as u16, ..Report::default() });
+            if lost > 0 {
+                let judged = 40 * peers.len() as u32;
+                r.horizon.push(RailLoss { rail: 0, judged, lost, paths });
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_clean_pod_at_the_background_bound_raises_no_alarm_in_a_day_of_tests() {
+        // The designed false-alarm rate, checked: 16 devices under 4 ToRs, every probe lost
+        // with probability 10⁻³ (the floor of the background), 20,000 tests of fresh draws
+        // (a pod-day at one test every 4 s): at ALPHA = 10⁻⁹ per device and test, 3.2·10⁻⁴
+        // false alarms are expected at most; at 10⁻⁴ this test sees some (it was tried).
+        let pod = test_pod(16, 1, 4);
+        let mut coin = Coin(0x9e37_79b9_7f4a_7c15);
+        let alarms: usize =
+            (0..20_000).map(|_| named(&pod, &drawn(&pod, &mut coin, &|_, _| 100)).len()).sum();
+        assert_eq!(alarms, 0, "false alarms in 20,000 tests of a clean pod");
+    }
+
+    #[test]
+    fn a_cable_losing_three_percent_of_its_probes_is_named_in_nine_tests_of_ten() {
+        // h9's cable loses 3 % of the probes through it (1.5 % each way), beside a
+        // background of 5·10⁻⁴: 18 of its 600 probes lost, against a bar of 10.
+        let pod = test_pod(16, 1, 4);
+        let bad = Dev { host: 9, rail: 0 };
+        let mut coin = Coin(0x2545_f491_4f6c_dd1d);
+        let mut hits = 0;
+        for _ in 0..200 {
+            let r = drawn(&pod, &mut coin, &|a, b| if a == bad || b == bad { 3_000 } else { 50 });
+            let n = named(&pod, &r);
+            assert!(n.iter().all(|d| *d == bad), "{n:?}");
+            hits += usize::from(n == [bad]);
+        }
+        assert!(hits >= 180, "named in {hits} of 200 tests");
+    }
+}
