@@ -13,10 +13,11 @@
 //! `X ~ Binomial(n, p0)` is at most [`ALPHA`] for it to be named. The devices are tried greedily, the surest first: a device named
 //! explains its peers' losses to it (a lossy cable makes every probe to it lossy too), so
 //! those are taken out of the peers' counts before they are tried. A cable loses probes to
-//! every device its rail probes, under its own ToR and under others: a device whose losses
-//! all went to one ToR's devices is not a cable (an uplink, a spine or one peer), and two
-//! devices named under one ToR are its ToR or its uplinks, not two cables — neither is
-//! named here (the path verdicts judge those).
+//! every device its rail probes, under its own ToR and under others: a device that lost
+//! none to the devices under its own ToR (an uplink or a spine: those probes never leave
+//! the ToR), or whose losses all went to one other ToR's devices (one peer), is not a
+//! cable, and two devices named under one ToR are its ToR or its uplinks, not two cables —
+//! neither is named here (the path verdicts judge those).
 //!
 //! **False alarms, by design**: with the background at or below `p0` and probes lost
 //! independently, a device is named by chance with probability at most [`ALPHA`] per test.
@@ -165,10 +166,21 @@ pub fn cable_loss(
     }
     let devices: Vec<Dev> =
         pod.devices().into_iter().filter(|d| !excluded.contains(&d.host)).collect();
-    // How many ToRs each rail's devices sit under: a cable's losses reach two of them
-    // where its rail has two.
-    let tors_of_rail = |rail: usize| -> usize {
-        pod.tors().into_iter().filter(|(_, ds)| ds.iter().any(|d| d.rail == rail)).count()
+    // A cable's losses reach the devices under its own ToR (where it has peers there) and
+    // under another; a device alone under its ToR, two others where its rail has them. An
+    // uplink's or a spine's reach only other ToRs.
+    let tors = pod.tors();
+    let cable_like = |d: Dev, lost_to: &BTreeSet<String>| -> bool {
+        let own = &pod.rail(d).tor;
+        let peers_here = tors.iter().any(|(t, ds)| t == own && ds.iter().any(|e| *e != d));
+        let away = lost_to.iter().filter(|t| *t != own).count();
+        let others =
+            tors.iter().filter(|(t, ds)| t != own && ds.iter().any(|e| e.rail == d.rail)).count();
+        if peers_here {
+            lost_to.contains(own) && away >= others.min(1)
+        } else {
+            away >= others.min(2)
+        }
     };
     let mut named: Vec<CableLoss> = Vec::new();
     loop {
@@ -179,7 +191,7 @@ pub fn cable_loss(
             .filter_map(|(d, c)| {
                 let tors: BTreeSet<String> =
                     c.paths.iter().filter(|p| p.2 > 0).map(|p| pod.rail(p.0).tor.clone()).collect();
-                if tors.len() < tors_of_rail(d.rail).min(2) {
+                if !cable_like(*d, &tors) {
                     return None;
                 }
                 let background = background(&devices, &counts, *d);
@@ -341,6 +353,27 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn an_uplinks_loss_seen_by_one_device_only_is_not_its_cable() {
+        // 3 hosts per ToR: rack0's uplink loses, h1 loses 12 probes to the other ToRs'
+        // devices and its ToR mates 2 each (below the bar), none to each other.
+        let pod = test_pod(9, 1, 3);
+        let r = reports(&pod, 700, &|a, b| match (a.host, b.host / 3) {
+            (1, 1 | 2) => 2,
+            (0 | 2, 1) => u32::from(b.host == 4) * 2,
+            _ => 0,
+        });
+        assert_eq!(r[&1].horizon[0].lost, 12, "{:?}", r[&1]);
+        assert_eq!(named(&pod, &r), [], "an uplink's losses, seen by h1");
+        // The same count with two of them to its ToR mates: its cable.
+        let r = reports(&pod, 700, &|a, b| match (a.host, b.host / 3) {
+            (1, 0) => 1,
+            (1, 1 | 2) => u32::from(b.host % 3 != 0) * 2 + u32::from(b.host % 3 == 0),
+            _ => 0,
+        });
+        assert_eq!(named(&pod, &r), [Dev { host: 1, rail: 0 }]);
     }
 
     #[test]
