@@ -1286,6 +1286,9 @@ impl<'a> Control<'a> {
         // Each path judged once for the report, the routes and the status.
         let (judged, report) = {
             let mut p = lock(&inner.prober);
+            if host_loop.starved() {
+                p.forget_horizon();
+            }
             p.set_hot(&hot);
             let alert = elsewhere || p.any_loss();
             p.set_alert(alert);

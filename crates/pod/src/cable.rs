@@ -16,8 +16,11 @@
 //! every device its rail probes, under its own ToR and under others: a device that lost
 //! none to the devices under its own ToR (an uplink or a spine: those probes never leave
 //! the ToR), or whose losses all went to one other ToR's devices (one peer), is not a
-//! cable, and two devices named under one ToR are its ToR or its uplinks, not two cables —
-//! neither is named here (the path verdicts judge those).
+//! cable; nor is a device beside another under its ToR that loses too (its probes to the
+//! first left out, at [`HOLD_ALPHA`]), and two devices named under one ToR are its ToR or its
+//! uplinks, not two cables — none of these is named here (the path verdicts judge those). A
+//! dead path's losses are its verdict's (its horizon restarts), and a starved host forgets
+//! its horizon (what it lost is its CPU's).
 //!
 //! **False alarms, by design**: with the background at or below `p0` and probes lost
 //! independently, a device is named by chance with probability at most [`ALPHA`] per test.
@@ -195,6 +198,25 @@ pub fn cable_loss(
                     return None;
                 }
                 let background = background(&devices, &counts, *d);
+                // A device under its ToR losing too, its probes to this one left out: the
+                // ToR (or its uplinks) loses, not this cable.
+                let own = &pod.rail(*d).tor;
+                let mate_loses = counts.iter().any(|(e, m)| {
+                    let (n, k) = m
+                        .paths
+                        .iter()
+                        .filter(|p| p.0 == *d)
+                        .fold((m.judged, m.lost), |(n, k), p| {
+                            (n.saturating_sub(p.1), k.saturating_sub(p.2))
+                        });
+                    e != d
+                        && pod.rail(*e).tor == *own
+                        && k >= MIN_LOST
+                        && binomial_tail(n.max(k), k, background) <= HOLD_ALPHA
+                });
+                if mate_loses {
+                    return None;
+                }
                 let p = binomial_tail(c.judged, c.lost, background);
                 let bar = if held.contains(d) { HOLD_ALPHA } else { ALPHA };
                 (p <= bar).then_some(CableLoss {
@@ -254,6 +276,17 @@ mod tests {
     /// The reports of a pod in which every device sends `n` probes over the horizon, spread
     /// evenly over the devices of its rail, each path losing what `loss(src, dst)` says.
     fn reports(pod: &Pod, n: u32, loss: &dyn Fn(Dev, Dev) -> u32) -> BTreeMap<u16, Report> {
+        let peers = pod.devices().iter().filter(|e| e.rail == 0).count() as u32 - 1;
+        reports_of(pod, n / peers, &mut |a, b| loss(a, b))
+    }
+
+    /// The reports of a pod in which every device sends `each` probes to every other device
+    /// of its rail over the horizon, the path from `a` to `b` losing `lost(a, b)` of them.
+    fn reports_of(
+        pod: &Pod,
+        each: u32,
+        lost: &mut dyn FnMut(Dev, Dev) -> u32,
+    ) -> BTreeMap<u16, Report> {
         let mut out = BTreeMap::new();
         for d in pod.devices() {
             let peers: Vec<Dev> = pod
@@ -261,18 +294,18 @@ mod tests {
                 .into_iter()
                 .filter(|e| e.rail == d.rail && e.host != d.host)
                 .collect();
-            let each = n / peers.len() as u32;
             let paths: Vec<(u16, u8, u32, u32)> = peers
                 .iter()
-                .map(|e| (e.host as u16, e.rail as u8, each, loss(d, *e)))
+                .map(|e| (e.host as u16, e.rail as u8, each, lost(d, *e)))
                 .filter(|p| p.3 > 0)
                 .collect();
-            let lost: u32 = paths.iter().map(|p| p.3).sum();
+            let k: u32 = paths.iter().map(|p| p.3).sum();
             let r = out
                 .entry(d.host as u16)
                 .or_insert_with(|| Report { host: d.host as u16, ..Report::default() });
-            if lost > 0 {
-                r.horizon.push(RailLoss { rail: d.rail as u8, judged: n, lost, paths });
+            if k > 0 {
+                let judged = each * peers.len() as u32;
+                r.horizon.push(RailLoss { rail: d.rail as u8, judged, lost: k, paths });
             }
         }
         out
@@ -314,6 +347,10 @@ mod tests {
             u32::from((a.host, b.host) == (3, 6) || (a.host, b.host) == (6, 3)) * 12
         });
         assert_eq!(named(&pod, &r), [], "one path's losses");
+        // ToR rack1 loses at every port: h2 and h3 lose to every device, each other too.
+        let lossy = |d: Dev| d.host / 2 == 1;
+        let r = reports(&pod, 700, &|a, b| u32::from(lossy(a) || lossy(b)) * 2);
+        assert_eq!(named(&pod, &r), [], "a ToR's losses");
     }
 
     /// A xorshift stream of coin tosses.
@@ -329,30 +366,10 @@ mod tests {
         }
     }
 
-    /// Reports of a pod of one rail whose every device sends 40 probes to each other device
+    /// Reports of a pod whose every device sends 40 probes to each other device of its rail
     /// over the horizon, each lost with probability `loss(src, dst)` in 100,000.
     fn drawn(pod: &Pod, coin: &mut Coin, loss: &dyn Fn(Dev, Dev) -> u64) -> BTreeMap<u16, Report> {
-        let mut out = BTreeMap::new();
-        for d in pod.devices() {
-            let peers: Vec<Dev> = pod.devices().into_iter().filter(|e| e.host != d.host).collect();
-            let paths: Vec<(u16, u8, u32, u32)> = peers
-                .iter()
-                .map(|e| {
-                    let k = (0..40).filter(|_| coin.lost(loss(d, *e))).count() as u32;
-                    (e.host as u16, 0, 40, k)
-                })
-                .filter(|p| p.3 > 0)
-                .collect();
-            let lost: u32 = paths.iter().map(|p| p.3).sum();
-            let r = out
-                .entry(d.host as u16)
-                .or_insert_with(|| Report { host: d.host as u16, ..Report::default() });
-            if lost > 0 {
-                let judged = 40 * peers.len() as u32;
-                r.horizon.push(RailLoss { rail: 0, judged, lost, paths });
-            }
-        }
-        out
+        reports_of(pod, 40, &mut |a, b| (0..40).filter(|_| coin.lost(loss(a, b))).count() as u32)
     }
 
     #[test]

@@ -301,7 +301,14 @@ fn cables(
 ) {
     for c in crate::cable::cable_loss(pod, reports, excluded, held) {
         let d = c.at;
-        if out.iter().any(|f| f.at == Component::Rail(d) || f.at == Component::Host(d.host)) {
+        let tor = pod.rail(d).tor.clone();
+        let covers = |at: &Component| match at {
+            Component::Rail(e) => *e == d,
+            Component::Host(h) => *h == d.host,
+            Component::Tor(t) | Component::SpineLinks(t) => *t == tor,
+            _ => false,
+        };
+        if out.iter().any(|f| covers(&f.at)) {
             continue;
         }
         out.retain(|f| !matches!(f.at, Component::Path(a, b) if a == d || b == d));
@@ -312,7 +319,10 @@ fn cables(
             severity: "error".into(),
             confidence: f64::from(c.lost) / f64::from(c.judged.max(1)),
             evidence: format!(
-                "{} of the {} small probes its rail sent in the last {} s were lost ({:.1} %), to                  devices under {} ToRs, against {:.2} % that the pod's devices lose (P = {:.0e}                  by chance): random loss on the device, its port or its cable, below what any                  one path's window shows",
+                "{} of the {} small probes its rail sent in the last {} s were lost ({:.1} %), to \
+                 devices under {} ToRs, against {:.2} % that the pod's devices lose (P = {:.0e} \
+                 by chance): random loss on the device, its port or its cable, below what any \
+                 one path's window shows",
                 c.lost,
                 c.judged,
                 crate::probe::ProbeConfig::default().horizon.as_secs(),

@@ -881,6 +881,13 @@ impl Prober {
                 while st.buckets.front().is_some_and(|b| b.0 < oldest) {
                     st.buckets.pop_front();
                 }
+                // A dead path's losses are its verdict's: once healed, the horizon starts
+                // afresh rather than naming its cable for the 30 s its losses would stay.
+                let small = st.recent.iter().rev().filter(|o| !o.large).take(DEAD_AFTER);
+                if small.clone().count() == DEAD_AFTER && small.into_iter().all(|o| o.rtt.is_none())
+                {
+                    st.buckets.clear();
+                }
             }
         }
         for (r, d, port, large) in std::mem::take(&mut self.retry) {
@@ -992,6 +999,14 @@ impl Prober {
         }
     }
 
+    /// Forgets every path's horizon: this host's loop was starved, and what its probes
+    /// lost meanwhile is its CPU's, not a cable's.
+    pub fn forget_horizon(&mut self) {
+        for st in self.paths.values_mut() {
+            st.buckets.clear();
+        }
+    }
+
     /// Takes the probes that timed out since the last call.
     pub fn take_lost(&mut self) -> Vec<Lost> {
         std::mem::take(&mut self.lost)
@@ -1002,6 +1017,14 @@ impl Prober {
         if rtt.is_none() {
             st.lost[usize::from(p.large)] += 1;
             self.lost.push(Lost { rail: p.rail, dst: p.dst, port: p.port, large: p.large });
+        }
+        if !p.large && rtt.is_some() {
+            // The first answer after a dead stretch: the outage's losses, before and around
+            // its verdict, are the verdict's, not a cable's that loses at random.
+            let mut last = st.recent.iter().rev().filter(|o| !o.large).take(DEAD_AFTER);
+            if last.clone().count() == DEAD_AFTER && last.all(|o| o.rtt.is_none()) {
+                st.buckets.clear();
+            }
         }
         if !p.large {
             let sec = p.sent.saturating_duration_since(self.epoch).as_secs();
