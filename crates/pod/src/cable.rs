@@ -108,6 +108,17 @@ struct Counts {
     paths: Vec<(Dev, u32, u32)>,
 }
 
+impl Counts {
+    /// (judged, lost) with its probes to `d` left out.
+    fn without(&self, d: Dev) -> (u32, u32) {
+        let (n, k) =
+            self.paths.iter().filter(|p| p.0 == d).fold((self.judged, self.lost), |(n, k), p| {
+                (n.saturating_sub(p.1), k.saturating_sub(p.2))
+            });
+        (n.max(k), k)
+    }
+}
+
 /// The loss share the test of device `d` takes as the background: the median of the other
 /// devices' shares, their probes to `d` left out (in a small pod every device probes a lossy
 /// one, and would otherwise lift the median to its loss), and at least [`BACKGROUND_FLOOR`].
@@ -117,11 +128,8 @@ fn background(devices: &[Dev], counts: &BTreeMap<Dev, Counts>, d: Dev) -> f64 {
         .filter(|e| **e != d)
         .map(|e| {
             counts.get(e).map_or(0.0, |c| {
-                let (n, k) =
-                    c.paths.iter().filter(|p| p.0 == d).fold((c.judged, c.lost), |(n, k), p| {
-                        (n.saturating_sub(p.1), k.saturating_sub(p.2))
-                    });
-                f64::from(k) / f64::from(n.max(k).max(1))
+                let (n, k) = c.without(d);
+                f64::from(k) / f64::from(n.max(1))
             })
         })
         .collect();
@@ -202,17 +210,11 @@ pub fn cable_loss(
                 // ToR (or its uplinks) loses, not this cable.
                 let own = &pod.rail(*d).tor;
                 let mate_loses = counts.iter().any(|(e, m)| {
-                    let (n, k) = m
-                        .paths
-                        .iter()
-                        .filter(|p| p.0 == *d)
-                        .fold((m.judged, m.lost), |(n, k), p| {
-                            (n.saturating_sub(p.1), k.saturating_sub(p.2))
-                        });
+                    let (n, k) = m.without(*d);
                     e != d
                         && pod.rail(*e).tor == *own
                         && k >= MIN_LOST
-                        && binomial_tail(n.max(k), k, background) <= HOLD_ALPHA
+                        && binomial_tail(n, k, background) <= HOLD_ALPHA
                 });
                 if mate_loses {
                     return None;
@@ -232,12 +234,8 @@ pub fn cable_loss(
         let Some(found) = best else { break };
         // Its peers' losses to it are its.
         for c in counts.values_mut() {
-            for &(_, n, k) in c.paths.iter().filter(|p| p.0 == found.at) {
-                c.judged = c.judged.saturating_sub(n);
-                c.lost = c.lost.saturating_sub(k);
-            }
+            (c.judged, c.lost) = c.without(found.at);
             c.paths.retain(|p| p.0 != found.at);
-            c.judged = c.judged.max(c.lost);
         }
         named.push(found);
     }

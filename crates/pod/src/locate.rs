@@ -313,11 +313,12 @@ fn cables(
         }
         out.retain(|f| !matches!(f.at, Component::Path(a, b) if a == d || b == d));
         let at = Component::Rail(d);
+        let share = f64::from(c.lost) / f64::from(c.judged.max(1));
         out.push(Finding {
             kind: "rail".into(),
             component: at.name(pod),
             severity: "error".into(),
-            confidence: f64::from(c.lost) / f64::from(c.judged.max(1)),
+            confidence: share,
             evidence: format!(
                 "{} of the {} small probes its rail sent in the last {} s were lost ({:.1} %), to \
                  devices under {} ToRs, against {:.2} % that the pod's devices lose (P = {:.0e} \
@@ -326,7 +327,7 @@ fn cables(
                 c.lost,
                 c.judged,
                 crate::probe::ProbeConfig::default().horizon.as_secs(),
-                100.0 * f64::from(c.lost) / f64::from(c.judged.max(1)),
+                100.0 * share,
                 c.tors,
                 100.0 * c.background,
                 c.p_value

@@ -280,6 +280,12 @@ pub const LOSSY_SHARE: f64 = 0.02;
 pub const LARGE_MIN: usize = 2;
 
 impl PathStats {
+    /// Its last [`DEAD_AFTER`] small probes were all lost (and it has sent that many).
+    fn last_small_lost(&self) -> bool {
+        let last = self.recent.iter().rev().filter(|o| !o.large).take(DEAD_AFTER);
+        last.clone().count() == DEAD_AFTER && last.into_iter().all(|o| o.rtt.is_none())
+    }
+
     /// The state over the window, and the ports whose last outcome was a loss (small
     /// probes, near-MTU ones) and those whose last outcome was answered.
     pub fn judge(&self) -> Judged {
@@ -308,9 +314,7 @@ impl PathStats {
         let now_split = if lost_small > 0 { self.split(false) } else { PortSplit::default() };
         // Not while some ports carry: a path split by port retries its lost ports every
         // round, and their losses alone can fill the last few outcomes.
-        let dead = small.len() >= DEAD_AFTER
-            && small.iter().rev().take(DEAD_AFTER).all(|o| o.rtt.is_none())
-            && now_split.carried.is_empty();
+        let dead = self.last_small_lost() && now_split.carried.is_empty();
         let lossy =
             lost_small >= LOSSY_MIN && lost_small as f64 >= LOSSY_SHARE * small.len().max(1) as f64;
         let state = if dead {
@@ -571,6 +575,7 @@ struct Wire {
     bad: Vec<PathReport>,
     /// Failing paths left out to fit a membership datagram.
     truncated: u32,
+    /// The report's [`Report::horizon`].
     horizon: Vec<RailLoss>,
 }
 
@@ -883,9 +888,7 @@ impl Prober {
                 }
                 // A dead path's losses are its verdict's: once healed, the horizon starts
                 // afresh rather than naming its cable for the 30 s its losses would stay.
-                let small = st.recent.iter().rev().filter(|o| !o.large).take(DEAD_AFTER);
-                if small.clone().count() == DEAD_AFTER && small.into_iter().all(|o| o.rtt.is_none())
-                {
+                if st.last_small_lost() {
                     st.buckets.clear();
                 }
             }
@@ -1021,8 +1024,7 @@ impl Prober {
         if !p.large && rtt.is_some() {
             // The first answer after a dead stretch: the outage's losses, before and around
             // its verdict, are the verdict's, not a cable's that loses at random.
-            let mut last = st.recent.iter().rev().filter(|o| !o.large).take(DEAD_AFTER);
-            if last.clone().count() == DEAD_AFTER && last.all(|o| o.rtt.is_none()) {
+            if st.last_small_lost() {
                 st.buckets.clear();
             }
         }

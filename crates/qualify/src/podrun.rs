@@ -616,14 +616,18 @@ impl Job {
     /// How long its tests may take: each one's duration, its stall timeout and 30 s (an
     /// iteration count's time on the slowest link).
     fn budget(&self) -> Duration {
-        let s: f64 = self.tests.iter().map(|t| t.stall + 30.0 + t.seconds.unwrap_or(0.0)).sum();
-        Duration::from_secs_f64(s.clamp(0.0, 86_400.0))
+        self.each_stalling(30.0)
     }
 
     /// How long its tests take when each runs its time and then stalls out: what a working
     /// client may spend on it without a word (an iteration count's own time is not known).
     fn worst_case(&self) -> Duration {
-        let s: f64 = self.tests.iter().map(|t| t.stall + t.seconds.unwrap_or(0.0)).sum();
+        self.each_stalling(0.0)
+    }
+
+    /// Each test's duration and its stall timeout, and `extra` seconds a test.
+    fn each_stalling(&self, extra: f64) -> Duration {
+        let s: f64 = self.tests.iter().map(|t| t.stall + extra + t.seconds.unwrap_or(0.0)).sum();
         Duration::from_secs_f64(s.clamp(0.0, 86_400.0))
     }
 }
@@ -955,18 +959,18 @@ impl Coordinator<'_> {
     /// report names them beside the lost one).
     fn waiting_at_loss(&mut self, jobs: &[Job], states: &[JobState], lost: u32) {
         for (j, st) in jobs.iter().zip(states) {
-            let (dev, what, asked) = match st {
-                JobState::Listening { asked, .. } => (j.server, "had not listened", *asked),
-                JobState::Measuring { asked, .. } => (j.client, "had not sent its figures", *asked),
+            // A client inside the time its tests take when every one stalls (a probe of a
+            // dead path, a frozen peer) is at work, not silent.
+            let (dev, what, asked, working) = match st {
+                JobState::Listening { asked, .. } => {
+                    (j.server, "had not listened", *asked, Duration::ZERO)
+                }
+                JobState::Measuring { asked, .. } => {
+                    (j.client, "had not sent its figures", *asked, j.worst_case())
+                }
                 JobState::Done(_) => continue,
             };
             let rank = self.bus.rank_of[dev.host];
-            // A client inside the time its tests take when every one stalls (a probe of a
-            // dead path, a frozen peer) is at work, not silent.
-            let working = match st {
-                JobState::Measuring { .. } => j.worst_case(),
-                _ => Duration::ZERO,
-            };
             if rank != lost && asked.elapsed() >= SILENT_AT_LOSS + working {
                 self.silent_ranks.entry(rank).or_insert_with(|| {
                     format!(

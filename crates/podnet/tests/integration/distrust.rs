@@ -369,7 +369,6 @@ fn a_rank_that_heartbeats_but_never_answers_is_named_beside_a_rank_that_dies() {
         suspects.iter().any(|(c, e)| c == "h2" && e.contains("stopped answering")),
         "{suspects:?}"
     );
-    eprintln!("suspects: {suspects:?}");
     assert!(
         suspects.iter().any(|(c, e)| c == "h1" && e.contains("answers heartbeats")),
         "the silent rank is named: {suspects:?}"
