@@ -459,7 +459,11 @@ impl PodAgent {
             chan: Mutex::new(chan),
             delivered: Condvar::new(),
             wake,
-            prober: Mutex::new(Prober::new(pod, me, cfg.probe, now)),
+            prober: Mutex::new({
+                let mut p = Prober::new(pod, me, cfg.probe, now);
+                p.set_routes(&cfg.routes);
+                p
+            }),
             status: Mutex::new(Status {
                 host: pod.hosts[me].name.clone(),
                 index: me,
@@ -1365,15 +1369,14 @@ impl<'a> Control<'a> {
                 .iter()
                 .filter_map(|(h, _)| Some((*h, self.decoded.get(h)?.1.clone())))
                 .collect();
-            // The rails named before stay while their losses stay above the background.
-            let held: BTreeSet<Dev> = self
+            // The rails and links named before stay while their losses stay above the
+            // background.
+            let held: BTreeSet<Component> = self
                 .located
                 .iter()
                 .flat_map(|l| &l.found)
-                .filter_map(|f| match f.at {
-                    Component::Rail(d) => Some(d),
-                    _ => None,
-                })
+                .filter(|f| matches!(f.at, Component::Rail(_) | Component::TorSpine { .. }))
+                .map(|f| f.at.clone())
                 .collect();
             let mut found = locate::locate_held(
                 &self.inner.cfg.pod,

@@ -251,7 +251,7 @@ pub fn cable_loss(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::test_pod;
 
@@ -352,11 +352,11 @@ mod tests {
     }
 
     /// A xorshift stream of coin tosses.
-    struct Coin(u64);
+    pub(crate) struct Coin(pub(crate) u64);
 
     impl Coin {
         /// Lost, with probability `per_100k` in 100,000.
-        fn lost(&mut self, per_100k: u64) -> bool {
+        pub(crate) fn lost(&mut self, per_100k: u64) -> bool {
             self.0 ^= self.0 << 13;
             self.0 ^= self.0 >> 7;
             self.0 ^= self.0 << 17;

@@ -11,6 +11,7 @@ pub mod member;
 pub mod probe;
 pub mod route;
 pub mod seal;
+pub mod uplink;
 
 /// `hosts` hosts of `rails` rails on soft devices, `per` hosts under each ToR of a rail.
 #[cfg(test)]

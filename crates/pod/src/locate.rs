@@ -95,15 +95,16 @@ pub fn locate_routed(
     locate_held(pod, me, health, reports, routes, &BTreeSet::new())
 }
 
-/// [`locate_routed`], with the pod's per-component loss test ([`crate::cable`]) holding
-/// the cables named before (`held`) while their losses stay above the background.
+/// [`locate_routed`], with the pod's per-component loss tests ([`crate::cable`],
+/// [`crate::uplink`]) holding the cables and the ToRs' links to spines named before (`held`)
+/// while their losses stay above the background.
 pub fn locate_held(
     pod: &Pod,
     me: usize,
     health: &BTreeMap<u16, Health>,
     reports: &BTreeMap<u16, Report>,
     routes: &Routes,
-    held: &BTreeSet<Dev>,
+    held: &BTreeSet<Component>,
 ) -> Vec<Finding> {
     let name = |h: usize| Component::Host(h).name(pod);
     let mut out = Vec::new();
@@ -286,8 +287,84 @@ pub fn locate_held(
                 .map(|s| Finding::from_suspect(s, true, false)),
         );
     }
-    cables(pod, reports, &excluded, held, &mut out);
+    let held_cables: BTreeSet<Dev> = held
+        .iter()
+        .filter_map(|c| if let Component::Rail(d) = c { Some(*d) } else { None })
+        .collect();
+    cables(pod, reports, &excluded, &held_cables, &mut out);
+    let held_links: BTreeSet<(String, usize)> = held
+        .iter()
+        .filter_map(|c| match c {
+            Component::TorSpine { tor, spine } => Some((tor.clone(), *spine)),
+            _ => None,
+        })
+        .collect();
+    uplinks(pod, reports, &excluded, &held_links, &mut out);
     out
+}
+
+/// The ToRs' links to spines the per-link loss test names, where nothing named covers them
+/// (the link itself, its ToR or a device under it, its spine); the `link`s and spine paths
+/// across such a link are its.
+fn uplinks(
+    pod: &Pod,
+    reports: &BTreeMap<u16, Report>,
+    excluded: &BTreeSet<usize>,
+    held: &BTreeSet<(String, usize)>,
+    out: &mut Vec<Finding>,
+) {
+    for l in crate::uplink::link_loss(pod, reports, excluded, held) {
+        let covers = |at: &Component| match at {
+            Component::Tor(t) | Component::SpineLinks(t) | Component::TorSpine { tor: t, .. } => {
+                *t == l.tor
+            }
+            Component::Rail(d) => pod.rail(*d).tor == l.tor,
+            Component::Spine { spine, .. } => spine.is_none_or(|s| s == l.spine),
+            _ => false,
+        };
+        if out.iter().any(|f| covers(&f.at)) {
+            continue;
+        }
+        // Paths and spine paths between its ToR and another are its.
+        out.retain(|f| match &f.at {
+            Component::Path(a, b) => {
+                let (x, y) = (&pod.rail(*a).tor, &pod.rail(*b).tor);
+                x == y || (*x != l.tor && *y != l.tor)
+            }
+            Component::SpinePath(x, y) => *x != l.tor && *y != l.tor,
+            _ => true,
+        });
+        let at = Component::TorSpine { tor: l.tor.clone(), spine: l.spine };
+        let share = f64::from(l.lost) / f64::from(l.judged.max(1));
+        let twin = l.twin.as_ref().map_or(String::new(), |t| {
+            format!(
+                " (or {t}'s link to spine {}: every probe across the one crosses the other, in a \
+                 plane of two ToRs)",
+                l.spine
+            )
+        });
+        out.push(Finding {
+            kind: "spine-link".into(),
+            component: at.name(pod),
+            severity: "error".into(),
+            confidence: share,
+            evidence: format!(
+                "{} of the {} small probes whose round trip crossed it in the last {} s were lost \
+                 ({:.1} %), against {:.2} % on the pod's other ToR–spine links (P = {:.0e} by \
+                 chance){twin}: random loss on the link or its ports, below what any one path's \
+                 window shows",
+                l.lost,
+                l.judged,
+                crate::probe::ProbeConfig::default().horizon.as_secs(),
+                100.0 * share,
+                100.0 * l.background,
+                l.p_value
+            ),
+            paths: vec![],
+            at,
+            partial: false,
+        });
+    }
 }
 
 /// The cables the per-component loss test names, where the path verdicts named neither

@@ -220,6 +220,10 @@ pub struct PathStats {
     recent: VecDeque<Outcome>,
     /// Small probes judged and lost, per second of the horizon (seconds since the epoch).
     buckets: VecDeque<(u64, u32, u32)>,
+    /// The small probes of the horizon to another ToR whose spines are known (see
+    /// [`Prober::set_routes`]): (second since the epoch, the two spines its round trip
+    /// crossed, the lower first, lost).
+    crossings: VecDeque<(u64, [u8; 2], bool)>,
     /// Small probes lost among `recent`.
     recent_small_lost: usize,
     /// The last firm split of the small probes' losses by port: a path that fails for some
@@ -280,6 +284,23 @@ pub const LOSSY_SHARE: f64 = 0.02;
 pub const LARGE_MIN: usize = 2;
 
 impl PathStats {
+    /// Forgets its horizon: its per-second counts and its crossings.
+    fn clear_horizon(&mut self) {
+        self.buckets.clear();
+        self.crossings.clear();
+    }
+
+    /// Its crossings over the horizon: (the two spines, judged, lost) per pair of spines.
+    fn crossings(&self) -> Vec<([u8; 2], u32, u32)> {
+        let mut by: BTreeMap<[u8; 2], (u32, u32)> = BTreeMap::new();
+        for (_, spines, lost) in &self.crossings {
+            let e = by.entry(*spines).or_default();
+            e.0 += 1;
+            e.1 += u32::from(*lost);
+        }
+        by.into_iter().map(|(s, (n, k))| (s, n, k)).collect()
+    }
+
     /// Its last [`DEAD_AFTER`] small probes were all lost (and it has sent that many).
     fn last_small_lost(&self) -> bool {
         let last = self.recent.iter().rev().filter(|o| !o.large).take(DEAD_AFTER);
@@ -437,6 +458,9 @@ pub struct JudgedPath {
     pub lost: [u64; 2],
     /// Small probes (judged, lost) over the horizon.
     pub horizon: (u32, u32),
+    /// Small probes (the two spines crossed, judged, lost) over the horizon, per pair of
+    /// spines, where the path leads to another ToR and its routes are known.
+    pub crossings: Vec<([u8; 2], u32, u32)>,
 }
 
 /// One path in a host's report.
@@ -507,7 +531,33 @@ pub struct Report {
     /// pod's per-component loss test reads (empty in a pod that loses nothing, so that a
     /// calm pod's reports stay the same bytes).
     pub horizon: Vec<RailLoss>,
+    /// Where [`Report::horizon`] is not empty and the routes are known: its small probes to
+    /// other ToRs over the horizon by the spines they crossed, what the pod's per-link loss
+    /// test reads ([`crate::uplink`]).
+    pub crossings: Vec<Crossings>,
 }
+
+/// A rail's small probes to the devices under one other ToR over the horizon whose round
+/// trip crossed the same two spines (out through one, back through the other; the same one
+/// twice where both ways hash onto it): every one of them crossed the rail's ToR's links to
+/// those spines and the other ToR's.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Crossings {
+    /// This host's rail.
+    pub rail: u8,
+    /// The other ToR: its index in [`topology::Pod::tors`].
+    pub tor: u16,
+    /// The two spines, the lower first.
+    pub spines: [u8; 2],
+    /// Small probes judged …
+    pub judged: u32,
+    /// … and lost.
+    pub lost: u32,
+}
+
+/// A report lists at most this many [`Crossings`] (those that lost most, then the most
+/// judged): 3 other ToRs × 10 pairs of 4 spines × 2 rails fit.
+pub const CROSSINGS_LISTED: usize = 64;
 
 /// One rail's small probes over the horizon ([`ProbeConfig::horizon`]), where it lost any.
 /// Counts of probes judged are rounded to [`HORIZON_STEP`] (they grow every round; a
@@ -577,6 +627,8 @@ struct Wire {
     truncated: u32,
     /// The report's [`Report::horizon`].
     horizon: Vec<RailLoss>,
+    /// The report's [`Report::crossings`].
+    crossings: Vec<Crossings>,
 }
 
 /// The most bytes a report takes on the wire (it rides in a membership datagram).
@@ -626,6 +678,7 @@ impl Report {
             bad,
             truncated: 0,
             horizon: self.horizon.clone(),
+            crossings: self.crossings.clone(),
         };
         loop {
             let b = postcard::to_allocvec(&w).unwrap_or_default();
@@ -662,7 +715,13 @@ impl Report {
                 }
             }
         }
-        Some(Report { host: w.host, host_loop: w.host_loop, paths, horizon: w.horizon })
+        Some(Report {
+            host: w.host,
+            host_loop: w.host_loop,
+            paths,
+            horizon: w.horizon,
+            crossings: w.crossings,
+        })
     }
 }
 
@@ -710,6 +769,11 @@ pub struct Prober {
     retry: Vec<(usize, Dev, u16, bool)>,
     /// The second (since the epoch) the horizon's buckets were last pruned.
     pruned_at: u64,
+    /// The two spines (the lower first) each probe to another ToR crosses, by (rail, device
+    /// probed, UDP source port), where the routes are known ([`Prober::set_routes`]).
+    spines: HashMap<(usize, Dev, u16), [u8; 2]>,
+    /// Each device's ToR: its index in [`topology::Pod::tors`].
+    tor_of: HashMap<Dev, u16>,
 }
 
 /// A probe that timed out.
@@ -742,6 +806,11 @@ impl Prober {
     pub fn new(pod: &Pod, me: usize, cfg: ProbeConfig, now: Instant) -> Prober {
         let rails = pod.hosts.get(me).map_or(0, |h| h.rails.len());
         let tors = pod.tors();
+        let tor_of = tors
+            .iter()
+            .enumerate()
+            .flat_map(|(i, (_, ds))| ds.iter().map(move |d| (*d, i as u16)))
+            .collect();
         let targets = (0..rails)
             .map(|r| {
                 let mine = Dev { host: me, rail: r };
@@ -783,7 +852,27 @@ impl Prober {
             lost: Vec::new(),
             retry: Vec::new(),
             pruned_at: 0,
+            spines: HashMap::new(),
+            tor_of,
         }
+    }
+
+    /// The spines each pair's probes cross from each port (the plan's route command's
+    /// answers): this host's small probes to other ToRs are then counted by the spines they
+    /// crossed ([`Report::crossings`]).
+    pub fn set_routes(&mut self, routes: &topology::route::Routes) {
+        self.spines = routes
+            .iter()
+            .filter_map(|(((a, b), port), s)| {
+                let (mine, other) = match (a.host == self.me, b.host == self.me) {
+                    (true, false) => (*a, *b),
+                    (false, true) => (*b, *a),
+                    _ => return None,
+                };
+                let (lo, hi) = (s[0].min(s[1]), s[0].max(s[1]));
+                Some(((mine.rail, other, *port), [u8::try_from(lo).ok()?, u8::try_from(hi).ok()?]))
+            })
+            .collect();
     }
 
     /// The configuration.
@@ -886,10 +975,13 @@ impl Prober {
                 while st.buckets.front().is_some_and(|b| b.0 < oldest) {
                     st.buckets.pop_front();
                 }
+                while st.crossings.front().is_some_and(|c| c.0 < oldest) {
+                    st.crossings.pop_front();
+                }
                 // A dead path's losses are its verdict's: once healed, the horizon starts
                 // afresh rather than naming its cable for the 30 s its losses would stay.
                 if st.last_small_lost() {
-                    st.buckets.clear();
+                    st.clear_horizon();
                 }
             }
         }
@@ -1006,7 +1098,7 @@ impl Prober {
     /// lost meanwhile is its CPU's, not a cable's.
     pub fn forget_horizon(&mut self) {
         for st in self.paths.values_mut() {
-            st.buckets.clear();
+            st.clear_horizon();
         }
     }
 
@@ -1025,7 +1117,7 @@ impl Prober {
             // The first answer after a dead stretch: the outage's losses, before and around
             // its verdict, are the verdict's, not a cable's that loses at random.
             if st.last_small_lost() {
-                st.buckets.clear();
+                st.clear_horizon();
             }
         }
         if !p.large {
@@ -1036,6 +1128,9 @@ impl Prober {
                     b.2 += u32::from(rtt.is_none());
                 }
                 _ => st.buckets.push_back((sec, 1, u32::from(rtt.is_none()))),
+            }
+            if let Some(spines) = self.spines.get(&(p.rail, p.dst, p.port)) {
+                st.crossings.push_back((sec, *spines, rtt.is_none()));
             }
         }
         let horizon = now.checked_sub(self.cfg.window).unwrap_or(self.epoch);
@@ -1074,6 +1169,7 @@ impl Prober {
                 sent: st.sent,
                 lost: st.lost,
                 horizon: st.buckets.iter().fold((0, 0), |(n, k), b| (n + b.1, k + b.2)),
+                crossings: st.crossings(),
             })
             .collect()
     }
@@ -1139,7 +1235,38 @@ impl Prober {
                 }
             })
             .collect();
-        Report { host: self.me as u16, host_loop, paths, horizon: horizon_of(judged) }
+        let horizon = horizon_of(judged);
+        let crossings = if horizon.is_empty() { vec![] } else { self.crossings_of(judged) };
+        Report { host: self.me as u16, host_loop, paths, horizon, crossings }
+    }
+
+    /// [`Report::crossings`] from paths already judged: per rail, other ToR and pair of
+    /// spines.
+    fn crossings_of(&self, judged: &[JudgedPath]) -> Vec<Crossings> {
+        let mut by: BTreeMap<(u8, u16, [u8; 2]), (u32, u32)> = BTreeMap::new();
+        for jp in judged {
+            let (rail, d) = jp.key;
+            let Some(&tor) = self.tor_of.get(&d) else { continue };
+            for &(spines, n, k) in &jp.crossings {
+                let e = by.entry((rail as u8, tor, spines)).or_default();
+                e.0 += n;
+                e.1 += k;
+            }
+        }
+        let mut out: Vec<Crossings> = by
+            .into_iter()
+            .map(|((rail, tor, spines), (judged, lost))| Crossings {
+                rail,
+                tor,
+                spines,
+                judged,
+                lost,
+            })
+            .collect();
+        out.sort_by_key(|c| (std::cmp::Reverse(c.lost), std::cmp::Reverse(c.judged)));
+        out.truncate(CROSSINGS_LISTED);
+        out.sort_by_key(|c| (c.rail, c.tor, c.spines));
+        out
     }
 
     /// How many probes this host sends per round, small and near-MTU (in a healthy pod a
@@ -1530,5 +1657,54 @@ mod tests {
         assert_eq!(horizons.last().unwrap(), &Vec::<RailLoss>::new());
         let clean = Prober::new(&pod, 1, cfg, t0);
         assert!(clean.broadcast(LoopHealth::default()).horizon.is_empty());
+    }
+
+    #[test]
+    fn probes_to_other_tors_are_counted_by_the_spines_they_crossed() {
+        // h0 of 4 hosts (2 per ToR, one rail, two spines): from even ports a probe to h2 or
+        // h3 goes out and back through spine 0, from odd ones out through 0 and back through
+        // 1; after 5 s one in three probes of the odd ports to h3 is lost.
+        let pod = pod(4, 1, 2);
+        let t0 = Instant::now();
+        let cfg = ProbeConfig { large: 0, ..Default::default() };
+        let mut routes = topology::route::Routes::new();
+        let h0 = Dev { host: 0, rail: 0 };
+        for host in [2, 3] {
+            for i in 0..cfg.ports {
+                routes.insert(((h0, Dev { host, rail: 0 }), cfg.port(i)), [0, i % 2]);
+            }
+        }
+        let mut p = Prober::new(&pod, 0, cfg, t0);
+        p.set_routes(&routes);
+        let (mut odd_to_h3, mut lost) = (0, 0);
+        for k in 0..100u32 {
+            let now = t0 + cfg.period * k;
+            assert!(k > 50 || p.broadcast(LoopHealth::default()).crossings.is_empty());
+            for o in p.poll(now, &[NO_ADDR], &[1]) {
+                let odd = (usize::from(o.port) - 0xF000) / 7 % 2 == 1;
+                if k >= 50 && o.dst.host == 3 && odd {
+                    odd_to_h3 += 1;
+                    if odd_to_h3 % 3 == 1 {
+                        lost += 1;
+                        continue;
+                    }
+                }
+                p.on_reply(&o.packet.answer(0, 0), now + Duration::from_micros(50));
+            }
+        }
+        // Probes lost after the last poll are not judged yet.
+        p.poll(t0 + cfg.period * 100 + cfg.timeout, &[NO_ADDR], &[1]);
+        let r = p.broadcast(LoopHealth::default());
+        let c: Vec<([u8; 2], u32, u32)> =
+            r.crossings.iter().map(|c| (c.spines, c.judged, c.lost)).collect();
+        assert_eq!(r.crossings.iter().map(|c| (c.rail, c.tor)).collect::<Vec<_>>(), [(0, 1); 2]);
+        // 10 s of probes, one to ToR rack1 a round: half through spine 0 twice, none lost …
+        assert_eq!(c[0].0, [0, 0]);
+        assert_eq!(c[0].2, 0, "{c:?}");
+        // … half out through 0, back through 1: those to h3 lost from 5 s on.
+        assert_eq!(c[1].0, [0, 1]);
+        assert!(c[1].2 == lost && lost >= 5, "{c:?}, {lost} lost");
+        assert!(c[0].1 + c[1].1 >= 100, "{c:?}");
+        assert_eq!(Report::decode(&r.encode()).unwrap().crossings, r.crossings);
     }
 }
