@@ -34,8 +34,9 @@
 #       set lower: the host does not know, and its large frames vanish there)
 #   scripts/emupod.sh host NAME HOST freeze|thaw|kill|cpu PCT
 #       a cgroup per host (v1 cpu and freezer, where mounted; else signals): freeze stops
-#       every process of the host at once, cpu limits the host to PCT % of one core (100 or
-#       more: no limit)
+#       every process of the host at once, cpu limits the host to PCT % of one core and runs
+#       a busy loop there that takes what its own processes leave (100 or more: no limit, no
+#       loop)
 #   scripts/emupod.sh tor NAME TOR loss PCT
 #       the ToR drops PCT % of the RoCE packets at each of its ports, in and out (nftables;
 #       0 clears)
@@ -250,7 +251,7 @@ NFT
 
 down_ns() {
   local ns i f
-  for f in "$state".flap.*; do
+  for f in "$state".flap.* "$state".hog.*; do
     [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; rm -f "$f"
   done
   for ((i = 0; i < ${HOSTS:-0}; i++)); do cg_down "$i"; done
@@ -487,7 +488,16 @@ case $cmd in
         [[ ${3:-} =~ ^[0-9]+$ ]] && [ "$3" -ge 1 ] || { echo "emupod: cpu PCT (of one core, 1 or more)" >&2; exit 2; }
         [ -n "$c" ] && [ -d "$c" ] || { echo "emupod: no cpu cgroup controller here" >&2; exit 2; }
         echo 100000 > "$c/cpu.cfs_period_us"
-        if [ "$3" -ge 100 ]; then echo -1 > "$c/cpu.cfs_quota_us"; else echo $(( $3 * 1000 )) > "$c/cpu.cfs_quota_us"; fi
+        # The host's other work: a busy loop in its cgroup takes what the limit leaves (a
+        # limit alone starves nothing that needs less).
+        if [ -f "$state.hog.$1" ]; then kill "$(cat "$state.hog.$1")" 2>/dev/null || true; rm -f "$state.hog.$1"; fi
+        if [ "$3" -ge 100 ]; then
+          echo -1 > "$c/cpu.cfs_quota_us"
+        else
+          echo $(( $3 * 1000 )) > "$c/cpu.cfs_quota_us"
+          setsid bash "$0" exec "$name" "$1" sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &
+          echo $! > "$state.hog.$1"
+        fi
         ;;
       *) usage ;;
     esac
