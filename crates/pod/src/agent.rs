@@ -306,6 +306,8 @@ struct RailIo {
     slot: usize,
     free: Mutex<SendSlots>,
     addr: IpAddr,
+    /// The port's active MTU, bytes: the largest probe it carries.
+    mtu: usize,
 }
 
 struct Inner {
@@ -350,6 +352,7 @@ fn open_rail(pod: &Pod, me: usize, r: usize, probe: &ProbeConfig) -> Result<Rail
     let err = |source| Error::Device { rail: r, device: device.clone(), source };
     let opts = ContextOptions { progress: Progress::Event, ..Default::default() };
     let ctx = providers::open(&device, &opts).map_err(err)?;
+    let port_mtu = ctx.query_port().active_mtu.bytes() as usize;
     let channel = ctx.create_comp_channel().map_err(err)?;
     // The probe QP's and every channel QP's completions.
     let cq = ctx.create_cq(16384, Some(&channel)).map_err(err)?;
@@ -394,6 +397,7 @@ fn open_rail(pod: &Pod, me: usize, r: usize, probe: &ProbeConfig) -> Result<Rail
         slot,
         free: Mutex::new(SendSlots { free: (0..SENDS).collect(), ..SendSlots::default() }),
         addr,
+        mtu: port_mtu,
     })
 }
 
@@ -404,7 +408,9 @@ fn unix_ms() -> u64 {
 impl PodAgent {
     /// Opens this host's rails, binds the membership channel on each, joins the pod and
     /// starts probing.
-    pub fn start(cfg: AgentConfig, observer: Arc<dyn Observer>) -> Result<PodAgent, Error> {
+    /// Near-MTU probes larger than a rail's active MTU would be lost on every path: they are
+    /// sent at the smallest rail's (see [`PodAgent::probe_large`]).
+    pub fn start(mut cfg: AgentConfig, observer: Arc<dyn Observer>) -> Result<PodAgent, Error> {
         let pod = &cfg.pod;
         let me = cfg.me;
         if me >= pod.hosts.len() {
@@ -433,6 +439,9 @@ impl PodAgent {
         let rails: Vec<RailIo> = (0..pod.hosts[me].rails.len())
             .map(|r| open_rail(pod, me, r, &cfg.probe))
             .collect::<Result<_, _>>()?;
+        if let Some(fits) = rails.iter().map(|r| r.mtu).min() {
+            cfg.probe.large = cfg.probe.large.min(fits);
+        }
         let mut sockets = Vec::new();
         for rail in &rails {
             let mut on_rail = Vec::with_capacity(CONTROL_SOURCE_PORTS);
@@ -508,6 +517,12 @@ impl PodAgent {
     /// This host's probe UD QPs, by rail (where its peers' probes go).
     pub fn probe_qpns(&self) -> Vec<u32> {
         self.inner.rails.iter().map(|r| r.qp.qpn().get()).collect()
+    }
+
+    /// Bytes of the near-MTU probes sent: what was asked, or the smallest rail's active MTU
+    /// where that is less (0: none).
+    pub fn probe_large(&self) -> usize {
+        self.inner.cfg.probe.large
     }
 
     /// The agent's state now.

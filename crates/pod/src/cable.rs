@@ -351,6 +351,26 @@ pub(crate) mod tests {
         assert_eq!(named(&pod, &r), [], "a ToR's losses");
     }
 
+    #[test]
+    fn a_device_whose_tor_mate_loses_too_is_not_a_cable() {
+        // 3 hosts per ToR: h0 loses 3 probes of every path (24 of 700, named alone), its
+        // ToR mate h1 2 of every path to the other ToRs (12 of 612 with h0's left out:
+        // P ≈ 10⁻⁶ at the others' 0.33 %, between the bars; never a cable itself, as it
+        // loses nothing under its ToR). Its ToR's uplinks lose, not h0's cable: nothing named.
+        let pod = test_pod(9, 1, 3);
+        let dev = |h| Dev { host: h, rail: 0 };
+        let away = |a: Dev, b: Dev| a == dev(1) && b.host / 3 != 0;
+        let loss = |a: Dev, b: Dev| match (a, b) {
+            _ if a == dev(0) || b == dev(0) => 3,
+            _ if away(a, b) || away(b, a) => 2,
+            _ => 0,
+        };
+        assert_eq!(named(&pod, &reports(&pod, 700, &loss)), []);
+        // Its mate clean: h0's cable.
+        let loss = |a: Dev, b: Dev| 3 * u32::from(a == dev(0) || b == dev(0));
+        assert_eq!(named(&pod, &reports(&pod, 700, &loss)), [dev(0)]);
+    }
+
     /// A xorshift stream of coin tosses.
     pub(crate) struct Coin(pub(crate) u64);
 

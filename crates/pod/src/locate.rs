@@ -521,6 +521,42 @@ mod tests {
     }
 
     #[test]
+    fn a_tor_spine_link_losing_below_every_path_window_is_named_and_its_links_are_its() {
+        // Three ToRs of two hosts, three spines; rack1's link to spine 2 loses 2 % each way;
+        // one pair across it (h0 <-> h2) had a lossy window.
+        let pod = Pod { spines: Some(3), ..test_pod(6, 1, 2) };
+        let mut coin = crate::cable::tests::Coin(0x3c6e_f372_fe94_f82b);
+        let drawn = crate::uplink::tests::drawn(
+            &pod,
+            3,
+            144,
+            &mut coin,
+            &|t, s| if (t, s) == (1, 2) { 2_000 } else { 0 },
+            &|_, _| 0,
+        );
+        let mut r = reports(&pod, &|a, b| match (a.host, b.host) {
+            (0, 2) | (2, 0) => (PathState::Lossy, vec![], vec![]),
+            _ => (PathState::Ok, vec![], vec![]),
+        });
+        let f = locate(&pod, 0, &alive(6), &r);
+        assert_eq!(kinds(&f), [("link".into(), "h0.r0 <-> h2.r0".into())], "{f:#?}");
+        for (h, rep) in drawn {
+            let mine = r.get_mut(&h).unwrap();
+            mine.crossings = rep.crossings;
+            // The per-link counts ride with the rails' own (a host that lost nothing sends none).
+            mine.horizon.push(RailLoss { rail: 0, judged: 600, lost: 1, paths: vec![] });
+        }
+        let f = locate(&pod, 0, &alive(6), &r);
+        let link = Component::TorSpine { tor: "rack1-rail0".into(), spine: 2 };
+        assert_eq!(kinds(&f), [("spine-link".into(), link.name(&pod))], "{f:#?}");
+        assert!(f[0].evidence.contains("against"), "{}", f[0].evidence);
+        // Held once named, at the hold bar.
+        let held = BTreeSet::from([link]);
+        let f = locate_held(&pod, 0, &alive(6), &r, &Routes::new(), &held);
+        assert_eq!(f.len(), 1, "{f:#?}");
+    }
+
+    #[test]
     fn a_cable_losing_below_every_path_window_is_named_by_its_probes_pooled() {
         // Every path `ok` (no window shows the loss), one `link` failing through h5.r1, and
         // h5.r1's rail losing 14 of 640 probes over the horizon, to devices under 3 ToRs; its

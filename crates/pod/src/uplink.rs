@@ -187,7 +187,7 @@ pub fn link_loss(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::cable::tests::Coin;
     use crate::test_pod;
@@ -198,7 +198,7 @@ mod tests {
     /// `spines` spines; a probe crosses its own ToR's link and the other's to each, and is
     /// lost at each crossing with probability `loss(tor, spine)` in 100,000, and on the way
     /// with `cable(src, dst)` in 100,000.
-    fn drawn(
+    pub(crate) fn drawn(
         pod: &Pod,
         spines: u8,
         each: u32,

@@ -556,8 +556,9 @@ pub(crate) struct PodOpts {
     #[arg(long, value_name = "SECONDS", default_value_t = 0.1, requires = "pod")]
     pub(crate) probe_period: f64,
 
-    /// Bytes of the near-MTU probe (0: none; at most 4096): each rail sends one every fourth
-    /// round while the pod is healthy, every round while something is wrong.
+    /// Bytes of the near-MTU probe (0: none; at most 4096, and at most the rails' active
+    /// MTU: the smaller is sent, and said at start): each rail sends one every fourth round
+    /// while the pod is healthy, every round while something is wrong.
     #[arg(long, value_name = "BYTES", default_value_t = 4096, requires = "pod")]
     pub(crate) probe_large: usize,
 

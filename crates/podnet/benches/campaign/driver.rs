@@ -40,6 +40,16 @@ pub(crate) struct Draw {
     pub(crate) kind: Option<Kind>,
     /// What goes wrong.
     pub(crate) faults: Vec<Fault>,
+    /// A clean pod under load: a burn-in's all-to-all saturates every host's link while the
+    /// agents watch (congestion is not a fault).
+    pub(crate) load: bool,
+}
+
+impl Draw {
+    /// The same pod, clean, under a burn-in's load (`agent/1:1/clean-load/0`).
+    pub(crate) fn loaded(self) -> Draw {
+        Draw { id: self.id.replace("/clean/", "/clean-load/"), faults: vec![], load: true, ..self }
+    }
 }
 
 /// The largest pod a draw builds on 2 cores: hosts × rails.
@@ -81,6 +91,7 @@ pub(crate) fn cells(
                     shape,
                     kind,
                     faults,
+                    load: false,
                 });
             }
         }
@@ -257,8 +268,9 @@ fn faults_json(shape: &Shape, faults: &[Fault]) -> Value {
 
 /// A draw's row: what it was, `extra`, and the seconds since `t0`.
 fn row_of(d: &Draw, tool: &str, t0: Instant, extra: Value) -> Value {
+    let kind = if d.load { Some("clean-load") } else { d.kind.map(Kind::as_str) };
     let mut r = json!({
-        "id": d.id, "tool": tool, "shape": d.shape, "kind": d.kind.map(Kind::as_str),
+        "id": d.id, "tool": tool, "shape": d.shape, "kind": kind,
         "faults": faults_json(&d.shape, &d.faults),
     });
     for (k, v) in extra.as_object().into_iter().flatten() {
@@ -453,6 +465,36 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
         }
         std::thread::sleep(w.every);
     }
+    // The load: every host's rail-0 device in a burn-in's all-to-all of 64 KiB SENDs, as
+    // fast as the links go, for the whole watch.
+    let hosts = dir.join("hosts");
+    let _ = std::fs::write(&hosts, env.emupod(&["hostfile", &env.name]).stdout);
+    let burn_out = |h: usize| dir.join(format!("burnin{h}"));
+    let mut burnin: Vec<Child> = if d.load {
+        let secs = (w.fault.as_secs() + 5).to_string();
+        (0..d.shape.hosts())
+            .filter_map(|h| {
+                let out = std::fs::File::create(burn_out(h)).ok()?;
+                let err = out.try_clone().ok()?;
+                env.on(h, &[&p, "burnin", "--hostfile"])
+                    .arg(&hosts)
+                    .args(["-d", &pod.hosts[h].rails[0].device])
+                    .args(["--patterns", "all-to-all", "--sizes", "65536", "--duration", &secs])
+                    .args(["--join-timeout", "30", "--secret-file"])
+                    .arg(&secret)
+                    .stdout(out)
+                    .stderr(err)
+                    .spawn()
+                    .ok()
+            })
+            .collect()
+    } else {
+        vec![]
+    };
+    if d.load {
+        // The ranks joined and their traffic under way.
+        std::thread::sleep(Duration::from_secs(5));
+    }
     let health = Health::start();
     let start = Instant::now();
     let mut snaps: Vec<(f64, Vec<Said>)> = Vec::new();
@@ -505,14 +547,22 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
         std::thread::sleep(w.every);
     }
     let (idle, drops) = health.now(&env.name);
-    for a in &mut agents {
+    // Rank 0's goodput line, and whether every rank was still running (the load held).
+    let burning = burnin.iter_mut().map(|c| c.try_wait()).filter(|w| matches!(w, Ok(None))).count();
+    for a in agents.iter_mut().chain(burnin.iter_mut()) {
         let _ = a.kill();
     }
     // Down first: it thaws and kills what a freeze kept alive; then reap.
     env.down();
-    for a in &mut agents {
+    for a in agents.iter_mut().chain(burnin.iter_mut()) {
         let _ = a.wait();
     }
+    let load = d.load.then(|| {
+        json!({
+            "ranks_running_at_end": burning,
+            "rank0_tail": tail(&std::fs::read_to_string(burn_out(0)).unwrap_or_default(), 600),
+        })
+    });
     let times: Vec<Value> = d
         .faults
         .iter()
@@ -548,6 +598,7 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
     row(json!({
         "valid": idle > MIN_IDLE_PCT && settled.is_some(),
         "settled_after": settled,
+        "load": load,
         "observer": pod.hosts[obs].name,
         "emulator": { "cpu_idle_pct": idle, "qdisc_drops": drops },
         "heal_at": heal_at,

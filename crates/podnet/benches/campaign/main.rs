@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Flags: `--seed N` (default 44), `--tool qualify|agent|both`, `--uplinks 1:1,2:1,…`
-//! (default all four), `--kinds loss,mtu,…|all|clean` (default all and clean), `--per-cell
+//! (default all four), `--kinds loss,mtu,…|all|clean|clean-load` (default all and clean;
+//! `clean-load`: the agents' clean pods under a burn-in's all-to-all at line rate), `--per-cell
 //! N` (5), `--max-mbit M` (host link rates up to M, default 200: 2 cores forward a few
 //! hundred Mbit/s), `--watch S` (an agent draw's fault window, default 40), `--clean-watch S`
 //! (an agent's clean draw, default 60), `--out FILE` (default
@@ -60,10 +61,12 @@ fn main() {
             .map(|u| *Uplink::ALL.iter().find(|x| x.as_str() == u).expect("an uplink class"))
             .collect(),
     };
+    let loaded = flag("--kinds").is_some_and(|l| l.split(',').any(|k| k == "clean-load"));
     let kinds: Vec<Option<Kind>> = match flag("--kinds").as_deref() {
         None | Some("all") => std::iter::once(None).chain(Kind::ALL.map(Some)).collect(),
         Some(l) => l
             .split(',')
+            .filter(|k| *k != "clean-load")
             .map(|k| {
                 (k != "clean")
                     .then(|| *Kind::ALL.iter().find(|x| x.as_str() == k).expect("a fault kind"))
@@ -89,6 +92,11 @@ fn main() {
     let mut draws = Vec::new();
     for &tool in &tools {
         draws.extend(driver::cells(seed, tool, &uplinks, &kinds, per_cell, max_mbit));
+    }
+    if loaded && tools.contains(&Tool::Agent) {
+        // The clean cells' pods, each under a burn-in's load.
+        let clean = driver::cells(seed, Tool::Agent, &uplinks, &[None], per_cell, max_mbit);
+        draws.extend(clean.into_iter().map(driver::Draw::loaded));
     }
     let todo: Vec<&driver::Draw> =
         draws.iter().filter(|d| !done.contains(&id(seed, &d.id))).collect();

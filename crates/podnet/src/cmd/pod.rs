@@ -234,6 +234,14 @@ impl Monitor {
             agent.pod().hosts.len(),
             o.pod_port
         );
+        if agent.probe_large() < o.probe_large {
+            eprintln!(
+                "podnet agent: near-MTU probes of {} bytes, this host's rails' active MTU (not \
+                 the {} asked: larger ones would be lost on every path)",
+                agent.probe_large(),
+                o.probe_large
+            );
+        }
         Ok(Some(Monitor { agent, series }))
     }
 

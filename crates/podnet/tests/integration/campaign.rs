@@ -51,6 +51,7 @@ fn a_mini_campaign_on_a_non_blocking_pod_is_named_right() {
         shape: shape.clone(),
         kind: faults.first().map(|f| f.kind),
         faults,
+        load: false,
     };
     let tor_loss = Fault { strength: 3.0, ..Fault::draw(1, &shape, Kind::TorLoss) };
     let qualify = [
