@@ -306,8 +306,8 @@ struct RailIo {
     slot: usize,
     free: Mutex<SendSlots>,
     addr: IpAddr,
-    /// The port's active MTU, bytes: the largest probe it carries.
-    mtu: usize,
+    /// The port's active MTU: the largest probe and channel packet its links carry.
+    mtu: verbs::Mtu,
 }
 
 struct Inner {
@@ -352,7 +352,7 @@ fn open_rail(pod: &Pod, me: usize, r: usize, probe: &ProbeConfig) -> Result<Rail
     let err = |source| Error::Device { rail: r, device: device.clone(), source };
     let opts = ContextOptions { progress: Progress::Event, ..Default::default() };
     let ctx = providers::open(&device, &opts).map_err(err)?;
-    let port_mtu = ctx.query_port().active_mtu.bytes() as usize;
+    let port_mtu = ctx.query_port().active_mtu;
     let channel = ctx.create_comp_channel().map_err(err)?;
     // The probe QP's and every channel QP's completions.
     let cq = ctx.create_cq(16384, Some(&channel)).map_err(err)?;
@@ -439,7 +439,7 @@ impl PodAgent {
         let rails: Vec<RailIo> = (0..pod.hosts[me].rails.len())
             .map(|r| open_rail(pod, me, r, &cfg.probe))
             .collect::<Result<_, _>>()?;
-        if let Some(fits) = rails.iter().map(|r| r.mtu).min() {
+        if let Some(fits) = rails.iter().map(|r| r.mtu.bytes() as usize).min() {
             cfg.probe.large = cfg.probe.large.min(fits);
         }
         let mut sockets = Vec::new();

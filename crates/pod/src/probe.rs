@@ -226,6 +226,8 @@ pub struct PathStats {
     crossings: VecDeque<(u64, [u8; 2], bool)>,
     /// Small probes lost among `recent`.
     recent_small_lost: usize,
+    /// Probes answered after their timeout (queued behind traffic), since the start.
+    pub late: u64,
     /// The last firm split of the small probes' losses by port: a path that fails for some
     /// ECMP hashes stays split while its losses are in the window (once healed, its ports
     /// answer again and the split would dissolve into plain loss).
@@ -732,6 +734,7 @@ struct ReplyTo {
     qpn: u32,
 }
 
+#[derive(Clone, Copy)]
 struct Pending {
     rail: usize,
     dst: Dev,
@@ -774,7 +777,13 @@ pub struct Prober {
     spines: HashMap<(usize, Dev, u16), [u8; 2]>,
     /// Each device's ToR: its index in [`topology::Pod::tors`].
     tor_of: HashMap<Dev, u16>,
+    /// Probes timed out within [`LATE_FOR`]: an answer that still comes was queued behind
+    /// traffic (congestion), not lost (see [`Prober::on_reply`]).
+    expired: HashMap<u64, Pending>,
 }
+
+/// How long a probe that timed out may still be answered: its loss is then taken back.
+pub const LATE_FOR: Duration = Duration::from_secs(5);
 
 /// A probe that timed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -854,6 +863,7 @@ impl Prober {
             pruned_at: 0,
             spines: HashMap::new(),
             tor_of,
+            expired: HashMap::new(),
         }
     }
 
@@ -959,8 +969,10 @@ impl Prober {
         for s in expired {
             if let Some(p) = self.pending.remove(&s) {
                 self.record(p, None, now);
+                self.expired.insert(s, p);
             }
         }
+        self.expired.retain(|_, p| now.saturating_duration_since(p.sent) < LATE_FOR);
         let mut out = Vec::new();
         if now < self.next_round {
             return out;
@@ -1063,8 +1075,15 @@ impl Prober {
     }
 
     /// A reply arrived at `now`; the answered probe, if it was one of ours still waiting.
+    /// A reply to a probe that timed out less than [`LATE_FOR`] ago takes its loss back: it
+    /// was queued behind traffic, not lost (congestion is not a fault) — the path's window
+    /// and the horizon count it answered.
     pub fn on_reply(&mut self, p: &Packet, now: Instant) -> Option<Answered> {
         if !p.reply || usize::from(p.host) != self.me || p.cookie != self.cookie(p.seq) {
+            return None;
+        }
+        if let Some(late) = self.expired.remove(&p.seq) {
+            self.answered_late(&late, now);
             return None;
         }
         let pend = self.pending.remove(&p.seq)?;
@@ -1099,6 +1118,33 @@ impl Prober {
     pub fn forget_horizon(&mut self) {
         for st in self.paths.values_mut() {
             st.clear_horizon();
+        }
+    }
+
+    /// Probe `p`, counted lost at its timeout, was answered at `now`.
+    fn answered_late(&mut self, p: &Pending, now: Instant) {
+        let sec = p.sent.saturating_duration_since(self.epoch).as_secs();
+        let spines = self.spines.get(&(p.rail, p.dst, p.port)).copied();
+        let Some(st) = self.paths.get_mut(&(p.rail, p.dst)) else { return };
+        st.late += 1;
+        let rtt = now.saturating_duration_since(p.sent);
+        if let Some(o) = st
+            .recent
+            .iter_mut()
+            .find(|o| o.at == p.sent && o.port == p.port && o.large == p.large && o.rtt.is_none())
+        {
+            o.rtt = Some(rtt);
+            st.recent_small_lost -= usize::from(!p.large);
+        }
+        if p.large {
+            return;
+        }
+        if let Some(b) = st.buckets.iter_mut().find(|b| b.0 == sec && b.2 > 0) {
+            b.2 -= 1;
+        }
+        if let Some(c) = st.crossings.iter_mut().find(|c| c.0 == sec && c.2 && Some(c.1) == spines)
+        {
+            c.2 = false;
         }
     }
 
@@ -1657,6 +1703,57 @@ mod tests {
         assert_eq!(horizons.last().unwrap(), &Vec::<RailLoss>::new());
         let clean = Prober::new(&pod, 1, cfg, t0);
         assert!(clean.broadcast(LoopHealth::default()).horizon.is_empty());
+    }
+
+    #[test]
+    fn a_probe_answered_after_its_timeout_was_queued_not_lost() {
+        // h0 of 4 hosts probes for 2 s; every probe to h3 is answered 700 ms late (queued
+        // behind a burn-in: past the 300 ms timeout, within LATE_FOR) until 1 s, then one
+        // is answered 6 s late (gone: lost).
+        let pod = pod(4, 1, 2);
+        let t0 = Instant::now();
+        let cfg = ProbeConfig { large: 0, ..Default::default() };
+        let mut p = Prober::new(&pod, 0, cfg, t0);
+        let mut late: Vec<(Instant, Packet)> = Vec::new();
+        let mut last = None;
+        for k in 0..20u32 {
+            let now = t0 + cfg.period * k;
+            for (at, pk) in late.iter().filter(|(at, _)| *at <= now) {
+                assert!(p.on_reply(pk, *at).is_none(), "a late answer is no round trip");
+            }
+            late.retain(|(at, _)| *at > now);
+            for o in p.poll(now, &[NO_ADDR], &[1]) {
+                let reply = o.packet.answer(0, 0);
+                if o.dst.host != 3 {
+                    p.on_reply(&reply, now + Duration::from_micros(50));
+                } else if k < 10 {
+                    late.push((now + Duration::from_millis(700), reply));
+                } else {
+                    last = Some(reply);
+                }
+            }
+        }
+        let now = t0 + cfg.period * 20 + Duration::from_millis(700);
+        for (at, pk) in &late {
+            p.on_reply(pk, *at);
+        }
+        p.poll(now, &[NO_ADDR], &[1]);
+        let to_h3 = p.paths().find(|(k, _)| k.1.host == 3).map(|(_, st)| st.clone()).unwrap();
+        assert!(to_h3.late >= 4, "{} answered late", to_h3.late);
+        let lost_in_window = to_h3.judge().small.1;
+        // Only the probes of the last second, never answered in time, are lost.
+        assert!(
+            lost_in_window >= 1 && u64::from(lost_in_window) == to_h3.lost[0] - to_h3.late,
+            "{lost_in_window} lost in the window, {} timed out, {} answered late",
+            to_h3.lost[0],
+            to_h3.late
+        );
+        // 6 s on, the last probe's answer is past LATE_FOR: it stays lost.
+        let then = now + LATE_FOR + Duration::from_secs(1);
+        p.poll(then, &[NO_ADDR], &[1]);
+        let before = p.paths().find(|(k, _)| k.1.host == 3).unwrap().1.late;
+        p.on_reply(&last.unwrap(), then);
+        assert_eq!(p.paths().find(|(k, _)| k.1.host == 3).unwrap().1.late, before);
     }
 
     #[test]

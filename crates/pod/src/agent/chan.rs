@@ -442,7 +442,8 @@ impl ChanIo {
                 };
                 let path = Path::new(ip, Qpn::new(qpn));
                 let path = path.with_udp_source_port(key.port).unwrap_or(path);
-                let ok = connect(&c.qp, path, c.psn, their_psn).is_ok();
+                let Some(rail) = rails.get(key.rail) else { return };
+                let ok = connect(&c.qp, path, c.psn, their_psn, rail.mtu).is_ok();
                 c.state = if ok { ConnState::Up } else { ConnState::Failed };
             }
         }
@@ -529,12 +530,13 @@ fn rc_qp(rail: &RailIo, sends: u32, recvs: u32) -> verbs::Result<QueuePair> {
     Ok(qp)
 }
 
-/// Brings `qp` to RTS towards `path`: an ACK timeout of 134 ms and 5 retries (a dead hop
-/// fails in about 0.8 s, if the probes did not move the route first), RNR retried forever
-/// (the receiver's buffers come back).
-fn connect(qp: &QueuePair, path: Path, sq: u32, rq: u32) -> verbs::Result<()> {
+/// Brings `qp` to RTS towards `path` at the rail's active MTU `mtu` (larger packets would
+/// not cross its links): an ACK timeout of 134 ms and 5 retries (a dead hop fails in about
+/// 0.8 s, if the probes did not move the route first), RNR retried forever (the receiver's
+/// buffers come back).
+fn connect(qp: &QueuePair, path: Path, sq: u32, rq: u32, mtu: verbs::Mtu) -> verbs::Result<()> {
     let c = verbs::Connect {
-        path_mtu: verbs::Mtu::Mtu4096,
+        path_mtu: mtu,
         timeout: 15,
         retry_cnt: 5,
         rnr_retry: 7,
@@ -566,6 +568,6 @@ fn accept(
     let mine = psn();
     let path = Path::new(addr, Qpn::new(qpn));
     let path = path.with_udp_source_port(port).unwrap_or(path);
-    connect(&qp, path, mine, their_psn).ok()?;
+    connect(&qp, path, mine, their_psn, rail.mtu).ok()?;
     Some(Accepted { at: Instant::now(), qp, mr, key, psn: mine })
 }

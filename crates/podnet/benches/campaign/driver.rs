@@ -406,6 +406,92 @@ fn observer(shape: &Shape, faults: &[Fault]) -> usize {
         .unwrap_or(0)
 }
 
+/// A clean pod under load: `podnet burnin --resilient` on every host — the all-to-all
+/// over the pod's channels as fast as they go, the pod agent inside each burn-in watching
+/// for `w.fault` — and every finding any host's agent raised meanwhile (each one a false
+/// alarm: congestion is not a fault): its row.
+pub(crate) fn agent_loaded(env: &Env, d: &Draw, w: Watch) -> Value {
+    let t0 = Instant::now();
+    let row = |extra: Value| row_of(d, "agent", t0, extra);
+    let dir = match env.prepare(d) {
+        Ok(dir) => dir,
+        Err(e) => return row(json!({ "valid": false, "error": e })),
+    };
+    let plan = dir.join("pod.toml");
+    let secret = dir.join("secret");
+    let _ = std::fs::write(&secret, "a campaign's pod secret, 32 bytes or more of it\n");
+    let p = env.podnet.to_string_lossy().to_string();
+    let pod = d.shape.pod();
+    let out_of = |h: usize| dir.join(format!("burnin{h}"));
+    let health = Health::start();
+    let children: Vec<(usize, Child)> = (0..d.shape.hosts())
+        .filter_map(|h| {
+            let out = std::fs::File::create(out_of(h)).ok()?;
+            let err = std::fs::File::create(out_of(h).with_extension("err")).ok()?;
+            env.on(h, &[&p, "burnin", "--resilient", "--pod"])
+                .arg(&plan)
+                .args(["--pod-host", &pod.hosts[h].name, "--secret-file"])
+                .arg(&secret)
+                .args(["--probe-large", &d.shape.roce_mtu().to_string()])
+                .args(["--duration", &w.fault.as_secs().to_string(), "--rate-mbit", "0"])
+                .args(["--join-timeout", "30", "--json"])
+                .stdout(out)
+                .stderr(err)
+                .spawn()
+                .ok()
+                .map(|c| (h, c))
+        })
+        .collect();
+    let (_, left) = wait_ranks(children);
+    let (idle, drops) = health.now(&env.name);
+    env.down();
+    for mut c in left {
+        let _ = c.wait();
+    }
+    let reports: Vec<Value> = (0..d.shape.hosts())
+        .map(|h| {
+            let text = std::fs::read_to_string(out_of(h)).unwrap_or_default();
+            serde_json::from_str(text.trim()).unwrap_or(Value::Null)
+        })
+        .collect();
+    let alarms: Vec<Value> = reports
+        .iter()
+        .flat_map(|r| {
+            let host = r["host"].clone();
+            r["finding_events"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|e| e["kind"] == "finding")
+                .map(move |e| json!({"host": host, "at_s": e["at_seconds"], "what": e["text"]}))
+        })
+        .collect();
+    let received: u64 = reports
+        .iter()
+        .flat_map(|r| r["peers"].as_array().cloned().unwrap_or_default())
+        .filter_map(|x| x["received"].as_u64())
+        .sum();
+    let seconds = reports.iter().filter_map(|r| r["seconds"].as_f64()).fold(0.0, f64::max);
+    let all = reports.iter().all(|r| !r.is_null());
+    row(json!({
+        "valid": idle > MIN_IDLE_PCT && all,
+        "emulator": { "cpu_idle_pct": idle, "qdisc_drops": drops },
+        "load": {
+            "hosts_reporting": reports.iter().filter(|r| !r.is_null()).count(),
+            "every_message_once": reports.iter().all(|r| r["ok"] == true),
+            "messages_received": received,
+            "seconds": seconds,
+            "rank0_error_tail": tail(&std::fs::read_to_string(out_of(0).with_extension("err")).unwrap_or_default(), 400),
+        },
+        "timelines": [],
+        "named": [],
+        "extra": alarms,
+        "right": all && alarms.is_empty(),
+        "explained_all": alarms.is_empty(),
+    }))
+}
+
 /// Runs an agent on every host of the pod of `d`, makes its faults once the pod settled,
 /// heals them after `w.fault`, and times what an observer's `pod status` says: its row.
 pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
@@ -465,36 +551,6 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
         }
         std::thread::sleep(w.every);
     }
-    // The load: every host's rail-0 device in a burn-in's all-to-all of 64 KiB SENDs, as
-    // fast as the links go, for the whole watch.
-    let hosts = dir.join("hosts");
-    let _ = std::fs::write(&hosts, env.emupod(&["hostfile", &env.name]).stdout);
-    let burn_out = |h: usize| dir.join(format!("burnin{h}"));
-    let mut burnin: Vec<Child> = if d.load {
-        let secs = (w.fault.as_secs() + 5).to_string();
-        (0..d.shape.hosts())
-            .filter_map(|h| {
-                let out = std::fs::File::create(burn_out(h)).ok()?;
-                let err = out.try_clone().ok()?;
-                env.on(h, &[&p, "burnin", "--hostfile"])
-                    .arg(&hosts)
-                    .args(["-d", &pod.hosts[h].rails[0].device])
-                    .args(["--patterns", "all-to-all", "--sizes", "65536", "--duration", &secs])
-                    .args(["--join-timeout", "30", "--secret-file"])
-                    .arg(&secret)
-                    .stdout(out)
-                    .stderr(err)
-                    .spawn()
-                    .ok()
-            })
-            .collect()
-    } else {
-        vec![]
-    };
-    if d.load {
-        // The ranks joined and their traffic under way.
-        std::thread::sleep(Duration::from_secs(5));
-    }
     let health = Health::start();
     let start = Instant::now();
     let mut snaps: Vec<(f64, Vec<Said>)> = Vec::new();
@@ -547,22 +603,14 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
         std::thread::sleep(w.every);
     }
     let (idle, drops) = health.now(&env.name);
-    // Rank 0's goodput line, and whether every rank was still running (the load held).
-    let burning = burnin.iter_mut().map(|c| c.try_wait()).filter(|w| matches!(w, Ok(None))).count();
-    for a in agents.iter_mut().chain(burnin.iter_mut()) {
+    for a in &mut agents {
         let _ = a.kill();
     }
     // Down first: it thaws and kills what a freeze kept alive; then reap.
     env.down();
-    for a in agents.iter_mut().chain(burnin.iter_mut()) {
+    for a in &mut agents {
         let _ = a.wait();
     }
-    let load = d.load.then(|| {
-        json!({
-            "ranks_running_at_end": burning,
-            "rank0_tail": tail(&std::fs::read_to_string(burn_out(0)).unwrap_or_default(), 600),
-        })
-    });
     let times: Vec<Value> = d
         .faults
         .iter()
@@ -598,7 +646,6 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
     row(json!({
         "valid": idle > MIN_IDLE_PCT && settled.is_some(),
         "settled_after": settled,
-        "load": load,
         "observer": pod.hosts[obs].name,
         "emulator": { "cpu_idle_pct": idle, "qdisc_drops": drops },
         "heal_at": heal_at,

@@ -11,7 +11,8 @@
 //!
 //! Flags: `--seed N` (default 44), `--tool qualify|agent|both`, `--uplinks 1:1,2:1,…`
 //! (default all four), `--kinds loss,mtu,…|all|clean|clean-load` (default all and clean;
-//! `clean-load`: the agents' clean pods under a burn-in's all-to-all at line rate), `--per-cell
+//! `clean-load`: the agents' clean pods under `burnin --resilient`'s all-to-all as fast as
+//! the pod's channels go, its agents watching), `--per-cell
 //! N` (5), `--max-mbit M` (host link rates up to M, default 200: 2 cores forward a few
 //! hundred Mbit/s), `--watch S` (an agent draw's fault window, default 40), `--clean-watch S`
 //! (an agent's clean draw, default 60), `--out FILE` (default
@@ -118,7 +119,7 @@ fn main() {
                     after: Duration::from_secs(35),
                     every: Duration::from_millis(250),
                 };
-                driver::agent(&env, d, w)
+                if d.load { driver::agent_loaded(&env, d, w) } else { driver::agent(&env, d, w) }
             }
         };
         row["id"] = Value::String(id(seed, &d.id));
