@@ -36,15 +36,10 @@ fn main() {
     let flag =
         |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let seed: u64 = flag("--seed").map_or(44, |s| s.parse().expect("--seed N"));
-    let out = flag("--out").map_or_else(
-        || {
-            PathBuf::from(format!(
-                "{}/../../target/campaign/seed-{seed}.jsonl",
-                env!("CARGO_MANIFEST_DIR")
-            ))
-        },
-        PathBuf::from,
-    );
+    // A relative --out is the workspace's (cargo runs a bench in its crate's folder).
+    let root = PathBuf::from(format!("{}/../..", env!("CARGO_MANIFEST_DIR")));
+    let out = flag("--out")
+        .map_or_else(|| root.join(format!("target/campaign/seed-{seed}.jsonl")), |o| root.join(o));
     if args.iter().any(|a| a == "--table") {
         print!("{}", table(&driver::rows(&out), seed));
         return;
