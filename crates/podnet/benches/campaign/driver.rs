@@ -100,6 +100,15 @@ pub(crate) fn cells(
 }
 
 impl Env {
+    /// An agent draw's folder, its plan and the pod's secret (written).
+    fn agent_files(&self, d: &Draw) -> Result<(PathBuf, PathBuf, PathBuf), String> {
+        let dir = self.prepare(d)?;
+        let secret = dir.join("secret");
+        std::fs::write(&secret, "a campaign's pod secret, 32 bytes or more of it\n")
+            .map_err(|e| format!("{}: {e}", secret.display()))?;
+        Ok((dir.clone(), dir.join("pod.toml"), secret))
+    }
+
     fn emupod(&self, args: &[&str]) -> Output {
         Command::new("bash").arg(&self.emupod).args(args).output().expect("bash runs")
     }
@@ -434,13 +443,10 @@ fn observer(shape: &Shape, faults: &[Fault]) -> usize {
 pub(crate) fn agent_loaded(env: &Env, d: &Draw, w: Watch) -> Value {
     let t0 = Instant::now();
     let row = |extra: Value| row_of(d, "agent", t0, extra);
-    let dir = match env.prepare(d) {
-        Ok(dir) => dir,
+    let (dir, plan, secret) = match env.agent_files(d) {
+        Ok(f) => f,
         Err(e) => return row(json!({ "valid": false, "error": e })),
     };
-    let plan = dir.join("pod.toml");
-    let secret = dir.join("secret");
-    let _ = std::fs::write(&secret, "a campaign's pod secret, 32 bytes or more of it\n");
     let p = env.podnet.to_string_lossy().to_string();
     let pod = d.shape.pod();
     let out_of = |h: usize| dir.join(format!("burnin{h}"));
@@ -521,13 +527,10 @@ pub(crate) fn agent_loaded(env: &Env, d: &Draw, w: Watch) -> Value {
 pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
     let t0 = Instant::now();
     let row = |extra: Value| row_of(d, "agent", t0, extra);
-    let dir = match env.prepare(d) {
-        Ok(dir) => dir,
+    let (_, plan, secret) = match env.agent_files(d) {
+        Ok(f) => f,
         Err(e) => return row(json!({ "valid": false, "error": e })),
     };
-    let plan = dir.join("pod.toml");
-    let secret = dir.join("secret");
-    let _ = std::fs::write(&secret, "a campaign's pod secret, 32 bytes or more of it\n");
     let p = env.podnet.to_string_lossy().to_string();
     let pod = d.shape.pod();
     let mut agents: Vec<Child> = (0..d.shape.hosts())
