@@ -527,12 +527,21 @@ pub(crate) fn agent_loaded(env: &Env, d: &Draw, w: Watch) -> Value {
 pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
     let t0 = Instant::now();
     let row = |extra: Value| row_of(d, "agent", t0, extra);
-    let (_, plan, secret) = match env.agent_files(d) {
+    let (dir, plan, secret) = match env.agent_files(d) {
         Ok(f) => f,
         Err(e) => return row(json!({ "valid": false, "error": e })),
     };
     let p = env.podnet.to_string_lossy().to_string();
     let pod = d.shape.pod();
+    // CAMPAIGN_KEEP_STATUS=1: every status the observer gave, and the agents' stderr, in the
+    // draw's folder (a miss read back; some MB a draw).
+    let keep = std::env::var_os("CAMPAIGN_KEEP_STATUS").is_some_and(|v| v == "1");
+    let err = |h: usize| {
+        std::fs::File::create(dir.join(format!("agent{h}.err")))
+            .ok()
+            .filter(|_| keep)
+            .map_or_else(Stdio::null, Stdio::from)
+    };
     let mut agents: Vec<Child> = (0..d.shape.hosts())
         .filter_map(|h| {
             env.on(h, &[&p, "agent", "--pod"])
@@ -541,19 +550,26 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
                 .arg(&secret)
                 .args(["--probe-large", &d.shape.roce_mtu().to_string()])
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(err(h))
                 .spawn()
                 .ok()
         })
         .collect();
     let obs = observer(&d.shape, &d.faults);
+    let kept = std::cell::RefCell::new(Vec::<u8>::new());
     let status = || -> Option<Value> {
         let o = Command::new("ip")
             .args(["netns", "exec", &format!("{}-h{obs}", env.name), &p])
             .args(["pod", "status", "--json", "--timeout", "2"])
             .output()
             .ok()?;
-        serde_json::from_slice(&o.stdout).ok()
+        let v: Value = serde_json::from_slice(&o.stdout).ok()?;
+        if keep {
+            let mut k = kept.borrow_mut();
+            let _ = serde_json::to_writer(&mut *k, &v);
+            k.push(b'\n');
+        }
+        Some(v)
     };
     let findings = |v: &Value| -> Vec<Said> {
         v["findings"]
@@ -631,6 +647,9 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
     }
     let (idle, drops) = health.now(&env.name);
     let hosts_idle = health.hosts_idle();
+    if keep {
+        let _ = std::fs::write(dir.join("status.jsonl"), kept.take());
+    }
     for a in &mut agents {
         let _ = a.kill();
     }
@@ -660,6 +679,15 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
             }
         }
     }
+    // What the observer said, each time it changed (the timeline's flickers, read back).
+    let mut changes: Vec<Value> = Vec::new();
+    let mut last: Option<&Vec<Said>> = None;
+    for (t, s) in &snaps {
+        if last != Some(s) {
+            changes.push(json!({ "t": (t * 10.0).round() / 10.0, "said": s }));
+            last = Some(s);
+        }
+    }
     let named: Vec<Option<bool>> = d
         .faults
         .iter()
@@ -682,12 +710,12 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
         "named": named,
         "extra": extra,
         "shown": shown,
+        "changes": changes,
         "right": right,
         "explained_all": extra.is_empty(),
     }))
 }
 
-/// Waits for `c` at most `limit` (then kills it).
 /// Waits for the ranks: until rank 0 ends (then the others have 10 s to follow it out),
 /// or every other rank ended 60 s ago (rank 0's host frozen or cut off: it writes no
 /// report), or 10 minutes. Rank 0's exit status, and the ranks still running — killed,

@@ -16,7 +16,9 @@
 //! N` (5), `--max-mbit M` (host link rates up to M, default 200: 2 cores forward a few
 //! hundred Mbit/s), `--watch S` (an agent draw's fault window, default 40), `--clean-watch S`
 //! (an agent's clean draw, default 60), `--out FILE` (default
-//! target/campaign/seed-N.jsonl), `--table` (print the table and stop).
+//! target/campaign/seed-N.jsonl), `--only ID,…` (only those draws of the cells the other
+//! flags make, e.g. `agent/3:1/flap/0`: a draw's shape and fault depend on every cell before
+//! it), `--table` (print the table and stop).
 
 #[path = "driver.rs"]
 mod driver;
@@ -94,8 +96,15 @@ fn main() {
         let clean = driver::cells(seed, Tool::Agent, &uplinks, &[None], per_cell, max_mbit);
         draws.extend(clean.into_iter().map(driver::Draw::loaded));
     }
-    let todo: Vec<&driver::Draw> =
-        draws.iter().filter(|d| !done.contains(&id(seed, &d.id))).collect();
+    // --only: the draws named (as the campaign numbers them for these flags), e.g. to run a
+    // miss again.
+    let only: Option<Vec<String>> =
+        flag("--only").map(|l| l.split(',').map(String::from).collect());
+    let todo: Vec<&driver::Draw> = draws
+        .iter()
+        .filter(|d| !done.contains(&id(seed, &d.id)))
+        .filter(|d| only.as_ref().is_none_or(|o| o.contains(&d.id)))
+        .collect();
     eprintln!(
         "campaign seed {seed}: {} draws, {} to run, rows to {}",
         draws.len(),
