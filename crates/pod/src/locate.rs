@@ -47,23 +47,14 @@ impl Finding {
         // One pair's large frames lost: the first near-MTU probes through a bad link fail a
         // pair or two before the others through it have been sent; the link's ToR follows.
         let partial = partial || (large && s.kind == "link");
-        let kind = if large && s.kind != "pod" { "mtu".to_string() } else { s.kind };
-        let evidence = if large {
-            format!(
-                "near-MTU probes lost while small ones pass: {} — frames above some size \
-                 vanish on this path (an MTU set lower on a link, a port that drops large frames)",
-                s.evidence
-            )
-        } else {
-            s.evidence
-        };
+        let s = if large { s.near_mtu() } else { s };
         Finding {
             severity: "error".into(),
-            kind,
+            kind: s.kind,
             component: s.component,
             at: s.at,
             confidence: s.confidence,
-            evidence,
+            evidence: s.evidence,
             paths: s.pairs.into_iter().take(8).collect(),
             partial,
         }

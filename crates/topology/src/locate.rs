@@ -76,6 +76,21 @@ impl Suspect {
         self.checks = checks;
         self
     }
+
+    /// The same, judged from near-MTU probes lost while small ones carried: an `mtu` (the
+    /// whole pod at fault stays `pod`), its evidence saying so. Qualify's and the agent's
+    /// words for it.
+    pub fn near_mtu(self) -> Suspect {
+        Suspect {
+            kind: if self.kind == "pod" { self.kind } else { "mtu".into() },
+            evidence: format!(
+                "near-MTU probes lost while small ones carried: {} — frames above some size \
+                 vanish here (an MTU set lower on a link, a port that drops large frames)",
+                self.evidence
+            ),
+            ..self
+        }
+    }
 }
 
 /// A device is suspected when at least this share of its pairs failed (and two or more).
@@ -571,15 +586,7 @@ pub fn attribute_mtu(pod: &Pod, small: &[PairOutcome], large: &[PairOutcome]) ->
             let l = lost(large, &s.at);
             l.0 >= 2 && share(lost(small, &s.at)) * 3.0 < share(l)
         })
-        .map(|s| Suspect {
-            kind: "mtu".into(),
-            evidence: format!(
-                "near-MTU probes lost while small ones carried: {} — frames above some size \
-                 vanish here (an MTU set lower on a link, a port that drops large frames)",
-                s.evidence
-            ),
-            ..s
-        })
+        .map(Suspect::near_mtu)
         .collect();
     sus.retain(|s| {
         let pairs: Vec<(Dev, Dev)> =
