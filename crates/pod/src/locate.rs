@@ -278,6 +278,14 @@ pub fn locate_held(
                 .map(|s| Finding::from_suspect(s, true, false)),
         );
     }
+    // The ToRs whose own pairs (no spine crossed) lost probes: a ToR, or a cable under it,
+    // not (only) one of its links to a spine.
+    let own_lossy: BTreeSet<String> = pairs
+        .iter()
+        .filter(|((a, b), p)| pod.same_tor(*a, *b) && (p.failed || p.lost > 0))
+        .map(|((a, _), _)| pod.rail(*a).tor.clone())
+        .collect();
+    let verdicts = out.len();
     let held_cables: BTreeSet<Dev> = held
         .iter()
         .filter_map(|c| if let Component::Rail(d) = c { Some(*d) } else { None })
@@ -290,21 +298,63 @@ pub fn locate_held(
             _ => None,
         })
         .collect();
-    uplinks(pod, reports, &excluded, &held_links, &mut out);
+    uplinks(pod, reports, &excluded, &held_links, Verdicts { end: verdicts, own_lossy }, &mut out);
     out
+}
+
+/// What [`uplinks`] needs of the path verdicts: where their findings end in the list (the
+/// per-component tests' follow), and the ToRs whose own pairs lost probes.
+struct Verdicts {
+    end: usize,
+    own_lossy: BTreeSet<String>,
 }
 
 /// The ToRs' links to spines the per-link loss test names, where nothing named covers them
 /// (the link itself, its ToR or a device under it, its spine); the `link`s and spine paths
 /// across such a link are its.
+///
+/// The path verdicts' ToR and its devices are the link's where the ToR's own pairs lost
+/// nothing: a link that loses much — one flapping, whose spine black-holes the flows
+/// hashed onto it while it is down — fails most of its ToR's pairs to other ToRs, and the
+/// verdicts, counting pairs, see every device under the ToR fail. The per-link test has
+/// already weighed the ToR: its background is at least what the ToR's other links lose (a
+/// ToR or a cable under it loses on every spine), so a link it names stands out from them.
+/// So with the spine: the test's background is at least what the spine's links from other
+/// ToRs lose, and a spine the verdicts' tomography folded from this link and a straggler
+/// through another ToR's is the link's.
 fn uplinks(
     pod: &Pod,
     reports: &BTreeMap<u16, Report>,
     excluded: &BTreeSet<usize>,
     held: &BTreeSet<(String, usize)>,
+    verdicts: Verdicts,
     out: &mut Vec<Finding>,
 ) {
+    let mut verdicts_end = verdicts.end;
     for l in crate::uplink::link_loss(pod, reports, excluded, held) {
+        // The verdicts' findings that are the link's: its ToR and the devices under it (the
+        // ToR's own pairs clean), its spine, and the links to that spine (the link itself,
+        // and another ToR's: the tomography's few windows, where stragglers through another
+        // ToR's link decided — the per-link test weighed the spine's other links over the
+        // horizon). Not a size limit: the test counts small probes.
+        let its = |i: usize, f: &Finding| {
+            i < verdicts_end
+                && f.kind != "mtu"
+                && match &f.at {
+                    Component::Tor(t) => *t == l.tor && !verdicts.own_lossy.contains(t),
+                    Component::Rail(d) => {
+                        pod.rail(*d).tor == l.tor && !verdicts.own_lossy.contains(&l.tor)
+                    }
+                    // (In a plane of two ToRs the spine may be the link and its twin: no
+                    // probe tells them apart, and whichever was named first stays.)
+                    Component::Spine { spine, .. } => {
+                        (l.twin.is_none() || held.contains(&(l.tor.clone(), l.spine)))
+                            && spine.is_none_or(|s| s == l.spine)
+                    }
+                    Component::TorSpine { spine, .. } => *spine == l.spine,
+                    _ => false,
+                }
+        };
         let covers = |at: &Component| match at {
             Component::Tor(t) | Component::SpineLinks(t) | Component::TorSpine { tor: t, .. } => {
                 *t == l.tor
@@ -313,9 +363,15 @@ fn uplinks(
             Component::Spine { spine, .. } => spine.is_none_or(|s| s == l.spine),
             _ => false,
         };
-        if out.iter().any(|f| covers(&f.at)) {
+        if out.iter().enumerate().any(|(i, f)| covers(&f.at) && !its(i, f)) {
             continue;
         }
+        let before = out.len();
+        let mut i = 0;
+        out.retain(|f| {
+            i += 1;
+            !its(i - 1, f)
+        });
         // Paths and spine paths between its ToR and another are its.
         out.retain(|f| match &f.at {
             Component::Path(a, b) => {
@@ -325,6 +381,8 @@ fn uplinks(
             Component::SpinePath(x, y) => *x != l.tor && *y != l.tor,
             _ => true,
         });
+        // Only the verdicts' findings went (paths and spine paths are theirs alone).
+        verdicts_end -= before - out.len();
         let at = Component::TorSpine { tor: l.tor.clone(), spine: l.spine };
         let share = f64::from(l.lost) / f64::from(l.judged.max(1));
         let twin = l.twin.as_ref().map_or(String::new(), |t| {
@@ -454,6 +512,24 @@ mod tests {
         out
     }
 
+    /// Adds to `r` the per-link counts of a horizon whose crossings of ToR `t`'s link to
+    /// spine `s` are lost with probability `loss(t, s)` in 100,000 (`each` probes a pair of
+    /// devices, three spines; the rails' own counts ride with them).
+    fn with_crossings(
+        pod: &Pod,
+        r: &mut BTreeMap<u16, Report>,
+        each: u32,
+        seed: u64,
+        loss: &dyn Fn(u16, u8) -> u64,
+    ) {
+        let mut coin = crate::cable::tests::Coin(seed);
+        for (h, rep) in crate::uplink::tests::drawn(pod, 3, each, &mut coin, loss, &|_, _| 0) {
+            let mine = r.get_mut(&h).unwrap();
+            mine.crossings = rep.crossings;
+            mine.horizon.push(RailLoss { rail: 0, judged: 600, lost: 1, paths: vec![] });
+        }
+    }
+
     fn alive(n: usize) -> BTreeMap<u16, Health> {
         (0..n as u16).map(|h| (h, Health::Alive)).collect()
     }
@@ -462,11 +538,14 @@ mod tests {
         f.iter().map(|f| (f.kind.clone(), f.component.clone())).collect()
     }
 
-    #[test]
-    fn with_the_fabrics_routes_a_spine_link_and_a_spine_are_named() {
-        // Three ToRs of one rail, three spines; the spines a probe crosses from each port, out
-        // and back, by a hash of the pair and the port.
-        let pod = Pod { spines: Some(3), ..test_pod(9, 1, 3) };
+    /// The routes of a pod of three spines (the spines a probe crosses from each port, out
+    /// and back, by a hash of the pair and the port), and the path verdicts where the probes
+    /// between ToRs `a` and `b` over spines `[out, back]` are lost when `lost(a, b, spines)`.
+    #[allow(clippy::type_complexity)]
+    fn routed(
+        pod: &Pod,
+    ) -> (Routes, impl Fn(&dyn Fn(&str, &str, [usize; 2]) -> bool) -> BTreeMap<u16, Report> + '_)
+    {
         let cfg = crate::probe::ProbeConfig::default();
         let ports: Vec<u16> = (0..cfg.ports).map(|i| cfg.port(i)).collect();
         let spine = |a: Dev, b: Dev, p: u16| (a.host * 7 + b.host * 3 + usize::from(p) / 7) % 3;
@@ -480,23 +559,34 @@ mod tests {
                 }
             }
         }
+        let r = routes.clone();
         let tor = |d: Dev| pod.rail(d).tor.clone();
-        // Whether a probe between a and b from port p crosses `lost`.
-        let run = |lost: &dyn Fn(&str, &str, [usize; 2]) -> bool| {
-            let r = reports(&pod, &|a, b| {
+        let verdicts = move |lost: &dyn Fn(&str, &str, [usize; 2]) -> bool| {
+            reports(pod, &|a, b| {
                 let (x, y) = if a < b { (a, b) } else { (b, a) };
-                let Some(_) = routes.get(&((x, y), ports[0])) else {
+                let Some(_) = r.get(&((x, y), ports[0])) else {
                     return (PathState::Ok, vec![], vec![]);
                 };
                 let (l, o): (Vec<u16>, Vec<u16>) =
-                    ports.iter().partition(|p| lost(&tor(x), &tor(y), routes[&((x, y), **p)]));
+                    ports.iter().partition(|p| lost(&tor(x), &tor(y), r[&((x, y), **p)]));
                 if l.is_empty() {
                     (PathState::Ok, vec![], vec![])
                 } else {
                     (PathState::Lossy, l, o)
                 }
-            });
-            locate_routed(&pod, 0, &alive(9), &r, &routes)
+            })
+        };
+        (routes, verdicts)
+    }
+
+    #[test]
+    fn with_the_fabrics_routes_a_spine_link_and_a_spine_are_named() {
+        // Three ToRs of one rail, three spines; the spines a probe crosses from each port, out
+        // and back, by a hash of the pair and the port.
+        let pod = Pod { spines: Some(3), ..test_pod(9, 1, 3) };
+        let (routes, verdicts) = routed(&pod);
+        let run = |lost: &dyn Fn(&str, &str, [usize; 2]) -> bool| {
+            locate_routed(&pod, 0, &alive(9), &verdicts(lost), &routes)
         };
         let f = run(&|a, b, s| (a == "rack1-rail0" || b == "rack1-rail0") && s.contains(&2));
         assert_eq!(
@@ -545,6 +635,103 @@ mod tests {
         let held = BTreeSet::from([link]);
         let f = locate_held(&pod, 0, &alive(6), &r, &Routes::new(), &held);
         assert_eq!(f.len(), 1, "{f:#?}");
+    }
+
+    #[test]
+    fn a_link_that_fails_its_tors_pairs_to_other_tors_is_named_not_its_tor() {
+        // rack1's link to spine 2 flapping: its spine black-holes the flows into rack1 hashed
+        // onto it while it is down, and every pair of rack1's devices with other ToRs has
+        // lossy windows — the path verdicts see both its devices fail: its ToR.
+        let pod = Pod { spines: Some(3), ..test_pod(6, 1, 2) };
+        let cross = |a: Dev, b: Dev| (a.host / 2 == 1) != (b.host / 2 == 1);
+        let verdicts = |own: bool| {
+            reports(&pod, &|a, b| {
+                if cross(a, b) || own && a.host / 2 == 1 && b.host / 2 == 1 {
+                    (PathState::Lossy, vec![], vec![])
+                } else {
+                    (PathState::Ok, vec![], vec![])
+                }
+            })
+        };
+        let r = verdicts(false);
+        let f = locate(&pod, 0, &alive(6), &r);
+        assert_eq!(kinds(&f), [("tor".into(), "rack1-rail0".into())], "{f:#?}");
+        let with = |loss: &dyn Fn(u16, u8) -> u64, mut r: BTreeMap<u16, Report>| {
+            with_crossings(&pod, &mut r, 144, 0x9e37_79b9_7f4a_7c15, loss);
+            locate(&pod, 0, &alive(6), &r)
+        };
+        // The per-link counts: a quarter of what crosses the link is lost, nothing elsewhere.
+        let flap = |t: u16, s: u8| if (t, s) == (1, 2) { 25_000 } else { 0 };
+        let f = with(&flap, r.clone());
+        let link = Component::TorSpine { tor: "rack1-rail0".into(), spine: 2 };
+        assert_eq!(kinds(&f), [("spine-link".into(), link.name(&pod))], "{f:#?}");
+        // The ToR's own pair lossy too: the ToR's, whatever its links lose.
+        let f = with(&flap, verdicts(true));
+        assert!(kinds(&f).contains(&("tor".into(), "rack1-rail0".into())), "{f:#?}");
+        assert!(!f.iter().any(|f| f.kind == "spine-link"), "{f:#?}");
+        // A ToR losing on every link, its own pair clean: no link stands out; the ToR.
+        let f = with(&|t, _| if t == 1 { 10_000 } else { 0 }, r);
+        assert_eq!(kinds(&f), [("tor".into(), "rack1-rail0".into())], "{f:#?}");
+    }
+
+    #[test]
+    fn a_spine_the_tomography_named_from_a_link_and_stragglers_is_the_links() {
+        // rack1's link to spine 2 flapping, and the windows of two pairs between rack0 and
+        // rack2 that lost probes out and back through spine 2 at a transition: the
+        // tomography names spine 2 beside the link.
+        let pod = Pod { spines: Some(3), ..test_pod(9, 1, 3) };
+        let (routes, verdicts) = routed(&pod);
+        let r = verdicts(&|a, b, s| {
+            (a == "rack1-rail0" || b == "rack1-rail0") && s.contains(&2)
+                || a == "rack0-rail0" && b == "rack2-rail0" && s == [2, 2]
+        });
+        let f = locate_routed(&pod, 0, &alive(9), &r, &routes);
+        assert!(kinds(&f).contains(&("spine".into(), "spine 2".into())), "{f:#?}");
+        // The per-link counts of the horizon: the link loses a quarter, the spine's other
+        // links nothing — the link.
+        let mut r = r;
+        let flap = |t: u16, s: u8| if (t, s) == (1, 2) { 25_000 } else { 0 };
+        with_crossings(&pod, &mut r, 96, 0x94d0_49bb_1331_11eb, &flap);
+        let f = locate_routed(&pod, 0, &alive(9), &r, &routes);
+        let link = Component::TorSpine { tor: "rack1-rail0".into(), spine: 2 };
+        assert_eq!(kinds(&f), [("spine-link".into(), link.name(&pod))], "{f:#?}");
+    }
+
+    #[test]
+    fn in_a_plane_of_two_tors_the_spine_or_its_link_named_first_stays() {
+        // Two ToRs of three hosts, one rail: spine 2 is rack0's link to it and rack1's, and
+        // the verdicts and the per-link test each name one of the same three.
+        let pod = Pod { spines: Some(3), ..test_pod(6, 1, 3) };
+        let (routes, verdicts) = routed(&pod);
+        let mut r = verdicts(&|_, _, s| s.contains(&2));
+        let lossy = |_: u16, s: u8| if s == 2 { 20_000 } else { 0 };
+        with_crossings(&pod, &mut r, 96, 0x2127_599b_f432_5c37, &lossy);
+        // The verdicts' tomography chose a link to spine 2: the per-link test's finding.
+        let f = locate_routed(&pod, 0, &alive(6), &r, &routes);
+        let link = Component::TorSpine { tor: "rack0-rail0".into(), spine: 2 };
+        assert_eq!(kinds(&f), [("spine-link".into(), link.name(&pod))], "{f:#?}");
+        // The verdicts named the spine: it stays, unless the link was named before.
+        let spine = Component::Spine { tors: 2, spine: Some(2) };
+        let verdict = Finding::from_suspect(
+            Suspect::on(&pod, spine, 1.0, "its paths failed".into()),
+            false,
+            false,
+        );
+        let run = |held: &[Component]| {
+            let held = held
+                .iter()
+                .filter_map(|c| match c {
+                    Component::TorSpine { tor, spine } => Some((tor.clone(), *spine)),
+                    _ => None,
+                })
+                .collect();
+            let mut out = vec![verdict.clone()];
+            let v = Verdicts { end: 1, own_lossy: BTreeSet::new() };
+            uplinks(&pod, &r, &BTreeSet::new(), &held, v, &mut out);
+            kinds(&out)
+        };
+        assert_eq!(run(&[]), [("spine".into(), "spine 2".into())]);
+        assert_eq!(run(std::slice::from_ref(&link)), [("spine-link".into(), link.name(&pod))]);
     }
 
     #[test]

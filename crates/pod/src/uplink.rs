@@ -36,6 +36,10 @@ use topology::Pod;
 use crate::cable::{ALPHA, BACKGROUND_FLOOR, HOLD_ALPHA, MIN_LOST, binomial_tail};
 use crate::probe::{Crossings, Report};
 
+/// Of two links named under one ToR or to one spine, one that loses this many times the
+/// other's share is the link; the other is not (both go otherwise).
+pub const DOMINANT: f64 = 5.0;
+
 /// A ToR's link to a spine: (the ToR's index in [`Pod::tors`], the spine).
 pub type Link = (u16, u8);
 
@@ -179,9 +183,17 @@ pub fn link_loss(
             p_value,
         });
     }
-    // Two under one ToR, or two to one spine: a cable or the ToR, or the spine.
-    let crowded =
-        |a: &LinkLoss| named.iter().filter(|b| b.tor == a.tor || b.spine == a.spine).count() >= 2;
+    // Two under one ToR, or two to one spine: a cable or the ToR, or the spine — unless one
+    // loses many times what each of the others does (a link flapping, whose transitions
+    // cost its ToR's other links a burst): it is kept, they go.
+    let share = |l: &LinkLoss| f64::from(l.lost) / f64::from(l.judged.max(1));
+    let crowded = |a: &LinkLoss| {
+        named.iter().any(|b| {
+            !std::ptr::eq(a, b)
+                && (b.tor == a.tor || b.spine == a.spine)
+                && share(a) < DOMINANT * share(b)
+        })
+    };
     let keep: Vec<bool> = named.iter().map(|a| !crowded(a)).collect();
     named.into_iter().zip(keep).filter(|(_, k)| *k).map(|(a, _)| a).collect()
 }
@@ -307,6 +319,31 @@ pub(crate) mod tests {
                 drawn(&pod, 4, 64, &mut coin, &|_, s| if s == 1 { 2_000 } else { 0 }, &|_, _| 0);
             assert_eq!(named(&pod, &r), [], "a spine");
         }
+    }
+
+    #[test]
+    fn a_link_losing_many_times_what_its_tors_other_link_does_is_named_alone() {
+        // rack1's link to spine 2 loses a quarter (flapping), its link to spine 0 3 % (the
+        // transitions' bursts): each passes the test; the first is the link.
+        let pod = test_pod(6, 1, 2);
+        let mut coin = Coin(0xbf58_476d_1ce4_e5b9);
+        let loss = |t, s| match (t, s) {
+            (1, 2) => 25_000,
+            (1, 0) => 3_000,
+            _ => 0,
+        };
+        let r = drawn(&pod, 3, 144, &mut coin, &loss, &|_, _| 0);
+        assert_eq!(named(&pod, &r), [("rack1-rail0".to_string(), 2)]);
+        // Comparable losses on both: neither (a cable under rack1, or rack1).
+        let r = drawn(
+            &pod,
+            3,
+            144,
+            &mut coin,
+            &|t, s| if t == 1 && s != 1 { 3_000 } else { 0 },
+            &|_, _| 0,
+        );
+        assert_eq!(named(&pod, &r), []);
     }
 
     #[test]
