@@ -19,8 +19,9 @@
 //! first: a link named explains every class that crosses it, which are taken out before
 //! the others are tried — the other ToR's link to the same spine then keeps only its
 //! classes with third ToRs. In a plane of two ToRs every class that crosses one ToR's link
-//! to a spine crosses the other's: the two are twins no probe tells apart, and the first
-//! (in the plan's order of ToRs) is named, its twin in the evidence.
+//! to a spine crosses the other's: the two are twins no probe tells apart; the one named
+//! before (held) is named again, else the first in the plan's order of ToRs, its twin in the
+//! evidence, and either held holds both.
 //!
 //! **What is not a link**: a loss that the link's ToR's other links share (a cable under
 //! the ToR, the ToR itself: their losses fall on every spine), or its spine's links from
@@ -70,6 +71,20 @@ pub struct LinkLoss {
 /// Whether class `c` crosses link `l`.
 fn crosses(c: &Class, l: Link) -> bool {
     (c.0 == l.0 || c.1 == l.0) && c.2.contains(&l.1)
+}
+
+/// The other ToR's link to the same spine, in a plane of two ToRs: every class across `l`
+/// crosses it too.
+fn twin_of(classes: &BTreeMap<Class, (u32, u32)>, l: Link) -> Option<Link> {
+    let across: BTreeSet<u16> = classes
+        .keys()
+        .filter(|c| crosses(c, l))
+        .map(|c| if c.0 == l.0 { c.1 } else { c.0 })
+        .collect();
+    match across.iter().collect::<Vec<_>>()[..] {
+        [t] => Some((*t, l.1)),
+        _ => None,
+    }
 }
 
 /// (judged, lost) over the classes that cross `l` and none of `not`.
@@ -155,26 +170,29 @@ pub fn link_loss(
                     .max(pooled(&|x| x.0 == l.0))
                     .max(pooled(&|x| x.1 == l.1));
                 let p = binomial_tail(n, k, p0);
-                let bar =
-                    if held.contains(&(name(l), usize::from(l.1))) { HOLD_ALPHA } else { ALPHA };
+                let was = |x: Link| held.contains(&(name(x), usize::from(x.1)));
+                let bar = if was(l) || twin_of(&classes, l).is_some_and(was) {
+                    HOLD_ALPHA
+                } else {
+                    ALPHA
+                };
                 (p <= bar).then_some((l, n, k, p0, p))
             })
             .min_by(|a, b| a.4.total_cmp(&b.4).then(b.2.cmp(&a.2)));
         let Some((l, judged, lost, background, p_value)) = best else { break };
-        // The other ToR of a plane of two: every class across `l` crosses its link too.
-        let across: BTreeSet<u16> = classes
-            .keys()
-            .filter(|c| crosses(c, l))
-            .map(|c| if c.0 == l.0 { c.1 } else { c.0 })
-            .collect();
-        let twin = match across.iter().collect::<Vec<_>>()[..] {
-            [t] => Some(tors[usize::from(*t)].0.clone()),
-            _ => None,
+        // Twins are named steadily: the one named before, else the first in the plan's order.
+        let (shown, twin) = match twin_of(&classes, l) {
+            Some(other) => {
+                let was = |x: Link| held.contains(&(name(x), usize::from(x.1)));
+                let first = if was(l) || was(other) { was(other) } else { other.0 < l.0 };
+                if first { (other, Some(name(l))) } else { (l, Some(name(other))) }
+            }
+            None => (l, None),
         };
         classes.retain(|c, _| !crosses(c, l));
         done.insert(l);
         named.push(LinkLoss {
-            tor: name(l),
+            tor: name(shown),
             spine: usize::from(l.1),
             twin,
             judged,
@@ -297,6 +315,14 @@ pub(crate) mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!((found[0].tor.as_str(), found[0].spine), ("rack0-rail0", 0));
         assert_eq!(found[0].twin.as_deref(), Some("rack1-rail0"));
+        // The other named before: it stays the one named (a twin that changed name was a
+        // finding cleared and another raised).
+        let held = BTreeSet::from([("rack1-rail0".to_string(), 0)]);
+        let found = link_loss(&pod, &r, &BTreeSet::new(), &held);
+        assert_eq!(
+            (found[0].tor.as_str(), found[0].twin.as_deref()),
+            ("rack1-rail0", Some("rack0-rail0"))
+        );
     }
 
     #[test]
