@@ -234,6 +234,11 @@ NFT
       # A table per rail, chosen by source address; the rail's own subnet by default.
       ip -n "$h" rule add from "10.$((r + 1)).$i.1" table $((10 + r))
       host_routes "$i" "$r"
+      # The host's link down: its packets end at its ToR, as at a ToR whose rack subnet
+      # stays (not up its route to the spines, back down theirs, until their TTL ran out:
+      # every probe to the host crossed the ToR's uplinks thirty times and crowded out its
+      # neighbours' traffic).
+      ip -n "$(nsof t$k)" route add blackhole "10.$((r + 1)).$i.0/31" metric 1000
     done
   done
   # ToRs to every spine; ECMP up, one route down per host.
