@@ -112,30 +112,26 @@ struct Counts {
 }
 
 impl Counts {
-    /// (judged, lost) with its probes to the devices `ds` left out.
-    fn without(&self, ds: &[Dev]) -> (u32, u32) {
-        let (n, k) = self
-            .paths
-            .iter()
-            .filter(|p| ds.contains(&p.0))
-            .fold((self.judged, self.lost), |(n, k), p| {
+    /// (judged, lost) with its probes to `d` left out.
+    fn without(&self, d: Dev) -> (u32, u32) {
+        let (n, k) =
+            self.paths.iter().filter(|p| p.0 == d).fold((self.judged, self.lost), |(n, k), p| {
                 (n.saturating_sub(p.1), k.saturating_sub(p.2))
             });
         (n.max(k), k)
     }
 }
 
-/// The loss share the test of the devices `ds` (a device, or a ToR's) takes as the
-/// background: the median of the other devices' shares, their probes to `ds` left out (in a
-/// small pod every device probes a lossy one, and would otherwise lift the median to its
-/// loss), and at least [`BACKGROUND_FLOOR`].
-fn background(devices: &[Dev], counts: &BTreeMap<Dev, Counts>, ds: &[Dev]) -> f64 {
+/// The loss share the test of device `d` takes as the background: the median of the other
+/// devices' shares, their probes to `d` left out (in a small pod every device probes a lossy
+/// one, and would otherwise lift the median to its loss), and at least [`BACKGROUND_FLOOR`].
+fn background(devices: &[Dev], counts: &BTreeMap<Dev, Counts>, d: Dev) -> f64 {
     let mut shares: Vec<f64> = devices
         .iter()
-        .filter(|e| !ds.contains(e))
+        .filter(|e| **e != d)
         .map(|e| {
             counts.get(e).map_or(0.0, |c| {
-                let (n, k) = c.without(ds);
+                let (n, k) = c.without(d);
                 f64::from(k) / f64::from(n.max(1))
             })
         })
@@ -206,9 +202,23 @@ pub fn tor_loss(
     if k < MIN_LOST {
         return None;
     }
-    let devices: Vec<Dev> =
-        pod.devices().into_iter().filter(|d| !excluded.contains(&d.host)).collect();
-    let p0 = background(&devices, &counts, under);
+    let mut shares: Vec<f64> =
+        pod.devices()
+            .into_iter()
+            .filter(|e| !excluded.contains(&e.host) && !under.contains(e))
+            .map(|e| {
+                counts.get(&e).map_or(0.0, |c| {
+                    let (n, k) = under.iter().fold((c.judged, c.lost), |(n, k), d| {
+                        c.paths.iter().filter(|p| p.0 == *d).fold((n, k), |(n, k), p| {
+                            (n.saturating_sub(p.1), k.saturating_sub(p.2))
+                        })
+                    });
+                    f64::from(k) / f64::from(n.max(k).max(1))
+                })
+            })
+            .collect();
+    shares.sort_by(f64::total_cmp);
+    let p0 = shares.get(shares.len() / 2).copied().unwrap_or(0.0).max(BACKGROUND_FLOOR);
     // Every port: each device above the background on its own too (a cable under the ToR
     // lifts the pooled count alone).
     if mine.iter().any(|c| binomial_tail(c.judged, c.lost, p0) > EVERY_PORT) {
@@ -258,12 +268,12 @@ pub fn cable_loss(
                 if !cable_like(*d, &tors) {
                     return None;
                 }
-                let background = background(&devices, &counts, &[*d]);
+                let background = background(&devices, &counts, *d);
                 // A device under its ToR losing too, its probes to this one left out: the
                 // ToR (or its uplinks) loses, not this cable.
                 let own = &pod.rail(*d).tor;
                 let mate_loses = counts.iter().any(|(e, m)| {
-                    let (n, k) = m.without(&[*d]);
+                    let (n, k) = m.without(*d);
                     e != d
                         && pod.rail(*e).tor == *own
                         && k >= MIN_LOST
@@ -287,7 +297,7 @@ pub fn cable_loss(
         let Some(found) = best else { break };
         // Its peers' losses to it are its.
         for c in counts.values_mut() {
-            (c.judged, c.lost) = c.without(&[found.at]);
+            (c.judged, c.lost) = c.without(found.at);
             c.paths.retain(|p| p.0 != found.at);
         }
         named.push(found);
