@@ -1384,18 +1384,13 @@ impl<'a> Control<'a> {
                 .iter()
                 .filter_map(|(h, _)| Some((*h, self.decoded.get(h)?.1.clone())))
                 .collect();
-            // The rails, ToRs and links named before stay while their losses stay above
-            // the background.
+            // The rails and links named before stay while their losses stay above the
+            // background.
             let held: BTreeSet<Component> = self
                 .located
                 .iter()
                 .flat_map(|l| &l.found)
-                .filter(|f| {
-                    matches!(
-                        f.at,
-                        Component::Rail(_) | Component::Tor(_) | Component::TorSpine { .. }
-                    )
-                })
+                .filter(|f| matches!(f.at, Component::Rail(_) | Component::TorSpine { .. }))
                 .map(|f| f.at.clone())
                 .collect();
             let mut found = locate::locate_held(

@@ -50,9 +50,6 @@ pub const BACKGROUND_FLOOR: f64 = 1e-3;
 pub const ALPHA: f64 = 1e-9;
 /// A device named stays named while its losses are this unlikely by chance.
 pub const HOLD_ALPHA: f64 = 1e-4;
-/// A ToR held ([`tor_loss`]) loses at every port: each device under it loses this unlikely
-/// by chance, or less.
-pub const EVERY_PORT: f64 = 0.01;
 /// Fewer probes lost than this name nothing, whatever the counts.
 pub const MIN_LOST: u32 = 3;
 
@@ -140,13 +137,15 @@ fn background(devices: &[Dev], counts: &BTreeMap<Dev, Counts>, d: Dev) -> f64 {
     shares.get(shares.len() / 2).copied().unwrap_or(0.0).max(BACKGROUND_FLOOR)
 }
 
-/// Each device's counts over the horizon, as its host reported them; `excluded` hosts' reports
-/// and the probes to them are left out.
-fn counts_of(
+/// The devices whose rails lose probes above the background, by the test above; `excluded`
+/// hosts (down, starved) are left out, as are the probes to them; `held`, the devices named
+/// before, stay while their losses stay below [`HOLD_ALPHA`].
+pub fn cable_loss(
     pod: &Pod,
     reports: &BTreeMap<u16, Report>,
     excluded: &BTreeSet<usize>,
-) -> BTreeMap<Dev, Counts> {
+    held: &BTreeSet<Dev>,
+) -> Vec<CableLoss> {
     let known = |d: Dev| d.host < pod.hosts.len() && d.rail < pod.hosts[d.host].rails.len();
     let mut counts: BTreeMap<Dev, Counts> = BTreeMap::new();
     for r in reports.values() {
@@ -176,68 +175,6 @@ fn counts_of(
             counts.insert(me, c);
         }
     }
-    counts
-}
-
-/// A ToR named before (`under`: its devices) whose devices still lose above the background,
-/// each of them ([`EVERY_PORT`]) and pooled:
-/// (judged, lost, the background, `P(X ≥ lost)`) of their probes pooled over the horizon, the
-/// background being the other devices' median share, their probes to the ToR's devices left
-/// out. A ToR dropping a percent or two at every port fails its devices' path windows now
-/// and then only (its finding came and went with them); while this holds below
-/// [`HOLD_ALPHA`] its finding stays, as a cable's does.
-pub fn tor_loss(
-    pod: &Pod,
-    reports: &BTreeMap<u16, Report>,
-    excluded: &BTreeSet<usize>,
-    under: &[Dev],
-) -> Option<(u32, u32, f64, f64)> {
-    let counts = counts_of(pod, reports, excluded);
-    // A device under it that lost nothing in the horizon: not every port.
-    let mine: Vec<&Counts> = under.iter().filter_map(|d| counts.get(d)).collect();
-    if mine.len() < under.len() {
-        return None;
-    }
-    let (n, k) = mine.iter().fold((0, 0), |(n, k), c| (n + c.judged, k + c.lost));
-    if k < MIN_LOST {
-        return None;
-    }
-    let mut shares: Vec<f64> =
-        pod.devices()
-            .into_iter()
-            .filter(|e| !excluded.contains(&e.host) && !under.contains(e))
-            .map(|e| {
-                counts.get(&e).map_or(0.0, |c| {
-                    let (n, k) = under.iter().fold((c.judged, c.lost), |(n, k), d| {
-                        c.paths.iter().filter(|p| p.0 == *d).fold((n, k), |(n, k), p| {
-                            (n.saturating_sub(p.1), k.saturating_sub(p.2))
-                        })
-                    });
-                    f64::from(k) / f64::from(n.max(k).max(1))
-                })
-            })
-            .collect();
-    shares.sort_by(f64::total_cmp);
-    let p0 = shares.get(shares.len() / 2).copied().unwrap_or(0.0).max(BACKGROUND_FLOOR);
-    // Every port: each device above the background on its own too (a cable under the ToR
-    // lifts the pooled count alone).
-    if mine.iter().any(|c| binomial_tail(c.judged, c.lost, p0) > EVERY_PORT) {
-        return None;
-    }
-    let p = binomial_tail(n, k, p0);
-    (p <= HOLD_ALPHA).then_some((n, k, p0, p))
-}
-
-/// The devices whose rails lose probes above the background, by the test above; `excluded`
-/// hosts (down, starved) are left out, as are the probes to them; `held`, the devices named
-/// before, stay while their losses stay below [`HOLD_ALPHA`].
-pub fn cable_loss(
-    pod: &Pod,
-    reports: &BTreeMap<u16, Report>,
-    excluded: &BTreeSet<usize>,
-    held: &BTreeSet<Dev>,
-) -> Vec<CableLoss> {
-    let mut counts = counts_of(pod, reports, excluded);
     let devices: Vec<Dev> =
         pod.devices().into_iter().filter(|d| !excluded.contains(&d.host)).collect();
     // A cable's losses reach the devices under its own ToR (where it has peers there) and

@@ -87,8 +87,8 @@ pub fn locate_routed(
 }
 
 /// [`locate_routed`], with the pod's per-component loss tests ([`crate::cable`],
-/// [`crate::uplink`]) holding the cables, the ToRs and the ToRs' links to spines named before
-/// (`held`) while their losses stay above the background.
+/// [`crate::uplink`]) holding the cables and the ToRs' links to spines named before (`held`)
+/// while their losses stay above the background.
 pub fn locate_held(
     pod: &Pod,
     me: usize,
@@ -278,7 +278,6 @@ pub fn locate_held(
                 .map(|s| Finding::from_suspect(s, true, false)),
         );
     }
-    held_tors(pod, reports, &excluded, held, &mut out);
     // The ToRs whose own pairs (no spine crossed) lost probes: a ToR, or a cable under it,
     // not (only) one of its links to a spine.
     let own_lossy: BTreeSet<String> = pairs
@@ -301,52 +300,6 @@ pub fn locate_held(
         .collect();
     uplinks(pod, reports, &excluded, &held_links, Verdicts { end: verdicts, own_lossy }, &mut out);
     out
-}
-
-/// The ToRs named before (`held`) that the path verdicts did not name again: each stays while
-/// its devices' losses over the horizon stay above the background ([`crate::cable::tor_loss`]:
-/// at a percent or two its path windows fail now and then only), the devices under it its.
-fn held_tors(
-    pod: &Pod,
-    reports: &BTreeMap<u16, Report>,
-    excluded: &BTreeSet<usize>,
-    held: &BTreeSet<Component>,
-    out: &mut Vec<Finding>,
-) {
-    for (tor, under) in pod.tors() {
-        let at = Component::Tor(tor.clone());
-        let covered = out.iter().any(|f| match &f.at {
-            Component::Tor(t) => *t == tor,
-            Component::Host(h) => under.iter().any(|d| d.host == *h),
-            Component::Pod { .. } => true,
-            _ => false,
-        });
-        if !held.contains(&at) || covered {
-            continue;
-        }
-        let Some((n, k, p0, p)) = crate::cable::tor_loss(pod, reports, excluded, &under) else {
-            continue;
-        };
-        out.retain(|f| !matches!(&f.at, Component::Rail(d) if under.contains(d)));
-        out.push(Finding {
-            kind: "tor".into(),
-            component: at.name(pod),
-            severity: "error".into(),
-            confidence: f64::from(k) / f64::from(n.max(1)),
-            evidence: format!(
-                "named before, and its {} devices still lose {k} of the {n} small probes they \
-                 sent in the last {} s ({:.1} %), against {:.2} % elsewhere (P = {p:.0e} by \
-                 chance): the ToR drops at every port",
-                under.len(),
-                crate::probe::ProbeConfig::default().horizon.as_secs(),
-                100.0 * f64::from(k) / f64::from(n.max(1)),
-                100.0 * p0
-            ),
-            paths: vec![],
-            at,
-            partial: false,
-        });
-    }
 }
 
 /// What [`uplinks`] needs of the path verdicts: where their findings end in the list (the
@@ -779,30 +732,6 @@ mod tests {
         };
         assert_eq!(run(&[]), [("spine".into(), "spine 2".into())]);
         assert_eq!(run(std::slice::from_ref(&link)), [("spine-link".into(), link.name(&pod))]);
-    }
-
-    #[test]
-    fn a_tor_named_before_stays_while_its_devices_lose_over_the_horizon() {
-        // Four ToRs of two hosts; rack1 drops at every port: every window ok this round, its
-        // devices' horizons still losing 2 % (the others' 0.1 %).
-        let pod = test_pod(8, 1, 2);
-        let mut r = reports(&pod, &|_, _| (PathState::Ok, vec![], vec![]));
-        let lose = |r: &mut BTreeMap<u16, Report>, h: u16, lost: u32| {
-            r.get_mut(&h).unwrap().horizon =
-                vec![RailLoss { rail: 0, judged: 608, lost, paths: vec![] }];
-        };
-        for h in 0..8 {
-            lose(&mut r, h, if h / 2 == 1 { 12 } else { 1 });
-        }
-        let tor = Component::Tor("rack1-rail0".into());
-        assert_eq!(locate(&pod, 0, &alive(8), &r), vec![], "not named before: nothing");
-        let held = BTreeSet::from([tor.clone()]);
-        let f = locate_held(&pod, 0, &alive(8), &r, &Routes::new(), &held);
-        assert_eq!(kinds(&f), [("tor".into(), "rack1-rail0".into())], "{f:#?}");
-        assert!(f[0].evidence.contains("24 of the 1216"), "{}", f[0].evidence);
-        // One of its devices losing at the background: not every port, cleared.
-        lose(&mut r, 3, 1);
-        assert_eq!(locate_held(&pod, 0, &alive(8), &r, &Routes::new(), &held), vec![]);
     }
 
     #[test]
