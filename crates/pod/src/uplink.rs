@@ -144,6 +144,8 @@ pub fn link_loss(
         shares.get(shares.len() / 2).copied().unwrap_or(0.0).max(BACKGROUND_FLOOR)
     };
     let name = |l: Link| tors[usize::from(l.0)].0.clone();
+    // Named before.
+    let was = |x: Link| held.contains(&(name(x), usize::from(x.1)));
     let mut named: Vec<LinkLoss> = Vec::new();
     let mut done: BTreeSet<Link> = BTreeSet::new();
     loop {
@@ -170,7 +172,6 @@ pub fn link_loss(
                     .max(pooled(&|x| x.0 == l.0))
                     .max(pooled(&|x| x.1 == l.1));
                 let p = binomial_tail(n, k, p0);
-                let was = |x: Link| held.contains(&(name(x), usize::from(x.1)));
                 let bar = if was(l) || twin_of(&classes, l).is_some_and(was) {
                     HOLD_ALPHA
                 } else {
@@ -183,7 +184,6 @@ pub fn link_loss(
         // Twins are named steadily: the one named before, else the first in the plan's order.
         let (shown, twin) = match twin_of(&classes, l) {
             Some(other) => {
-                let was = |x: Link| held.contains(&(name(x), usize::from(x.1)));
                 let first = if was(l) || was(other) { was(other) } else { other.0 < l.0 };
                 if first { (other, Some(name(l))) } else { (l, Some(name(other))) }
             }

@@ -537,9 +537,8 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
     // draw's folder (a miss read back; some MB a draw).
     let keep = std::env::var_os("CAMPAIGN_KEEP_STATUS").is_some_and(|v| v == "1");
     let err = |h: usize| {
-        std::fs::File::create(dir.join(format!("agent{h}.err")))
-            .ok()
-            .filter(|_| keep)
+        keep.then(|| std::fs::File::create(dir.join(format!("agent{h}.err"))).ok())
+            .flatten()
             .map_or_else(Stdio::null, Stdio::from)
     };
     let mut agents: Vec<Child> = (0..d.shape.hosts())
