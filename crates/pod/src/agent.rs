@@ -91,6 +91,11 @@ pub struct AgentConfig {
     /// — a fault whose evidence is still arriving names the pairs or the device it has
     /// reached before the component they share.
     pub settle: Duration,
+    /// How long a finding shown stays once a location no longer names it, while no other
+    /// finding took its place: the pod is located again at each report that changes, and
+    /// one location that misses a finding (a report that renews its evidence still on its
+    /// way) is not its clearing.
+    pub clear_after: Duration,
     /// The spines each pair's probes cross from each probe port, where the plan's route
     /// command said (`pod.route`): findings then name a ToR's link to a spine, or a spine.
     pub routes: topology::route::Routes,
@@ -111,6 +116,7 @@ impl AgentConfig {
             probe: ProbeConfig::default(),
             report_every: Duration::from_millis(200),
             settle: Duration::from_millis(400),
+            clear_after: Duration::from_secs(1),
             routes: topology::route::Routes::new(),
             key: None,
         }
@@ -909,6 +915,8 @@ struct Control<'a> {
     unreachable: BTreeSet<usize>,
     findings: Vec<Finding>,
     first_seen: BTreeMap<(String, String), Instant>,
+    /// When each finding shown was last located.
+    last_located: BTreeMap<(String, String), Instant>,
     down_since: BTreeMap<u16, Instant>,
     last_published: Vec<u8>,
     published_loop: LoopHealth,
@@ -996,6 +1004,7 @@ impl<'a> Control<'a> {
             unreachable,
             findings: Vec::new(),
             first_seen: BTreeMap::new(),
+            last_located: BTreeMap::new(),
             down_since: BTreeMap::new(),
             last_published: Vec::new(),
             published_loop: LoopHealth::default(),
@@ -1384,12 +1393,13 @@ impl<'a> Control<'a> {
                 .iter()
                 .filter_map(|(h, _)| Some((*h, self.decoded.get(h)?.1.clone())))
                 .collect();
-            // The rails and links named before stay while their losses stay above the
-            // background.
+            // The rails and links named before (located, or still shown) stay while their
+            // losses stay above the background.
             let held: BTreeSet<Component> = self
                 .located
                 .iter()
                 .flat_map(|l| &l.found)
+                .chain(&self.findings)
                 .filter(|f| matches!(f.at, Component::Rail(_) | Component::TorSpine { .. }))
                 .map(|f| f.at.clone())
                 .collect();
@@ -1463,8 +1473,33 @@ impl<'a> Control<'a> {
         let raw = located.found.clone();
         let raw_keys: BTreeSet<(String, String)> = raw.iter().map(key).collect();
         let is_all = raw.len();
-        self.first_seen.retain(|k, _| raw_keys.contains(k));
-        let now_findings: Vec<Finding> = raw
+        for k in &raw_keys {
+            self.last_located.insert(k.clone(), now);
+        }
+        // The findings shown that this location did not name stay for `clear_after`, where
+        // it named nothing new in their place.
+        let shown: BTreeSet<(String, String)> = self.findings.iter().map(key).collect();
+        let lingering: Vec<Finding> = if raw_keys.is_subset(&shown) {
+            self.findings
+                .iter()
+                .filter(|g| {
+                    !raw_keys.contains(&key(g))
+                        && self
+                            .last_located
+                            .get(&key(g))
+                            .is_some_and(|t| now.duration_since(*t) < cfg.clear_after)
+                })
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let kept: BTreeSet<(String, String)> =
+            raw_keys.iter().cloned().chain(lingering.iter().map(key)).collect();
+        self.last_located.retain(|k, _| kept.contains(k));
+        self.first_seen.retain(|k, _| kept.contains(k));
+        let lingers = !lingering.is_empty();
+        let mut now_findings: Vec<Finding> = raw
             .into_iter()
             .filter(|f| {
                 let since = *self.first_seen.entry(key(f)).or_insert(now);
@@ -1477,6 +1512,7 @@ impl<'a> Control<'a> {
                 now.duration_since(since) >= settle
             })
             .collect();
+        now_findings.extend(lingering);
         let was: BTreeSet<(String, String)> = self.findings.iter().map(key).collect();
         let is: BTreeSet<(String, String)> = now_findings.iter().map(key).collect();
         let new: Vec<String> = now_findings
@@ -1496,7 +1532,7 @@ impl<'a> Control<'a> {
         for text in cleared {
             self.record("finding-cleared", text);
         }
-        let waiting = now_findings.len() < is_all;
+        let waiting = now_findings.len() < is_all || lingers;
         self.findings = now_findings;
         self.settled = (self.located_gen, waiting);
     }

@@ -146,6 +146,7 @@ pub(crate) fn agent_config(
     cfg.timeouts.suspect_to_down = period * 3;
     cfg.report_every = period * 2;
     cfg.settle = period * 4;
+    cfg.clear_after = period * 10;
     if let Some(cmd) = cfg.pod.route.clone() {
         cfg.routes = agent_routes(&cfg.pod, &cmd, &cfg.probe)?;
     }
