@@ -526,7 +526,7 @@ mod tests {
         for (h, rep) in crate::uplink::tests::drawn(pod, 3, each, &mut coin, loss, &|_, _| 0) {
             let mine = r.get_mut(&h).unwrap();
             mine.crossings = rep.crossings;
-            mine.horizon.push(RailLoss { rail: 0, judged: 600, lost: 1, paths: vec![] });
+            mine.horizon.push(RailLoss { rail: 0, judged: 600, lost: 1, paths: vec![], quiet: 0 });
         }
     }
 
@@ -625,7 +625,7 @@ mod tests {
             let mine = r.get_mut(&h).unwrap();
             mine.crossings = rep.crossings;
             // The per-link counts ride with the rails' own (a host that lost nothing sends none).
-            mine.horizon.push(RailLoss { rail: 0, judged: 600, lost: 1, paths: vec![] });
+            mine.horizon.push(RailLoss { rail: 0, judged: 600, lost: 1, paths: vec![], quiet: 0 });
         }
         let f = locate(&pod, 0, &alive(6), &r);
         let link = Component::TorSpine { tor: "rack1-rail0".into(), spine: 2 };
@@ -750,6 +750,7 @@ mod tests {
             judged: 640,
             lost: lost.iter().map(|x| x.1).sum(),
             paths: lost.iter().map(|&(h, k)| (h as u16, d.rail as u8, 96, k)).collect(),
+            quiet: 0,
         };
         r.get_mut(&5)
             .unwrap()

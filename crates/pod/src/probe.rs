@@ -53,6 +53,16 @@ pub struct ProbeConfig {
     /// every ToR back into each round to locate it (the peers a host has traffic for are
     /// probed every round regardless, see [`Prober::set_hot`]).
     pub calm_inter_tor: usize,
+    /// Small probes each rail sends per round, at least: a rail with fewer targets in the
+    /// round probes them again, over a rotation of ports of its own, until it has sent this
+    /// many. These count for the horizon only (the pod's per-component tests,
+    /// [`crate::cable`], [`crate::uplink`]), not in the path's window, whose verdicts keep
+    /// their meaning. The per-component tests' power is the probes a rail sends: 1 % loss
+    /// one way on a cable loses 1 % of its round trips, and at 100 a second (10 a round)
+    /// the cables' test names it within the 30 s horizon in about 19 draws of 20 (see
+    /// [`crate::cable`]). A pod of many hosts per ToR or of many ToRs sends more than this
+    /// anyway and none of these.
+    pub min_small: usize,
 }
 
 impl Default for ProbeConfig {
@@ -67,6 +77,7 @@ impl Default for ProbeConfig {
             horizon: Duration::from_secs(30),
             max_inter_tor: 16,
             calm_inter_tor: 1,
+            min_small: 10,
         }
     }
 }
@@ -292,15 +303,24 @@ impl PathStats {
         self.crossings.clear();
     }
 
-    /// Its crossings over the horizon: (the two spines, judged, lost) per pair of spines.
-    fn crossings(&self) -> Vec<([u8; 2], u32, u32)> {
-        let mut by: BTreeMap<[u8; 2], (u32, u32)> = BTreeMap::new();
-        for (_, spines, lost) in &self.crossings {
+    /// Its crossings over the horizon: (the two spines, judged, lost, the second of the
+    /// last loss) per pair of spines.
+    fn crossings(&self) -> Vec<([u8; 2], u32, u32, Option<u64>)> {
+        let mut by: BTreeMap<[u8; 2], (u32, u32, Option<u64>)> = BTreeMap::new();
+        for (sec, spines, lost) in &self.crossings {
             let e = by.entry(*spines).or_default();
             e.0 += 1;
             e.1 += u32::from(*lost);
+            if *lost {
+                e.2 = e.2.max(Some(*sec));
+            }
         }
-        by.into_iter().map(|(s, (n, k))| (s, n, k)).collect()
+        by.into_iter().map(|(s, (n, k, at))| (s, n, k, at)).collect()
+    }
+
+    /// The second (since the epoch) of its last small probe lost in the horizon.
+    fn last_lost(&self) -> Option<u64> {
+        self.buckets.iter().rev().find(|b| b.2 > 0).map(|b| b.0)
     }
 
     /// Its last [`DEAD_AFTER`] small probes were all lost (and it has sent that many).
@@ -460,9 +480,12 @@ pub struct JudgedPath {
     pub lost: [u64; 2],
     /// Small probes (judged, lost) over the horizon.
     pub horizon: (u32, u32),
-    /// Small probes (the two spines crossed, judged, lost) over the horizon, per pair of
-    /// spines, where the path leads to another ToR and its routes are known.
-    pub crossings: Vec<([u8; 2], u32, u32)>,
+    /// The second (since the prober's epoch) of its last small probe lost in the horizon.
+    pub last_lost: Option<u64>,
+    /// Small probes (the two spines crossed, judged, lost, the second of the last loss)
+    /// over the horizon, per pair of spines, where the path leads to another ToR and its
+    /// routes are known.
+    pub crossings: Vec<([u8; 2], u32, u32, Option<u64>)>,
 }
 
 /// One path in a host's report.
@@ -555,6 +578,8 @@ pub struct Crossings {
     pub judged: u32,
     /// … and lost.
     pub lost: u32,
+    /// Whole seconds since the last of them lost (at most the horizon's).
+    pub quiet: u16,
 }
 
 /// A report lists at most this many [`Crossings`] (those that lost most, then the most
@@ -575,6 +600,10 @@ pub struct RailLoss {
     /// The paths that lost any, most lost first (at most [`HORIZON_PATHS`]): (host, rail,
     /// judged, lost).
     pub paths: Vec<(u16, u8, u32, u32)>,
+    /// Whole seconds since its last small probe lost (at most the horizon's): the probes
+    /// it sent since, at its rate over the horizon, are what tells a component named
+    /// before that healed from one still losing ([`crate::cable::healed`]).
+    pub quiet: u16,
 }
 
 /// [`RailLoss`] counts of probes judged are rounded to this many.
@@ -582,25 +611,35 @@ pub const HORIZON_STEP: u32 = 16;
 /// A [`RailLoss`] lists at most this many paths.
 pub const HORIZON_PATHS: usize = 8;
 
-/// Each rail's [`RailLoss`] from its paths judged, for the rails that lost any.
-fn horizon_of(judged: &[JudgedPath]) -> Vec<RailLoss> {
+/// Whole seconds from `last` (a loss's second) to `now`, at most `horizon` (none lost: the
+/// horizon).
+fn quiet_since(last: Option<u64>, now: u64, horizon: u64) -> u16 {
+    let q = last.map_or(horizon, |l| now.saturating_sub(l).min(horizon));
+    u16::try_from(q).unwrap_or(u16::MAX)
+}
+
+/// Each rail's [`RailLoss`] from its paths judged, for the rails that lost any; `now` and
+/// `horizon` in seconds.
+fn horizon_of(judged: &[JudgedPath], now: u64, horizon: u64) -> Vec<RailLoss> {
     let round = |n: u32| (n + HORIZON_STEP / 2) / HORIZON_STEP * HORIZON_STEP;
-    let mut rails: BTreeMap<usize, RailLoss> = BTreeMap::new();
+    let mut rails: BTreeMap<usize, (RailLoss, Option<u64>)> = BTreeMap::new();
     for jp in judged {
         let (rail, d) = jp.key;
-        let r = rails
+        let (r, last) = rails
             .entry(rail)
-            .or_insert_with(|| RailLoss { rail: rail as u8, ..RailLoss::default() });
+            .or_insert_with(|| (RailLoss { rail: rail as u8, ..RailLoss::default() }, None));
         r.judged += jp.horizon.0;
         r.lost += jp.horizon.1;
+        *last = (*last).max(jp.last_lost);
         if jp.horizon.1 > 0 {
             r.paths.push((d.host as u16, d.rail as u8, round(jp.horizon.0), jp.horizon.1));
         }
     }
     rails
         .into_values()
-        .filter(|r| r.lost > 0)
-        .map(|mut r| {
+        .filter(|(r, _)| r.lost > 0)
+        .map(|(mut r, last)| {
+            r.quiet = quiet_since(last, now, horizon);
             r.judged = round(r.judged);
             r.paths.sort_by_key(|p| (std::cmp::Reverse(p.3), p.0, p.1));
             r.paths.truncate(HORIZON_PATHS);
@@ -741,6 +780,9 @@ struct Pending {
     port: u16,
     large: bool,
     sent: Instant,
+    /// One of the round's extra probes ([`ProbeConfig::min_small`]): counted in the
+    /// horizon only.
+    horizon_only: bool,
 }
 
 /// This host's prober.
@@ -764,8 +806,12 @@ pub struct Prober {
     /// Something is wrong somewhere: every other ToR in each round.
     alert: bool,
     large_turn: Vec<usize>,
-    /// The next port of each path's rotation (small, near-MTU).
+    /// The next port of each path's rotation (small, near-MTU; the extra probes of
+    /// [`ProbeConfig::min_small`] turn through a rotation of their own, so that the window's
+    /// probes still go over every port in turn).
     cursor: HashMap<(usize, Dev, bool), usize>,
+    /// The next port of each path's rotation of extra probes.
+    extra_cursor: HashMap<(usize, Dev), usize>,
     /// Probes lost since [`Prober::take_lost`].
     lost: Vec<Lost>,
     /// Probes lost, to send again on their port next round: (rail, device, port, large).
@@ -858,6 +904,7 @@ impl Prober {
             alert: false,
             large_turn: vec![0; rails],
             cursor: HashMap::new(),
+            extra_cursor: HashMap::new(),
             lost: Vec::new(),
             retry: Vec::new(),
             pruned_at: 0,
@@ -1009,6 +1056,10 @@ impl Prober {
             for d in &ts {
                 out.push(self.probe(now, r, *d, false, ReplyTo { addr, qpn }));
             }
+            // The probe budget: the round's targets again, for the horizon only.
+            for i in ts.len()..self.cfg.min_small.max(ts.len()) {
+                out.push(self.extra_probe(now, r, ts[i % ts.len()], ReplyTo { addr, qpn }));
+            }
             // Near-MTU probes: in a healthy pod each rail's every fourth round (two rails in
             // turn: one every other round), in every round while something is wrong.
             let large_round = self.alert || (self.round as usize + 2 * r).is_multiple_of(4);
@@ -1030,6 +1081,20 @@ impl Prober {
         self.probe_on(now, rail, dst, port, large, me)
     }
 
+    /// One of the round's extra small probes of `dst` ([`ProbeConfig::min_small`]), from the
+    /// next port of its own rotation: counted in the horizon only.
+    fn extra_probe(&mut self, now: Instant, rail: usize, dst: Dev, me: ReplyTo) -> Outgoing {
+        let c = self.extra_cursor.entry((rail, dst)).or_insert(0);
+        // Half a rotation from the window's first port.
+        let port = self.cfg.port(*c + self.cfg.ports / 2);
+        *c += 1;
+        let o = self.probe_on(now, rail, dst, port, false, me);
+        if let Some(p) = self.pending.get_mut(&o.packet.seq) {
+            p.horizon_only = true;
+        }
+        o
+    }
+
     /// A probe of `dst` from `rail` on UDP source port `port`.
     fn probe_on(
         &mut self,
@@ -1042,7 +1107,8 @@ impl Prober {
     ) -> Outgoing {
         self.seq += 1;
         let seq = self.seq;
-        self.pending.insert(seq, Pending { rail, dst, port, large, sent: now });
+        self.pending
+            .insert(seq, Pending { rail, dst, port, large, sent: now, horizon_only: false });
         let st = self.paths.entry((rail, dst)).or_default();
         st.sent[usize::from(large)] += 1;
         Outgoing {
@@ -1179,6 +1245,9 @@ impl Prober {
                 st.crossings.push_back((sec, *spines, rtt.is_none()));
             }
         }
+        if p.horizon_only {
+            return;
+        }
         let horizon = now.checked_sub(self.cfg.window).unwrap_or(self.epoch);
         st.recent.push_back(Outcome { at: p.sent, port: p.port, large: p.large, rtt });
         st.recent_small_lost += usize::from(!p.large && rtt.is_none());
@@ -1215,6 +1284,7 @@ impl Prober {
                 sent: st.sent,
                 lost: st.lost,
                 horizon: st.buckets.iter().fold((0, 0), |(n, k), b| (n + b.1, k + b.2)),
+                last_lost: st.last_lost(),
                 crossings: st.crossings(),
             })
             .collect()
@@ -1281,7 +1351,7 @@ impl Prober {
                 }
             })
             .collect();
-        let horizon = horizon_of(judged);
+        let horizon = horizon_of(judged, self.pruned_at, self.cfg.horizon.as_secs());
         let crossings = if horizon.is_empty() { vec![] } else { self.crossings_of(judged) };
         Report { host: self.me as u16, host_loop, paths, horizon, crossings }
     }
@@ -1289,24 +1359,29 @@ impl Prober {
     /// [`Report::crossings`] from paths already judged: per rail, other ToR and pair of
     /// spines.
     fn crossings_of(&self, judged: &[JudgedPath]) -> Vec<Crossings> {
-        let mut by: BTreeMap<(u8, u16, [u8; 2]), (u32, u32)> = BTreeMap::new();
+        // (judged, lost, the second of the last loss) per (rail, other ToR, spines).
+        type Tally = (u32, u32, Option<u64>);
+        let mut by: BTreeMap<(u8, u16, [u8; 2]), Tally> = BTreeMap::new();
         for jp in judged {
             let (rail, d) = jp.key;
             let Some(&tor) = self.tor_of.get(&d) else { continue };
-            for &(spines, n, k) in &jp.crossings {
+            for &(spines, n, k, at) in &jp.crossings {
                 let e = by.entry((rail as u8, tor, spines)).or_default();
                 e.0 += n;
                 e.1 += k;
+                e.2 = e.2.max(at);
             }
         }
+        let horizon = self.cfg.horizon.as_secs();
         let mut out: Vec<Crossings> = by
             .into_iter()
-            .map(|((rail, tor, spines), (judged, lost))| Crossings {
+            .map(|((rail, tor, spines), (judged, lost, at))| Crossings {
                 rail,
                 tor,
                 spines,
                 judged,
                 lost,
+                quiet: quiet_since(at, self.pruned_at, horizon),
             })
             .collect();
         out.sort_by_key(|c| (std::cmp::Reverse(c.lost), std::cmp::Reverse(c.judged)));
@@ -1318,7 +1393,12 @@ impl Prober {
     /// How many probes this host sends per round, small and near-MTU (in a healthy pod a
     /// rail's near-MTU probe goes every fourth round, the rails in turn: at most this many).
     pub fn per_round(&self) -> (usize, usize) {
-        let small: usize = (0..self.targets.len()).map(|r| self.round_targets(r).len()).sum();
+        let small: usize = (0..self.targets.len())
+            .map(|r| match self.round_targets(r).len() {
+                0 => 0,
+                n => n.max(self.cfg.min_small),
+            })
+            .sum();
         let rails = self.targets.len();
         let large = match (self.cfg.large > HEADER, self.alert) {
             (false, _) => 0,
@@ -1400,7 +1480,9 @@ mod tests {
     fn each_rail_probes_its_tor_mesh_and_the_other_tors_of_its_rail_in_turn_from_rotating_ports() {
         let pod = pod(8, 2, 2);
         let t0 = Instant::now();
-        let mut p = Prober::new(&pod, 2, ProbeConfig::default(), t0);
+        // One probe per peer a round (no budget: see the test of it below).
+        let cfg = ProbeConfig { min_small: 0, ..Default::default() };
+        let mut p = Prober::new(&pod, 2, cfg, t0);
         let addrs = ["10.1.2.1".parse().unwrap(), "10.2.2.1".parse().unwrap()];
         let mut seen: BTreeMap<Dev, std::collections::BTreeSet<u16>> = BTreeMap::new();
         for k in 0..128 {
@@ -1443,7 +1525,8 @@ mod tests {
     fn the_peers_a_host_has_traffic_for_are_probed_every_round() {
         let pod = pod(16, 2, 2);
         let t0 = Instant::now();
-        let mut p = Prober::new(&pod, 0, ProbeConfig { large: 0, ..Default::default() }, t0);
+        let cfg = ProbeConfig { large: 0, min_small: 0, ..Default::default() };
+        let mut p = Prober::new(&pod, 0, cfg, t0);
         let addrs = ["10.1.0.1".parse().unwrap(), "10.2.0.1".parse().unwrap()];
         let hot = [5, 12];
         p.set_hot(&hot);
@@ -1666,7 +1749,7 @@ mod tests {
         // lost in the first 20 s only.
         let pod = pod(4, 1, 2);
         let t0 = Instant::now();
-        let cfg = ProbeConfig { large: 0, ..Default::default() };
+        let cfg = ProbeConfig { large: 0, min_small: 0, ..Default::default() };
         let mut p = Prober::new(&pod, 0, cfg, t0);
         let mut to_h3 = 0;
         let mut horizons = Vec::new();
@@ -1706,13 +1789,74 @@ mod tests {
     }
 
     #[test]
+    fn a_rail_with_few_peers_sends_its_budget_and_the_extra_probes_count_in_the_horizon_only() {
+        use std::collections::BTreeSet;
+        // h0 of 4 hosts (2 per ToR): 2 peers a round (h1, and h2 or h3 in turn), 10 small
+        // probes a round at the default budget. From 2 s for 1 s every extra probe to h3 is
+        // lost, and one of its window's (not all: a dead path's losses are its verdict's,
+        // its horizon restarts).
+        let pod = pod(4, 1, 2);
+        let t0 = Instant::now();
+        let cfg = ProbeConfig { large: 0, ..Default::default() };
+        assert_eq!(cfg.min_small, 10);
+        let mut p = Prober::new(&pod, 0, cfg, t0);
+        let mut ports: BTreeMap<Dev, BTreeSet<u16>> = BTreeMap::new();
+        let mut window_ports: BTreeSet<u16> = BTreeSet::new();
+        // To h3: (window probes, lost), (extra probes, lost); the last loss's round.
+        let (mut window, mut extra, mut last) = ((0, 0), (0, 0), 0);
+        for k in 0..50u32 {
+            let now = t0 + cfg.period * k;
+            let out = p.poll(now, &[NO_ADDR], &[1]);
+            assert_eq!(p.per_round(), (10, 0));
+            // Lost probes go again on their port next round (the window's, before the
+            // round's), and the round's eight extra probes come last.
+            let n = out.len();
+            assert!(n >= 10, "round {k}: {out:?}");
+            window_ports.insert(out[..n - 8].iter().rev().find(|o| o.dst.host == 1).unwrap().port);
+            for (i, o) in out.into_iter().enumerate() {
+                ports.entry(o.dst).or_default().insert(o.port);
+                let lost = o.dst.host == 3 && (20..30).contains(&k) && (i >= n - 8 || k == 21);
+                if o.dst.host == 3 {
+                    let c = if i >= n - 8 { &mut extra } else { &mut window };
+                    *c = (c.0 + 1, c.1 + u32::from(lost));
+                }
+                if lost {
+                    last = k;
+                } else {
+                    p.on_reply(&o.packet.answer(0, 0), now + Duration::from_micros(50));
+                }
+            }
+        }
+        assert_eq!(window_ports.len(), cfg.ports, "{window_ports:?}");
+        assert!(ports.values().all(|s| s.len() == cfg.ports), "{ports:?}");
+        p.poll(t0 + cfg.period * 50, &[NO_ADDR], &[1]);
+        let judged = p.judge_all();
+        let path = |h: usize| judged.iter().find(|j| j.key.1.host == h).unwrap();
+        // h1: one probe a round in its window (5 s), five a round in the horizon.
+        assert_eq!(path(1).judged.small, (50, 0), "{:?}", path(1).judged);
+        assert_eq!(path(1).horizon, (250, 0));
+        // h3: its window saw its own probes only; the horizon the extra ones too.
+        assert!(window.1 == 1 && extra.1 == 20, "{window:?} {extra:?}");
+        assert_eq!(path(3).judged.small, window, "{:?}", path(3).judged);
+        assert_eq!(path(3).horizon, (window.0 + extra.0, window.1 + extra.1));
+        let r = p.broadcast(LoopHealth::default());
+        assert_eq!(r.horizon[0].lost, window.1 + extra.1, "{:?}", r.horizon);
+        // Its last loss in second 2, the report at 5 s: quiet for 3 whole seconds.
+        assert_eq!(last, 29);
+        assert_eq!(r.horizon[0].quiet, 3, "{:?}", r.horizon);
+        // No budget: one probe per peer a round.
+        let mut q = Prober::new(&pod, 0, ProbeConfig { min_small: 0, ..cfg }, t0);
+        assert_eq!(q.poll(t0, &[NO_ADDR], &[1]).len(), 2);
+    }
+
+    #[test]
     fn a_probe_answered_after_its_timeout_was_queued_not_lost() {
         // h0 of 4 hosts probes for 2 s; every probe to h3 is answered 700 ms late (queued
         // behind a burn-in: past the 300 ms timeout, within LATE_FOR) until 1 s, then one
         // is answered 6 s late (gone: lost).
         let pod = pod(4, 1, 2);
         let t0 = Instant::now();
-        let cfg = ProbeConfig { large: 0, ..Default::default() };
+        let cfg = ProbeConfig { large: 0, min_small: 0, ..Default::default() };
         let mut p = Prober::new(&pod, 0, cfg, t0);
         let mut late: Vec<(Instant, Packet)> = Vec::new();
         let mut last = None;

@@ -15,7 +15,8 @@
 //! pod's other links lose (`p0`: the median of their shares over the classes that do not
 //! cross this link, at least [`crate::cable::BACKGROUND_FLOOR`]), and `P(X ≥ k)` for
 //! `X ~ Binomial(n, p0)` must be at most [`crate::cable::ALPHA`] (the cables' bar; a link
-//! named before stays while it is below [`crate::cable::HOLD_ALPHA`]). Greedy, the surest
+//! named before stays while it is below [`crate::cable::HOLD_ALPHA`] and has not healed,
+//! [`crate::cable::healed`]). Greedy, the surest
 //! first: a link named explains every class that crosses it, which are taken out before
 //! the others are tried — the other ToR's link to the same spine then keeps only its
 //! classes with third ToRs. In a plane of two ToRs every class that crosses one ToR's link
@@ -34,7 +35,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use topology::Pod;
 
-use crate::cable::{ALPHA, BACKGROUND_FLOOR, HOLD_ALPHA, MIN_LOST, binomial_tail};
+use crate::cable::{ALPHA, BACKGROUND_FLOOR, HOLD_ALPHA, MIN_LOST, binomial_tail, healed};
 use crate::probe::{Crossings, Report};
 
 /// Of two links named under one ToR or to one spine, one that loses this many times the
@@ -108,12 +109,14 @@ pub fn link_loss(
     let tor_index: BTreeMap<&str, u16> =
         tors.iter().enumerate().map(|(i, (t, _))| (t.as_str(), i as u16)).collect();
     let mut classes: BTreeMap<Class, (u32, u32)> = BTreeMap::new();
+    // Each class's seconds since its last loss: the least its hosts reported.
+    let mut quiet: BTreeMap<Class, u16> = BTreeMap::new();
     for r in reports.values() {
         let host = usize::from(r.host);
         if excluded.contains(&host) || host >= pod.hosts.len() {
             continue;
         }
-        for Crossings { rail, tor, spines, judged, lost } in &r.crossings {
+        for Crossings { rail, tor, spines, judged, lost, quiet: q } in &r.crossings {
             let rail = usize::from(*rail);
             if rail >= pod.hosts[host].rails.len() || usize::from(*tor) >= tors.len() {
                 continue;
@@ -122,9 +125,12 @@ pub fn link_loss(
             if me == *tor {
                 continue;
             }
-            let e = classes.entry((me.min(*tor), me.max(*tor), *spines)).or_default();
+            let class = (me.min(*tor), me.max(*tor), *spines);
+            let e = classes.entry(class).or_default();
             e.0 += judged;
             e.1 += lost.min(judged);
+            let e = quiet.entry(class).or_insert(*q);
+            *e = (*e).min(*q);
         }
     }
     let links: BTreeSet<Link> = classes
@@ -177,7 +183,14 @@ pub fn link_loss(
                 } else {
                     ALPHA
                 };
-                (p <= bar).then_some((l, n, k, p0, p))
+                // Healed: as long without a loss as its share makes unlikely.
+                let q = quiet
+                    .iter()
+                    .filter(|(c, _)| crosses(c, l) && classes.contains_key(c))
+                    .map(|(_, q)| *q)
+                    .min()
+                    .unwrap_or(0);
+                (p <= bar && !healed(n, k, p0, q)).then_some((l, n, k, p0, p))
             })
             .min_by(|a, b| a.4.total_cmp(&b.4).then(b.2.cmp(&a.2)));
         let Some((l, judged, lost, background, p_value)) = best else { break };
@@ -265,6 +278,7 @@ pub(crate) mod tests {
                 spines,
                 judged,
                 lost,
+                quiet: 0,
             }));
         }
         out
@@ -323,6 +337,43 @@ pub(crate) mod tests {
             (found[0].tor.as_str(), found[0].twin.as_deref()),
             ("rack1-rail0", Some("rack0-rail0"))
         );
+    }
+
+    #[test]
+    fn a_link_that_healed_lets_go_though_its_losses_are_still_in_the_horizon() {
+        // rack1's link to spine 2 lost 5 % over the horizon (a flapping link's outages, a
+        // partial black hole's flows): named while it loses; once every class across it has
+        // gone as long without a loss as 5 % makes unlikely (0.95^n ≤ 10⁻⁴: n ≥ 180 of its
+        // probes, at its rate over the 30 s), it lets go, held or not.
+        let pod = test_pod(6, 1, 2);
+        let mut coin = Coin(0x5851_f42d_4c95_7f2d);
+        let mut r =
+            drawn(&pod, 3, 144, &mut coin, &|t, s| u64::from((t, s) == (1, 2)) * 5_000, &|_, _| 0);
+        let held = BTreeSet::from([("rack1-rail0".to_string(), 2)]);
+        let link = [("rack1-rail0".to_string(), 2)];
+        let quiet = |r: &mut BTreeMap<u16, Report>, q: u16| {
+            for c in r.values_mut().flat_map(|x| &mut x.crossings) {
+                c.quiet = if c.lost > 0 { q } else { 30 };
+            }
+        };
+        let at = |r: &BTreeMap<u16, Report>, held: &BTreeSet<(String, usize)>| {
+            link_loss(&pod, r, &BTreeSet::new(), held)
+                .into_iter()
+                .map(|l| (l.tor, l.spine))
+                .collect::<Vec<_>>()
+        };
+        let n = link_loss(&pod, &r, &BTreeSet::new(), &held)[0].judged;
+        for q in [0, 2] {
+            quiet(&mut r, q);
+            assert_eq!(at(&r, &BTreeSet::new()), link, "quiet {q} s");
+            assert_eq!(at(&r, &held), link, "quiet {q} s, held");
+        }
+        // 180 of its probes: this many seconds at its rate.
+        let q = (180 * 30_u32).div_ceil(n) as u16 + 1;
+        assert!(q < 30, "{n} probes across it");
+        quiet(&mut r, q);
+        assert_eq!(at(&r, &BTreeSet::new()), [], "quiet {q} s");
+        assert_eq!(at(&r, &held), [], "quiet {q} s, held");
     }
 
     #[test]

@@ -140,6 +140,7 @@ pub(crate) fn agent_config(
         bail!("--probe-tors must be at least 1");
     }
     cfg.probe.calm_inter_tor = o.probe_tors;
+    cfg.probe.min_small = o.probe_min;
     cfg.probe.period = period;
     cfg.timeouts.probe_period = period;
     cfg.timeouts.probe_rtt = period * 2 / 5;
