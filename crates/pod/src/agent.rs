@@ -1393,14 +1393,19 @@ impl<'a> Control<'a> {
                 .iter()
                 .filter_map(|(h, _)| Some((*h, self.decoded.get(h)?.1.clone())))
                 .collect();
-            // The rails and links named before (located, or still shown) stay while their
-            // losses stay above the background.
+            // The rails, ToRs and links named before (located, or still shown) stay while
+            // their losses stay above the background and they have not healed.
             let held: BTreeSet<Component> = self
                 .located
                 .iter()
                 .flat_map(|l| &l.found)
                 .chain(&self.findings)
-                .filter(|f| matches!(f.at, Component::Rail(_) | Component::TorSpine { .. }))
+                .filter(|f| {
+                    matches!(
+                        f.at,
+                        Component::Rail(_) | Component::Tor(_) | Component::TorSpine { .. }
+                    )
+                })
                 .map(|f| f.at.clone())
                 .collect();
             let mut found = locate::locate_held(

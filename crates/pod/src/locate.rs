@@ -87,8 +87,8 @@ pub fn locate_routed(
 }
 
 /// [`locate_routed`], with the pod's per-component loss tests ([`crate::cable`],
-/// [`crate::uplink`]) holding the cables and the ToRs' links to spines named before (`held`)
-/// while their losses stay above the background.
+/// [`crate::uplink`]) holding the cables, the ToRs and the ToRs' links to spines named before
+/// (`held`) while their losses stay above the background.
 pub fn locate_held(
     pod: &Pod,
     me: usize,
@@ -278,6 +278,7 @@ pub fn locate_held(
                 .map(|s| Finding::from_suspect(s, true, false)),
         );
     }
+    held_tors(pod, reports, &excluded, held, &mut out);
     // The ToRs whose own pairs (no spine crossed) lost probes: a ToR, or a cable under it,
     // not (only) one of its links to a spine.
     let own_lossy: BTreeSet<String> = pairs
@@ -299,7 +300,90 @@ pub fn locate_held(
         })
         .collect();
     uplinks(pod, reports, &excluded, &held_links, Verdicts { end: verdicts, own_lossy }, &mut out);
+    steady_twins(pod, held, &mut out);
     out
+}
+
+/// In a plane of two ToRs, a ToR's link to a spine and the other ToR's link to the same
+/// spine are twins: every probe across the one crosses the other. Whichever test named
+/// one (the path verdicts' tomography or the per-link test), the finding names the twin
+/// named before, else the first in the plan's order, as [`crate::uplink::link_loss`] does:
+/// a twin that changed its name was a finding cleared and another raised.
+fn steady_twins(pod: &Pod, held: &BTreeSet<Component>, out: &mut Vec<Finding>) {
+    let tors = pod.tors();
+    let plane = |t: &str| -> Option<usize> {
+        tors.iter().find(|(n, _)| n == t).and_then(|(_, ds)| ds.first()).map(|d| d.rail)
+    };
+    for f in out.iter_mut() {
+        let Component::TorSpine { tor, spine } = &f.at else { continue };
+        let mates: Vec<&String> =
+            tors.iter().filter(|(n, _)| plane(n) == plane(tor)).map(|(n, _)| n).collect();
+        let [a, b] = mates[..] else { continue };
+        let other = if a == tor { b } else { a };
+        let twin = Component::TorSpine { tor: other.clone(), spine: *spine };
+        let to_twin = if held.contains(&f.at) || held.contains(&twin) {
+            held.contains(&twin) && !held.contains(&f.at)
+        } else {
+            other == a
+        };
+        if to_twin {
+            f.evidence = format!(
+                "{} (found on {}: its twin, no probe tells them apart)",
+                f.evidence,
+                f.at.name(pod)
+            );
+            f.component = twin.name(pod);
+            f.at = twin;
+        }
+    }
+    let mut seen = BTreeSet::new();
+    out.retain(|f| !matches!(f.at, Component::TorSpine { .. }) || seen.insert(f.at.clone()));
+}
+
+/// The ToRs named before (`held`) that the path verdicts did not name again: each stays while
+/// its devices' losses over the horizon stay above the background ([`crate::cable::tor_loss`]:
+/// at a percent or two its path windows fail now and then only), the devices under it its.
+fn held_tors(
+    pod: &Pod,
+    reports: &BTreeMap<u16, Report>,
+    excluded: &BTreeSet<usize>,
+    held: &BTreeSet<Component>,
+    out: &mut Vec<Finding>,
+) {
+    for (tor, under) in pod.tors() {
+        let at = Component::Tor(tor.clone());
+        let covered = out.iter().any(|f| match &f.at {
+            Component::Tor(t) => *t == tor,
+            Component::Host(h) => under.iter().any(|d| d.host == *h),
+            Component::Pod { .. } => true,
+            _ => false,
+        });
+        if !held.contains(&at) || covered {
+            continue;
+        }
+        let Some((n, k, p0, p)) = crate::cable::tor_loss(pod, reports, excluded, &under) else {
+            continue;
+        };
+        out.retain(|f| !matches!(&f.at, Component::Rail(d) if under.contains(d)));
+        out.push(Finding {
+            kind: "tor".into(),
+            component: at.name(pod),
+            severity: "error".into(),
+            confidence: f64::from(k) / f64::from(n.max(1)),
+            evidence: format!(
+                "named before, and its {} devices still lose {k} of the {n} small probes they \
+                 sent in the last {} s ({:.1} %), against {:.2} % elsewhere (P = {p:.0e} by \
+                 chance): the ToR drops at every port",
+                under.len(),
+                crate::probe::ProbeConfig::default().horizon.as_secs(),
+                100.0 * f64::from(k) / f64::from(n.max(1)),
+                100.0 * p0
+            ),
+            paths: vec![],
+            at,
+            partial: false,
+        });
+    }
 }
 
 /// What [`uplinks`] needs of the path verdicts: where their findings end in the list (the
@@ -732,6 +816,70 @@ mod tests {
         };
         assert_eq!(run(&[]), [("spine".into(), "spine 2".into())]);
         assert_eq!(run(std::slice::from_ref(&link)), [("spine-link".into(), link.name(&pod))]);
+    }
+
+    #[test]
+    fn a_tor_named_before_stays_while_its_devices_lose_over_the_horizon() {
+        // Four ToRs of two hosts; rack1 drops at every port: every window ok this round, its
+        // devices' horizons still losing 2 % (the others' 0.1 %).
+        let pod = test_pod(8, 1, 2);
+        let mut r = reports(&pod, &|_, _| (PathState::Ok, vec![], vec![]));
+        let lose = |r: &mut BTreeMap<u16, Report>, h: u16, lost: u32| {
+            r.get_mut(&h).unwrap().horizon =
+                vec![RailLoss { rail: 0, judged: 608, lost, paths: vec![], quiet: 0 }];
+        };
+        for h in 0..8 {
+            lose(&mut r, h, if h / 2 == 1 { 12 } else { 1 });
+        }
+        let tor = Component::Tor("rack1-rail0".into());
+        assert_eq!(locate(&pod, 0, &alive(8), &r), vec![], "not named before: nothing");
+        let held = BTreeSet::from([tor.clone()]);
+        let f = locate_held(&pod, 0, &alive(8), &r, &Routes::new(), &held);
+        assert_eq!(kinds(&f), [("tor".into(), "rack1-rail0".into())], "{f:#?}");
+        assert!(f[0].evidence.contains("24 of the 1216"), "{}", f[0].evidence);
+        // Healed: its devices' probes since their last loss (15 s of the 40 a second they
+        // send together) would not all have been answered had the ToR still lost its 2 %.
+        for h in [2, 3] {
+            r.get_mut(&h).unwrap().horizon[0].quiet = 15;
+        }
+        assert_eq!(locate_held(&pod, 0, &alive(8), &r, &Routes::new(), &held), vec![]);
+        r.get_mut(&2).unwrap().horizon[0].quiet = 3;
+        let f = locate_held(&pod, 0, &alive(8), &r, &Routes::new(), &held);
+        assert_eq!(kinds(&f), [("tor".into(), "rack1-rail0".into())], "one lost 3 s ago");
+        // One of its devices losing at the background: not every port, cleared.
+        lose(&mut r, 3, 1);
+        assert_eq!(locate_held(&pod, 0, &alive(8), &r, &Routes::new(), &held), vec![]);
+    }
+
+    #[test]
+    fn twin_links_keep_the_name_they_were_named_by_whichever_test_names_them() {
+        // A plane of two ToRs: rack1's link to spine 2 named by a test, rack0's named before,
+        // or neither.
+        let pod = test_pod(4, 1, 2);
+        let link = |t: &str| Component::TorSpine { tor: t.into(), spine: 2 };
+        let finding = |at: Component| Finding {
+            kind: "spine-link".into(),
+            component: at.name(&pod),
+            severity: "error".into(),
+            confidence: 1.0,
+            evidence: "lost".into(),
+            paths: vec![],
+            at,
+            partial: false,
+        };
+        let run = |held: &[Component]| {
+            let mut out = vec![finding(link("rack1-rail0"))];
+            steady_twins(&pod, &held.iter().cloned().collect(), &mut out);
+            out.iter().map(|f| f.at.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(run(&[link("rack0-rail0")]), [link("rack0-rail0")]);
+        assert_eq!(run(&[]), [link("rack0-rail0")], "the first in the plan's order");
+        assert_eq!(run(&[link("rack1-rail0")]), [link("rack1-rail0")]);
+        // Three ToRs in the plane: no twins, the link named as found.
+        let pod3 = test_pod(6, 1, 2);
+        let mut out = vec![finding(link("rack1-rail0"))];
+        steady_twins(&pod3, &BTreeSet::from([link("rack0-rail0")]), &mut out);
+        assert_eq!(out[0].at, link("rack1-rail0"));
     }
 
     #[test]
