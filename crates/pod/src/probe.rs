@@ -1056,8 +1056,10 @@ impl Prober {
             for d in &ts {
                 out.push(self.probe(now, r, *d, false, ReplyTo { addr, qpn }));
             }
-            // The probe budget: the round's targets again, for the horizon only.
-            for i in ts.len()..self.cfg.min_small.max(ts.len()) {
+            // The probe budget: the round's targets again, for the horizon only (none when
+            // the round has none: every peer down).
+            let budget = if ts.is_empty() { 0 } else { self.cfg.min_small.max(ts.len()) };
+            for i in ts.len()..budget {
                 out.push(self.extra_probe(now, r, ts[i % ts.len()], ReplyTo { addr, qpn }));
             }
             // Near-MTU probes: in a healthy pod each rail's every fourth round (two rails in
@@ -1847,6 +1849,11 @@ mod tests {
         // No budget: one probe per peer a round.
         let mut q = Prober::new(&pod, 0, ProbeConfig { min_small: 0, ..cfg }, t0);
         assert_eq!(q.poll(t0, &[NO_ADDR], &[1]).len(), 2);
+        // Every peer down: nothing to probe, no budget to spend.
+        let mut q = Prober::new(&pod, 0, cfg, t0);
+        q.set_down(&[1, 2, 3]);
+        assert_eq!(q.poll(t0, &[NO_ADDR], &[1]).len(), 0);
+        assert_eq!(q.per_round(), (0, 0));
     }
 
     #[test]
