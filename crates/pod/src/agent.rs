@@ -91,10 +91,9 @@ pub struct AgentConfig {
     /// — a fault whose evidence is still arriving names the pairs or the device it has
     /// reached before the component they share.
     pub settle: Duration,
-    /// How long a finding shown stays once a location no longer names it, while no other
-    /// finding took its place: the pod is located again at each report that changes, and
-    /// one location that misses a finding (a report that renews its evidence still on its
-    /// way) is not its clearing.
+    /// How long a finding shown stays once a location no longer names it: the pod is located
+    /// again at each report that changes, and one location that misses a finding (a report
+    /// that renews its evidence still on its way) is not its clearing.
     pub clear_after: Duration,
     /// The spines each pair's probes cross from each probe port, where the plan's route
     /// command said (`pod.route`): findings then name a ToR's link to a spine, or a spine.
@@ -1481,24 +1480,20 @@ impl<'a> Control<'a> {
         for k in &raw_keys {
             self.last_located.insert(k.clone(), now);
         }
-        // The findings shown that this location did not name stay for `clear_after`, where
-        // it named nothing new in their place.
-        let shown: BTreeSet<(String, String)> = self.findings.iter().map(key).collect();
-        let lingering: Vec<Finding> = if raw_keys.is_subset(&shown) {
-            self.findings
-                .iter()
-                .filter(|g| {
-                    !raw_keys.contains(&key(g))
-                        && self
-                            .last_located
-                            .get(&key(g))
-                            .is_some_and(|t| now.duration_since(*t) < cfg.clear_after)
-                })
-                .cloned()
-                .collect()
-        } else {
-            Vec::new()
-        };
+        // The findings shown that this location did not name stay for `clear_after` (one
+        // that takes their place waits out its settling time meanwhile).
+        let lingering: Vec<Finding> = self
+            .findings
+            .iter()
+            .filter(|g| {
+                !raw_keys.contains(&key(g))
+                    && self
+                        .last_located
+                        .get(&key(g))
+                        .is_some_and(|t| now.duration_since(*t) < cfg.clear_after)
+            })
+            .cloned()
+            .collect();
         let kept: BTreeSet<(String, String)> =
             raw_keys.iter().cloned().chain(lingering.iter().map(key)).collect();
         self.last_located.retain(|k, _| kept.contains(k));
