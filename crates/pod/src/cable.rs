@@ -62,24 +62,39 @@ pub const MIN_LOST: u32 = 3;
 /// been answered at most this likely, had it still lost what it lost over the horizon
 /// ([`healed`]).
 pub const HEAL_ALPHA: f64 = 1e-4;
+/// … and it has gone this many whole seconds without a loss: longer than the path window
+/// (5 s, and 2 for the whole seconds counted at both ends) — a link that flaps every 1–5 s is
+/// quiet between its outages, for longer than its probes' count alone would allow.
+pub const MIN_QUIET_S: u16 = 7;
 
 /// Whether a component whose probes over the horizon (`judged`, `lost`, against the
-/// background share `background`) have all been answered for the last `quiet` seconds has
-/// healed: had it still lost its share above the background, that many probes in a row (at
-/// its rate over the horizon) would all have been answered with probability at most
-/// [`HEAL_ALPHA`]. A healed component is not named: its losses would otherwise keep it
-/// named until they leave the horizon, up to 30 s after the heal. At 1 % above the
-/// background it takes about 920 probes (9 s at 100 a second), at 5 % about 180; while it
-/// still loses, a stretch that long without a loss comes once in 10,000 (it would let go,
-/// and its evidence name it again).
-pub fn healed(judged: u32, lost: u32, background: f64, quiet: u16) -> bool {
-    let horizon = crate::probe::ProbeConfig::default().horizon.as_secs_f64();
+/// background share `background`) have all been answered for the last `quiet` seconds —
+/// `since` of them — has healed: at least [`MIN_QUIET_S`], and had it still lost its share
+/// above the background, that many in a row would all have been answered with probability
+/// at most [`HEAL_ALPHA`]. A healed component is not named: its losses would otherwise keep
+/// it named until they leave the horizon, up to 30 s after the heal. At 1 % above the
+/// background it takes about 920 probes, at 5 % about 180; while it still loses, a stretch
+/// that long without a loss comes once in 10,000 (it would let go, and its evidence name it
+/// again).
+pub fn healed(judged: u32, lost: u32, background: f64, since: u32, quiet: u16) -> bool {
     let excess = f64::from(lost) / f64::from(judged.max(1)) - background;
-    if excess <= 0.0 || excess >= 1.0 {
+    if quiet < MIN_QUIET_S || excess <= 0.0 || excess >= 1.0 {
         return false;
     }
-    let since = f64::from(judged) / horizon * f64::from(quiet);
-    since * (-excess).ln_1p() <= HEAL_ALPHA.ln()
+    f64::from(since) * (-excess).ln_1p() <= HEAL_ALPHA.ln()
+}
+
+/// The probes through a component since its last loss, and the seconds since, from reports
+/// that each count part of its probes (judged, lost, since their last loss, quiet seconds):
+/// the one that lost last says how long ago (the least quiet), and each counts its part of
+/// that time at its rate over the horizon (the least share of its probes since its loss,
+/// applied to all of them). Reports that lost nothing say nothing of when.
+pub fn pooled_since(parts: &[(u32, u32, u32, u16)]) -> (u32, u16) {
+    let total: u32 = parts.iter().map(|p| p.0).sum();
+    let lossy = || parts.iter().filter(|p| p.1 > 0);
+    let share = lossy().map(|p| f64::from(p.2.min(p.0)) / f64::from(p.0.max(1))).reduce(f64::min);
+    let quiet = lossy().map(|p| p.3).min().unwrap_or(u16::MAX);
+    (share.map_or(total, |f| (f * f64::from(total)) as u32), quiet)
 }
 
 /// A device whose rail loses probes above the background.
@@ -133,8 +148,10 @@ pub fn binomial_tail(n: u32, k: u32, p: f64) -> f64 {
 struct Counts {
     judged: u32,
     lost: u32,
-    /// Seconds since its rail's last loss ([`RailLoss::quiet`]).
+    /// Seconds since its rail's last loss ([`RailLoss::quiet`]) …
     quiet: u16,
+    /// … and its probes since ([`RailLoss::since`]).
+    since: u32,
     /// (the device probed, judged, lost) for the paths that lost any.
     paths: Vec<(Dev, u32, u32)>,
 }
@@ -182,12 +199,18 @@ fn counts_of(
         if excluded.contains(&host) {
             continue;
         }
-        for RailLoss { rail, judged, lost, paths, quiet } in &r.horizon {
+        for RailLoss { rail, judged, lost, paths, quiet, since } in &r.horizon {
             let me = Dev { host, rail: usize::from(*rail) };
             if !known(me) {
                 continue;
             }
-            let mut c = Counts { judged: *judged, lost: *lost, quiet: *quiet, paths: Vec::new() };
+            let mut c = Counts {
+                judged: *judged,
+                lost: *lost,
+                quiet: *quiet,
+                since: *since,
+                paths: Vec::new(),
+            };
             for &(h, rl, n, k) in paths {
                 let d = Dev { host: usize::from(h), rail: usize::from(rl) };
                 if !known(d) {
@@ -253,9 +276,11 @@ pub fn tor_loss(
     if mine.iter().any(|c| binomial_tail(c.judged, c.lost, p0) > EVERY_PORT) {
         return None;
     }
-    let quiet = mine.iter().map(|c| c.quiet).min().unwrap_or(0);
+    let parts: Vec<(u32, u32, u32, u16)> =
+        mine.iter().map(|c| (c.judged, c.lost, c.since, c.quiet)).collect();
+    let (since, quiet) = pooled_since(&parts);
     let p = binomial_tail(n, k, p0);
-    (p <= HOLD_ALPHA && !healed(n, k, p0, quiet)).then_some((n, k, p0, p))
+    (p <= HOLD_ALPHA && !healed(n, k, p0, since, quiet)).then_some((n, k, p0, p))
 }
 
 /// The devices whose rails lose probes above the background, by the test above; `excluded`
@@ -314,7 +339,8 @@ pub fn cable_loss(
                 }
                 let p = binomial_tail(c.judged, c.lost, background);
                 let bar = if held.contains(d) { HOLD_ALPHA } else { ALPHA };
-                let now = p <= bar && !healed(c.judged, c.lost, background, c.quiet);
+                let since = c.since.min(c.judged);
+                let now = p <= bar && !healed(c.judged, c.lost, background, since, c.quiet);
                 now.then_some(CableLoss {
                     at: *d,
                     judged: c.judged,
@@ -397,7 +423,14 @@ pub(crate) mod tests {
                 .or_insert_with(|| Report { host: d.host as u16, ..Report::default() });
             if k > 0 {
                 let judged = each * peers.len() as u32;
-                r.horizon.push(RailLoss { rail: d.rail as u8, judged, lost: k, paths, quiet: 0 });
+                r.horizon.push(RailLoss {
+                    rail: d.rail as u8,
+                    judged,
+                    lost: k,
+                    paths,
+                    quiet: 0,
+                    since: 0,
+                });
             }
         }
         out
@@ -548,32 +581,47 @@ pub(crate) mod tests {
     #[test]
     fn a_cable_that_healed_is_not_named_while_its_losses_are_still_in_the_horizon() {
         // h5's cable lost 2 % of its 3,000 probes (100 a second) over the horizon; it is
-        // named while it still loses (its last loss a second or two ago), and lets go once
-        // it has sent as many without a loss as 2 % makes unlikely (0.98^n ≤ 10⁻⁴: n ≥ 456,
-        // 5 s at 100 a second) — named before or not.
+        // named while it still loses, and lets go once it has gone 7 s without a loss and
+        // sent as many probes since as its 1.9 % above the background makes unlikely
+        // (0.981^n ≤ 10⁻⁴: n ≥ 481) — named before or not.
         let pod = test_pod(8, 1, 2);
         let bad = Dev { host: 5, rail: 0 };
         let mut r = reports(&pod, 3000, &|a, b| if a == bad { 9 } else { u32::from(b == bad) });
-        let quiet = |r: &mut BTreeMap<u16, Report>, q: u16| {
-            r.get_mut(&5).unwrap().horizon[0].quiet = q;
+        let quiet = |r: &mut BTreeMap<u16, Report>, q: u16, since: u32| {
+            let h = &mut r.get_mut(&5).unwrap().horizon[0];
+            (h.quiet, h.since) = (q, since);
         };
         let held = BTreeSet::from([bad]);
         let at = |r: &BTreeMap<u16, Report>, held: &BTreeSet<Dev>| -> Vec<Dev> {
             cable_loss(&pod, r, &BTreeSet::new(), held).iter().map(|c| c.at).collect()
         };
-        for q in [0, 2, 4] {
-            quiet(&mut r, q);
-            assert_eq!(at(&r, &BTreeSet::new()), [bad], "quiet {q} s");
-            assert_eq!(at(&r, &held), [bad], "quiet {q} s, held");
+        // Still losing: a loss a second or two ago; 6 s ago (a flapping cable's quiet
+        // stretch, though 600 probes were answered since); 10 s ago at a tenth of the rate.
+        for (q, since) in [(0, 0), (2, 200), (6, 600), (10, 320)] {
+            quiet(&mut r, q, since);
+            assert_eq!(at(&r, &BTreeSet::new()), [bad], "quiet {q} s, {since} since");
+            assert_eq!(at(&r, &held), [bad], "quiet {q} s, {since} since, held");
         }
-        for q in [5, 10, 29] {
-            quiet(&mut r, q);
-            assert_eq!(at(&r, &BTreeSet::new()), [], "quiet {q} s");
-            assert_eq!(at(&r, &held), [], "quiet {q} s, held");
+        for (q, since) in [(7, 700), (10, 1000), (29, 2900)] {
+            quiet(&mut r, q, since);
+            assert_eq!(at(&r, &BTreeSet::new()), [], "quiet {q} s, {since} since");
+            assert_eq!(at(&r, &held), [], "quiet {q} s, {since} since, held");
         }
-        assert!(!healed(3000, 60, 1e-3, 4) && healed(3000, 60, 1e-3, 5));
+        // 1.9 % above the background: 0.981^n ≤ 10⁻⁴ from n = 481.
+        assert!(!healed(3000, 60, 1e-3, 470, 10) && healed(3000, 60, 1e-3, 490, 10));
+        assert!(!healed(3000, 60, 1e-3, 3000, MIN_QUIET_S - 1));
         // Nothing above the background: no opinion.
-        assert!(!healed(3000, 1, 1e-3, 30));
+        assert!(!healed(3000, 1, 1e-3, 3000, 30));
+    }
+
+    #[test]
+    fn the_probes_since_a_components_last_loss_pool_over_its_reports_at_their_rates() {
+        // Two hosts' counts of one component: the first lost last, 2 s ago, 200 of its 3,000
+        // probes since (a fifteenth of the horizon); the other, at half the rate, counts a
+        // fifteenth of its 1,500 too. One that lost nothing says nothing of when.
+        let parts = [(3000, 10, 200, 2), (1500, 5, 600, 12), (900, 0, 900, 30)];
+        assert_eq!(pooled_since(&parts), (360, 2));
+        assert_eq!(pooled_since(&parts[2..]), (900, u16::MAX));
     }
 
     #[test]

@@ -610,7 +610,14 @@ mod tests {
         for (h, rep) in crate::uplink::tests::drawn(pod, 3, each, &mut coin, loss, &|_, _| 0) {
             let mine = r.get_mut(&h).unwrap();
             mine.crossings = rep.crossings;
-            mine.horizon.push(RailLoss { rail: 0, judged: 600, lost: 1, paths: vec![], quiet: 0 });
+            mine.horizon.push(RailLoss {
+                rail: 0,
+                judged: 600,
+                lost: 1,
+                paths: vec![],
+                quiet: 0,
+                since: 0,
+            });
         }
     }
 
@@ -709,7 +716,14 @@ mod tests {
             let mine = r.get_mut(&h).unwrap();
             mine.crossings = rep.crossings;
             // The per-link counts ride with the rails' own (a host that lost nothing sends none).
-            mine.horizon.push(RailLoss { rail: 0, judged: 600, lost: 1, paths: vec![], quiet: 0 });
+            mine.horizon.push(RailLoss {
+                rail: 0,
+                judged: 600,
+                lost: 1,
+                paths: vec![],
+                quiet: 0,
+                since: 0,
+            });
         }
         let f = locate(&pod, 0, &alive(6), &r);
         let link = Component::TorSpine { tor: "rack1-rail0".into(), spine: 2 };
@@ -826,7 +840,7 @@ mod tests {
         let mut r = reports(&pod, &|_, _| (PathState::Ok, vec![], vec![]));
         let lose = |r: &mut BTreeMap<u16, Report>, h: u16, lost: u32| {
             r.get_mut(&h).unwrap().horizon =
-                vec![RailLoss { rail: 0, judged: 608, lost, paths: vec![], quiet: 0 }];
+                vec![RailLoss { rail: 0, judged: 608, lost, paths: vec![], quiet: 0, since: 0 }];
         };
         for h in 0..8 {
             lose(&mut r, h, if h / 2 == 1 { 12 } else { 1 });
@@ -837,13 +851,15 @@ mod tests {
         let f = locate_held(&pod, 0, &alive(8), &r, &Routes::new(), &held);
         assert_eq!(kinds(&f), [("tor".into(), "rack1-rail0".into())], "{f:#?}");
         assert!(f[0].evidence.contains("24 of the 1216"), "{}", f[0].evidence);
-        // Healed: its devices' probes since their last loss (15 s of the 40 a second they
-        // send together) would not all have been answered had the ToR still lost its 2 %.
+        // Healed: its devices' probes since their last loss (15 s, half of the horizon's
+        // 1,216) would not all have been answered had the ToR still lost its 2 %.
         for h in [2, 3] {
-            r.get_mut(&h).unwrap().horizon[0].quiet = 15;
+            let x = &mut r.get_mut(&h).unwrap().horizon[0];
+            (x.quiet, x.since) = (15, 304);
         }
         assert_eq!(locate_held(&pod, 0, &alive(8), &r, &Routes::new(), &held), vec![]);
-        r.get_mut(&2).unwrap().horizon[0].quiet = 3;
+        let x = &mut r.get_mut(&2).unwrap().horizon[0];
+        (x.quiet, x.since) = (3, 60);
         let f = locate_held(&pod, 0, &alive(8), &r, &Routes::new(), &held);
         assert_eq!(kinds(&f), [("tor".into(), "rack1-rail0".into())], "one lost 3 s ago");
         // One of its devices losing at the background: not every port, cleared.
@@ -899,6 +915,7 @@ mod tests {
             lost: lost.iter().map(|x| x.1).sum(),
             paths: lost.iter().map(|&(h, k)| (h as u16, d.rail as u8, 96, k)).collect(),
             quiet: 0,
+            since: 0,
         };
         r.get_mut(&5)
             .unwrap()

@@ -323,6 +323,17 @@ impl PathStats {
         self.buckets.iter().rev().find(|b| b.2 > 0).map(|b| b.0)
     }
 
+    /// Small probes judged in the seconds after `sec` (all of the horizon's: `None`).
+    fn judged_after(&self, sec: Option<u64>) -> u32 {
+        self.buckets.iter().filter(|b| sec.is_none_or(|s| b.0 > s)).map(|b| b.1).sum()
+    }
+
+    /// Small probes that crossed `spines` in the seconds after `sec`.
+    fn crossed_after(&self, spines: [u8; 2], sec: Option<u64>) -> u32 {
+        let after = |c: &&(u64, [u8; 2], bool)| c.1 == spines && sec.is_none_or(|s| c.0 > s);
+        self.crossings.iter().filter(after).count() as u32
+    }
+
     /// Its last [`DEAD_AFTER`] small probes were all lost (and it has sent that many).
     fn last_small_lost(&self) -> bool {
         let last = self.recent.iter().rev().filter(|o| !o.large).take(DEAD_AFTER);
@@ -578,8 +589,10 @@ pub struct Crossings {
     pub judged: u32,
     /// … and lost.
     pub lost: u32,
-    /// Whole seconds since the last of them lost (at most the horizon's).
+    /// Whole seconds since the last of them lost (at most the horizon's) …
     pub quiet: u16,
+    /// … and how many crossed since (in the seconds after its second).
+    pub since: u32,
 }
 
 /// A report lists at most this many [`Crossings`] (those that lost most, then the most
@@ -600,10 +613,12 @@ pub struct RailLoss {
     /// The paths that lost any, most lost first (at most [`HORIZON_PATHS`]): (host, rail,
     /// judged, lost).
     pub paths: Vec<(u16, u8, u32, u32)>,
-    /// Whole seconds since its last small probe lost (at most the horizon's): the probes
-    /// it sent since, at its rate over the horizon, are what tells a component named
-    /// before that healed from one still losing ([`crate::cable::healed`]).
+    /// Whole seconds since its last small probe lost (at most the horizon's) …
     pub quiet: u16,
+    /// … and the small probes judged since (in the seconds after its second; rounded down
+    /// to [`HORIZON_STEP`]): what tells a component that healed from one still losing
+    /// ([`crate::cable::healed`]).
+    pub since: u32,
 }
 
 /// [`RailLoss`] counts of probes judged are rounded to this many.
@@ -616,36 +631,6 @@ pub const HORIZON_PATHS: usize = 8;
 fn quiet_since(last: Option<u64>, now: u64, horizon: u64) -> u16 {
     let q = last.map_or(horizon, |l| now.saturating_sub(l).min(horizon));
     u16::try_from(q).unwrap_or(u16::MAX)
-}
-
-/// Each rail's [`RailLoss`] from its paths judged, for the rails that lost any; `now` and
-/// `horizon` in seconds.
-fn horizon_of(judged: &[JudgedPath], now: u64, horizon: u64) -> Vec<RailLoss> {
-    let round = |n: u32| (n + HORIZON_STEP / 2) / HORIZON_STEP * HORIZON_STEP;
-    let mut rails: BTreeMap<usize, (RailLoss, Option<u64>)> = BTreeMap::new();
-    for jp in judged {
-        let (rail, d) = jp.key;
-        let (r, last) = rails
-            .entry(rail)
-            .or_insert_with(|| (RailLoss { rail: rail as u8, ..RailLoss::default() }, None));
-        r.judged += jp.horizon.0;
-        r.lost += jp.horizon.1;
-        *last = (*last).max(jp.last_lost);
-        if jp.horizon.1 > 0 {
-            r.paths.push((d.host as u16, d.rail as u8, round(jp.horizon.0), jp.horizon.1));
-        }
-    }
-    rails
-        .into_values()
-        .filter(|(r, _)| r.lost > 0)
-        .map(|(mut r, last)| {
-            r.quiet = quiet_since(last, now, horizon);
-            r.judged = round(r.judged);
-            r.paths.sort_by_key(|p| (std::cmp::Reverse(p.3), p.0, p.1));
-            r.paths.truncate(HORIZON_PATHS);
-            r
-        })
-        .collect()
 }
 
 /// The `ok` paths from one rail of a host to one rail of others: a bitmap of the hosts.
@@ -805,7 +790,10 @@ pub struct Prober {
     hot: Vec<usize>,
     /// Something is wrong somewhere: every other ToR in each round.
     alert: bool,
-    large_turn: Vec<usize>,
+    /// The round each device was last sent a near-MTU probe from each rail: the round's
+    /// near-MTU probe goes to the one of its targets that waited longest (a turn through
+    /// the round's targets fell into step with the other ToRs' turn and left a device out).
+    large_last: HashMap<(usize, Dev), u64>,
     /// The next port of each path's rotation (small, near-MTU; the extra probes of
     /// [`ProbeConfig::min_small`] turn through a rotation of their own, so that the window's
     /// probes still go over every port in turn).
@@ -902,7 +890,7 @@ impl Prober {
             skip: Vec::new(),
             hot: Vec::new(),
             alert: false,
-            large_turn: vec![0; rails],
+            large_last: HashMap::new(),
             cursor: HashMap::new(),
             extra_cursor: HashMap::new(),
             lost: Vec::new(),
@@ -1066,9 +1054,10 @@ impl Prober {
             // turn: one every other round), in every round while something is wrong.
             let large_round = self.alert || (self.round as usize + 2 * r).is_multiple_of(4);
             if self.cfg.large > HEADER && !ts.is_empty() && large_round {
-                let t = self.large_turn[r];
-                self.large_turn[r] += 1;
-                out.push(self.probe(now, r, ts[t % ts.len()], true, ReplyTo { addr, qpn }));
+                let last = |d: &Dev| self.large_last.get(&(r, *d)).map_or(-1, |k| *k as i64);
+                let d = *ts.iter().min_by_key(|d| last(d)).unwrap_or(&ts[0]);
+                self.large_last.insert((r, d), self.round);
+                out.push(self.probe(now, r, d, true, ReplyTo { addr, qpn }));
             }
         }
         self.round += 1;
@@ -1353,9 +1342,47 @@ impl Prober {
                 }
             })
             .collect();
-        let horizon = horizon_of(judged, self.pruned_at, self.cfg.horizon.as_secs());
+        let horizon = self.horizon_of(judged);
         let crossings = if horizon.is_empty() { vec![] } else { self.crossings_of(judged) };
         Report { host: self.me as u16, host_loop, paths, horizon, crossings }
+    }
+
+    /// Each rail's [`RailLoss`] from its paths judged, for the rails that lost any.
+    fn horizon_of(&self, judged: &[JudgedPath]) -> Vec<RailLoss> {
+        let round = |n: u32| (n + HORIZON_STEP / 2) / HORIZON_STEP * HORIZON_STEP;
+        let mut rails: BTreeMap<usize, (RailLoss, Option<u64>)> = BTreeMap::new();
+        for jp in judged {
+            let (rail, d) = jp.key;
+            let (r, last) = rails
+                .entry(rail)
+                .or_insert_with(|| (RailLoss { rail: rail as u8, ..RailLoss::default() }, None));
+            r.judged += jp.horizon.0;
+            r.lost += jp.horizon.1;
+            *last = (*last).max(jp.last_lost);
+            if jp.horizon.1 > 0 {
+                r.paths.push((d.host as u16, d.rail as u8, round(jp.horizon.0), jp.horizon.1));
+            }
+        }
+        let horizon = self.cfg.horizon.as_secs();
+        rails
+            .into_values()
+            .filter(|(r, _)| r.lost > 0)
+            .map(|(mut r, last)| {
+                r.quiet = quiet_since(last, self.pruned_at, horizon);
+                let rail = usize::from(r.rail);
+                let since: u32 = self
+                    .paths
+                    .iter()
+                    .filter(|(k, _)| k.0 == rail)
+                    .map(|(_, st)| st.judged_after(last))
+                    .sum();
+                r.since = since / HORIZON_STEP * HORIZON_STEP;
+                r.judged = round(r.judged);
+                r.paths.sort_by_key(|p| (std::cmp::Reverse(p.3), p.0, p.1));
+                r.paths.truncate(HORIZON_PATHS);
+                r
+            })
+            .collect()
     }
 
     /// [`Report::crossings`] from paths already judged: per rail, other ToR and pair of
@@ -1384,6 +1411,14 @@ impl Prober {
                 judged,
                 lost,
                 quiet: quiet_since(at, self.pruned_at, horizon),
+                since: self
+                    .paths
+                    .iter()
+                    .filter(|(k, _)| {
+                        usize::from(rail) == k.0 && self.tor_of.get(&k.1) == Some(&tor)
+                    })
+                    .map(|(_, st)| st.crossed_after(spines, at))
+                    .sum(),
             })
             .collect();
         out.sort_by_key(|c| (std::cmp::Reverse(c.lost), std::cmp::Reverse(c.judged)));
@@ -1846,6 +1881,8 @@ mod tests {
         // Its last loss in second 2, the report at 5 s: quiet for 3 whole seconds.
         assert_eq!(last, 29);
         assert_eq!(r.horizon[0].quiet, 3, "{:?}", r.horizon);
+        // … and its probes judged since: the 200 of seconds 3 and 4, rounded down to 16.
+        assert_eq!(r.horizon[0].since, 192, "{:?}", r.horizon);
         // No budget: one probe per peer a round.
         let mut q = Prober::new(&pod, 0, ProbeConfig { min_small: 0, ..cfg }, t0);
         assert_eq!(q.poll(t0, &[NO_ADDR], &[1]).len(), 2);
@@ -1854,6 +1891,32 @@ mod tests {
         q.set_down(&[1, 2, 3]);
         assert_eq!(q.poll(t0, &[NO_ADDR], &[1]).len(), 0);
         assert_eq!(q.per_round(), (0, 0));
+    }
+
+    #[test]
+    fn near_mtu_probes_reach_every_peer_whatever_the_turn_of_other_tors() {
+        // h3 of 4 hosts (2 per ToR): its round is h2 and h0 or h1 in turn; while something
+        // is wrong a near-MTU probe goes every round. A turn through the round's targets fell
+        // into step with the other ToR's turn: h0 (or h1) never had one, and an MTU limit on
+        // h3's cable was named on two of its pairs, not on its cable.
+        let pod = pod(4, 1, 2);
+        let t0 = Instant::now();
+        let mut p = Prober::new(&pod, 3, ProbeConfig::default(), t0);
+        p.set_alert(true);
+        let mut large: BTreeMap<usize, usize> = BTreeMap::new();
+        for k in 0..40u32 {
+            let now = t0 + p.cfg.period * k;
+            for o in p.poll(now, &[NO_ADDR], &[1]) {
+                if o.packet.large {
+                    *large.entry(o.dst.host).or_default() += 1;
+                }
+                p.on_reply(&o.packet.answer(0, 0), now + Duration::from_micros(50));
+            }
+        }
+        // 40 probes over 3 peers: each at least 10 (h2 is in every round, the others in
+        // every other one).
+        assert_eq!(large.values().sum::<usize>(), 40, "{large:?}");
+        assert!(large.len() == 3 && large.values().all(|n| *n >= 10), "{large:?}");
     }
 
     #[test]

@@ -35,7 +35,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use topology::Pod;
 
-use crate::cable::{ALPHA, BACKGROUND_FLOOR, HOLD_ALPHA, MIN_LOST, binomial_tail, healed};
+use crate::cable::{
+    ALPHA, BACKGROUND_FLOOR, HOLD_ALPHA, MIN_LOST, binomial_tail, healed, pooled_since,
+};
 use crate::probe::{Crossings, Report};
 
 /// Of two links named under one ToR or to one spine, one that loses this many times the
@@ -109,14 +111,14 @@ pub fn link_loss(
     let tor_index: BTreeMap<&str, u16> =
         tors.iter().enumerate().map(|(i, (t, _))| (t.as_str(), i as u16)).collect();
     let mut classes: BTreeMap<Class, (u32, u32)> = BTreeMap::new();
-    // Each class's seconds since its last loss: the least its hosts reported.
-    let mut quiet: BTreeMap<Class, u16> = BTreeMap::new();
+    // Each class's reports, for when it last lost: (judged, lost, since, quiet).
+    let mut parts: BTreeMap<Class, Vec<(u32, u32, u32, u16)>> = BTreeMap::new();
     for r in reports.values() {
         let host = usize::from(r.host);
         if excluded.contains(&host) || host >= pod.hosts.len() {
             continue;
         }
-        for Crossings { rail, tor, spines, judged, lost, quiet: q } in &r.crossings {
+        for Crossings { rail, tor, spines, judged, lost, quiet, since } in &r.crossings {
             let rail = usize::from(*rail);
             if rail >= pod.hosts[host].rails.len() || usize::from(*tor) >= tors.len() {
                 continue;
@@ -129,8 +131,7 @@ pub fn link_loss(
             let e = classes.entry(class).or_default();
             e.0 += judged;
             e.1 += lost.min(judged);
-            let e = quiet.entry(class).or_insert(*q);
-            *e = (*e).min(*q);
+            parts.entry(class).or_default().push((*judged, *lost, *since, *quiet));
         }
     }
     let links: BTreeSet<Link> = classes
@@ -184,13 +185,13 @@ pub fn link_loss(
                     ALPHA
                 };
                 // Healed: as long without a loss as its share makes unlikely.
-                let q = quiet
+                let across: Vec<(u32, u32, u32, u16)> = parts
                     .iter()
                     .filter(|(c, _)| crosses(c, l) && classes.contains_key(c))
-                    .map(|(_, q)| *q)
-                    .min()
-                    .unwrap_or(0);
-                (p <= bar && !healed(n, k, p0, q)).then_some((l, n, k, p0, p))
+                    .flat_map(|(_, v)| v.iter().copied())
+                    .collect();
+                let (since, quiet) = pooled_since(&across);
+                (p <= bar && !healed(n, k, p0, since, quiet)).then_some((l, n, k, p0, p))
             })
             .min_by(|a, b| a.4.total_cmp(&b.4).then(b.2.cmp(&a.2)));
         let Some((l, judged, lost, background, p_value)) = best else { break };
@@ -279,6 +280,7 @@ pub(crate) mod tests {
                 judged,
                 lost,
                 quiet: 0,
+                since: 0,
             }));
         }
         out
@@ -343,17 +345,19 @@ pub(crate) mod tests {
     fn a_link_that_healed_lets_go_though_its_losses_are_still_in_the_horizon() {
         // rack1's link to spine 2 lost 5 % over the horizon (a flapping link's outages, a
         // partial black hole's flows): named while it loses; once every class across it has
-        // gone as long without a loss as 5 % makes unlikely (0.95^n ≤ 10⁻⁴: n ≥ 180 of its
-        // probes, at its rate over the 30 s), it lets go, held or not.
+        // gone 7 s and as many probes without a loss as 5 % makes unlikely (0.95^n ≤ 10⁻⁴:
+        // n ≥ 180), it lets go, held or not.
         let pod = test_pod(6, 1, 2);
         let mut coin = Coin(0x5851_f42d_4c95_7f2d);
         let mut r =
             drawn(&pod, 3, 144, &mut coin, &|t, s| u64::from((t, s) == (1, 2)) * 5_000, &|_, _| 0);
         let held = BTreeSet::from([("rack1-rail0".to_string(), 2)]);
         let link = [("rack1-rail0".to_string(), 2)];
+        // Every class across it lost last `q` s ago, and has crossed it since at its rate.
         let quiet = |r: &mut BTreeMap<u16, Report>, q: u16| {
             for c in r.values_mut().flat_map(|x| &mut x.crossings) {
-                c.quiet = if c.lost > 0 { q } else { 30 };
+                (c.quiet, c.since) =
+                    if c.lost > 0 { (q, c.judged * u32::from(q) / 30) } else { (30, c.judged) };
             }
         };
         let at = |r: &BTreeMap<u16, Report>, held: &BTreeSet<(String, usize)>| {
@@ -368,9 +372,12 @@ pub(crate) mod tests {
             assert_eq!(at(&r, &BTreeSet::new()), link, "quiet {q} s");
             assert_eq!(at(&r, &held), link, "quiet {q} s, held");
         }
-        // 180 of its probes: this many seconds at its rate.
-        let q = (180 * 30_u32).div_ceil(n) as u16 + 1;
+        // 180 of its probes: this many seconds at its rate (7 at least).
+        let q = ((180 * 30_u32).div_ceil(n) as u16 + 1).max(crate::cable::MIN_QUIET_S);
         assert!(q < 30, "{n} probes across it");
+        // A flapping link's quiet stretch: not yet.
+        quiet(&mut r, crate::cable::MIN_QUIET_S - 1);
+        assert_eq!(at(&r, &held), link);
         quiet(&mut r, q);
         assert_eq!(at(&r, &BTreeSet::new()), [], "quiet {q} s");
         assert_eq!(at(&r, &held), [], "quiet {q} s, held");
