@@ -70,14 +70,16 @@ pub const MIN_QUIET_S: u16 = 7;
 /// Whether a component whose probes over the horizon (`judged`, `lost`, against the
 /// background share `background`) have all been answered for the last `quiet` seconds —
 /// `since` of them — has healed: at least [`MIN_QUIET_S`], and had it still lost its share
-/// above the background, that many in a row would all have been answered with probability
-/// at most [`HEAL_ALPHA`]. A healed component is not named: its losses would otherwise keep
-/// it named until they leave the horizon, up to 30 s after the heal. At 1 % above the
-/// background it takes about 920 probes, at 5 % about 180; while it still loses, a stretch
-/// that long without a loss comes once in 10,000 (it would let go, and its evidence name it
-/// again).
+/// above the background (over its probes up to its last loss: the healthy ones since would
+/// otherwise dilute it, and the fewer the losses the longer the stretch asked, without end),
+/// that many in a row would all have been answered with probability at most [`HEAL_ALPHA`].
+/// A healed component is not named: its losses would otherwise keep it named until they
+/// leave the horizon, up to 30 s after the heal. At 1 % above the background it takes about
+/// 920 probes, at 5 % about 180; while it still loses, a stretch that long without a loss
+/// comes once in 10,000 (it would let go, and its evidence name it again).
 pub fn healed(judged: u32, lost: u32, background: f64, since: u32, quiet: u16) -> bool {
-    let excess = f64::from(lost) / f64::from(judged.max(1)) - background;
+    let before = judged.saturating_sub(since).max(lost).max(1);
+    let excess = f64::from(lost) / f64::from(before) - background;
     if quiet < MIN_QUIET_S || excess <= 0.0 || excess >= 1.0 {
         return false;
     }
@@ -582,8 +584,8 @@ pub(crate) mod tests {
     fn a_cable_that_healed_is_not_named_while_its_losses_are_still_in_the_horizon() {
         // h5's cable lost 2 % of its 3,000 probes (100 a second) over the horizon; it is
         // named while it still loses, and lets go once it has gone 7 s without a loss and
-        // sent as many probes since as its 1.9 % above the background makes unlikely
-        // (0.981^n ≤ 10⁻⁴: n ≥ 481) — named before or not.
+        // sent as many probes since as its share above the background, over its probes up
+        // to its last loss, makes unlikely — named before or not.
         let pod = test_pod(8, 1, 2);
         let bad = Dev { host: 5, rail: 0 };
         let mut r = reports(&pod, 3000, &|a, b| if a == bad { 9 } else { u32::from(b == bad) });
@@ -607,11 +609,17 @@ pub(crate) mod tests {
             assert_eq!(at(&r, &BTreeSet::new()), [], "quiet {q} s, {since} since");
             assert_eq!(at(&r, &held), [], "quiet {q} s, {since} since, held");
         }
-        // 1.9 % above the background: 0.981^n ≤ 10⁻⁴ from n = 481.
-        assert!(!healed(3000, 60, 1e-3, 470, 10) && healed(3000, 60, 1e-3, 490, 10));
+        // 60 lost of the 2,600 before the last 400 (2.21 % above the background): 400 are
+        // not enough (0.9779^400 = 1.3·10⁻⁴); 60 of 2,580 and 420 are.
+        assert!(!healed(3000, 60, 1e-3, 400, 10) && healed(3000, 60, 1e-3, 420, 10));
+        // 9 lost, then 500 answered: the share is that of the probes up to the last loss
+        // (9 of 100), not 9 of 600 — which would never let go, each probe answered
+        // diluting the share that asks for more.
+        assert!(healed(600, 9, 1e-3, 500, 10));
         assert!(!healed(3000, 60, 1e-3, 3000, MIN_QUIET_S - 1));
-        // Nothing above the background: no opinion.
-        assert!(!healed(3000, 1, 1e-3, 3000, 30));
+        // Nothing above the background (1 lost of the 2,000 before the last 1,000): no
+        // opinion.
+        assert!(!healed(3000, 1, 1e-3, 1000, 30));
     }
 
     #[test]
