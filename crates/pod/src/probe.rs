@@ -1249,9 +1249,20 @@ impl Prober {
                 st.sticky = Some(sp);
             }
         }
-        if rtt.is_none() {
-            // Sent again on the same port next round: a loss that repeats is the port's path.
-            self.retry.push((p.rail, p.dst, p.port, p.large));
+        let key = (p.rail, p.dst, p.port, p.large);
+        // Sent again on the same port next round: a loss that repeats is the port's path. One
+        // probe in flight or waiting per port: every lost probe sent again, and its retry
+        // again while lost, grew by a chain each round on a port that stays dead (a
+        // near-MTU probe over a smaller MTU: 65 of 4 KB a second on a path at 15 s, and the
+        // fabric's small probes lost behind them).
+        let again = rtt.is_none()
+            && !self.retry.contains(&key)
+            && !self
+                .pending
+                .values()
+                .any(|q| (q.rail, q.dst, q.port, q.large) == key && !q.horizon_only);
+        if again {
+            self.retry.push(key);
         }
         while let Some(o) = st.recent.front().filter(|o| o.at < horizon) {
             st.recent_small_lost -= usize::from(!o.large && o.rtt.is_none());
@@ -1917,6 +1928,34 @@ mod tests {
         // every other one).
         assert_eq!(large.values().sum::<usize>(), 40, "{large:?}");
         assert!(large.len() == 3 && large.values().all(|n| *n >= 10), "{large:?}");
+    }
+
+    #[test]
+    fn a_port_that_stays_dead_is_probed_again_by_one_chain_not_one_more_each_round() {
+        // h0 of 4 hosts probes for 20 s; every probe to h3 is lost (small and near-MTU, as
+        // behind a smaller MTU or a dead link). Each lost probe goes again on its port, once
+        // per port at a time: at most one retry per port, small and near-MTU, and the round's
+        // own probes (15 in a round at most here; every lost probe and every lost retry sent
+        // again, it was 68 a round by 20 s, and growing).
+        let pod = pod(4, 1, 2);
+        let t0 = Instant::now();
+        let cfg = ProbeConfig { min_small: 0, ..Default::default() };
+        let mut p = Prober::new(&pod, 0, cfg, t0);
+        p.set_alert(true);
+        let mut worst = 0;
+        for k in 0..200u32 {
+            let now = t0 + cfg.period * k;
+            let out = p.poll(now, &[NO_ADDR], &[1]);
+            let to_h3 = out.iter().filter(|o| o.dst.host == 3).count();
+            if k >= 100 {
+                worst = worst.max(to_h3);
+            }
+            for o in out.iter().filter(|o| o.dst.host != 3) {
+                p.on_reply(&o.packet.answer(0, 0), now + Duration::from_micros(50));
+            }
+        }
+        assert!(worst <= 2 * cfg.ports + 2, "{worst} probes to h3 in a round");
+        assert!(worst >= 2, "{worst}: the lost ports are probed again");
     }
 
     #[test]
