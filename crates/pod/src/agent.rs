@@ -1499,6 +1499,10 @@ impl<'a> Control<'a> {
         self.last_located.retain(|k, _| kept.contains(k));
         self.first_seen.retain(|k, _| kept.contains(k));
         let lingers = !lingering.is_empty();
+        // A finding shown stays shown while it is located (its settling time can grow: a
+        // rail whose evidence became partial asks five times the time — it was cleared, and
+        // shown again 1.6 s later).
+        let shown: BTreeSet<(String, String)> = self.findings.iter().map(key).collect();
         let mut now_findings: Vec<Finding> = raw
             .into_iter()
             .filter(|f| {
@@ -1509,7 +1513,7 @@ impl<'a> Control<'a> {
                     _ if f.partial => cfg.settle * 5,
                     _ => cfg.settle,
                 };
-                now.duration_since(since) >= settle
+                shown.contains(&key(f)) || now.duration_since(since) >= settle
             })
             .collect();
         now_findings.extend(lingering);
