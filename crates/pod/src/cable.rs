@@ -86,12 +86,16 @@ pub fn healed(judged: u32, lost: u32, background: f64, since: u32, quiet: u16) -
     f64::from(since) * (-excess).ln_1p() <= HEAL_ALPHA.ln()
 }
 
+/// One report's counts of a component's probes over the horizon: (judged, lost, judged since
+/// its last loss, whole seconds since).
+pub type Part = (u32, u32, u32, u16);
+
 /// The probes through a component since its last loss, and the seconds since, from reports
 /// that each count part of its probes (judged, lost, since their last loss, quiet seconds):
 /// the one that lost last says how long ago (the least quiet), and each counts its part of
 /// that time at its rate over the horizon (the least share of its probes since its loss,
 /// applied to all of them). Reports that lost nothing say nothing of when.
-pub fn pooled_since(parts: &[(u32, u32, u32, u16)]) -> (u32, u16) {
+pub fn pooled_since(parts: &[Part]) -> (u32, u16) {
     let total: u32 = parts.iter().map(|p| p.0).sum();
     let lossy = || parts.iter().filter(|p| p.1 > 0);
     let share = lossy().map(|p| f64::from(p.2.min(p.0)) / f64::from(p.0.max(1))).reduce(f64::min);
@@ -278,8 +282,7 @@ pub fn tor_loss(
     if mine.iter().any(|c| binomial_tail(c.judged, c.lost, p0) > EVERY_PORT) {
         return None;
     }
-    let parts: Vec<(u32, u32, u32, u16)> =
-        mine.iter().map(|c| (c.judged, c.lost, c.since, c.quiet)).collect();
+    let parts: Vec<Part> = mine.iter().map(|c| (c.judged, c.lost, c.since, c.quiet)).collect();
     let (since, quiet) = pooled_since(&parts);
     let p = binomial_tail(n, k, p0);
     (p <= HOLD_ALPHA && !healed(n, k, p0, since, quiet)).then_some((n, k, p0, p))

@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use topology::Pod;
 
 use crate::cable::{
-    ALPHA, BACKGROUND_FLOOR, HOLD_ALPHA, MIN_LOST, binomial_tail, healed, pooled_since,
+    ALPHA, BACKGROUND_FLOOR, HOLD_ALPHA, MIN_LOST, Part, binomial_tail, healed, pooled_since,
 };
 use crate::probe::{Crossings, Report};
 
@@ -112,7 +112,7 @@ pub fn link_loss(
         tors.iter().enumerate().map(|(i, (t, _))| (t.as_str(), i as u16)).collect();
     let mut classes: BTreeMap<Class, (u32, u32)> = BTreeMap::new();
     // Each class's reports, for when it last lost: (judged, lost, since, quiet).
-    let mut parts: BTreeMap<Class, Vec<(u32, u32, u32, u16)>> = BTreeMap::new();
+    let mut parts: BTreeMap<Class, Vec<Part>> = BTreeMap::new();
     for r in reports.values() {
         let host = usize::from(r.host);
         if excluded.contains(&host) || host >= pod.hosts.len() {
@@ -185,7 +185,7 @@ pub fn link_loss(
                     ALPHA
                 };
                 // Healed: as long without a loss as its share makes unlikely.
-                let across: Vec<(u32, u32, u32, u16)> = parts
+                let across: Vec<Part> = parts
                     .iter()
                     .filter(|(c, _)| crosses(c, l) && classes.contains_key(c))
                     .flat_map(|(_, v)| v.iter().copied())
