@@ -84,6 +84,45 @@ impl TestSpec {
         }
         o
     }
+
+    /// How long one connection attempt of its side channel waits, and how many it makes:
+    /// the side channel crosses the rail's own fabric, where an ECMP path that drops loses
+    /// every SYN (and SYN-ACK) of one connection — its retransmissions hash the same way —
+    /// while a new connection, from a new ephemeral port, hashes anew. Half the stall time
+    /// (at least half a second, at most five) an attempt, [`CONNECT_ATTEMPTS`] of them.
+    fn connect_attempt(&self) -> Duration {
+        Duration::from_secs_f64(self.stall.clamp(1.0, 10.0) / 2.0)
+    }
+
+    /// The longest its side channel may take to connect: every attempt timed out.
+    fn connect_worst(&self) -> Duration {
+        self.connect_attempt() * CONNECT_ATTEMPTS
+    }
+}
+
+/// Connection attempts of a test's side channel, each from a new ephemeral port: with one
+/// of two ECMP paths dead, all four lost one time in sixteen (one attempt: one in two, and
+/// the probe over it says nothing of its own path).
+const CONNECT_ATTEMPTS: u32 = 4;
+
+/// Connects the side channel to `peer`, again from a new ephemeral port (a new ECMP hash)
+/// after an attempt that timed out, up to [`CONNECT_ATTEMPTS`] times; any other error
+/// (refused, unreachable) ends it.
+fn connect_side_channel(peer: SocketAddr, t: &TestSpec) -> std::io::Result<TcpStream> {
+    let mut tried = 0;
+    loop {
+        tried += 1;
+        match TcpStream::connect_timeout(&peer, t.connect_attempt()) {
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut && tried < CONNECT_ATTEMPTS => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{e} ({tried} attempts from as many source ports)"),
+                ));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// What rank 0 tells a rank.
@@ -256,9 +295,7 @@ fn serve(ctx: &Context, listener: &TcpListener, tests: &[TestSpec], events: bool
 fn measure(ctx: &Context, peer: SocketAddr, t: &TestSpec, events: bool) -> TestResult {
     let o = Options { gid_index: ctx.gid_index(), ..t.options() };
     let before = ctx.counters();
-    // The side channel crosses the rail's own fabric: a dead path loses its SYNs too.
-    let connect = Duration::from_secs_f64(t.stall.clamp(1.0, 10.0));
-    let run = TcpStream::connect_timeout(&peer, connect)
+    let run = connect_side_channel(peer, t)
         .map_err(|e| (false, format!("cannot connect to {peer}: {e}")))
         .and_then(|sock| {
             session::run(ctx, &o, Role::Client, &sock, peer.ip(), events, &mut Quiet).map_err(|e| {
@@ -625,9 +662,14 @@ impl Job {
         self.each_stalling(0.0)
     }
 
-    /// Each test's duration and its stall timeout, and `extra` seconds a test.
+    /// Each test's side channel at its slowest to connect, its duration, its stall timeout,
+    /// and `extra` seconds a test.
     fn each_stalling(&self, extra: f64) -> Duration {
-        let s: f64 = self.tests.iter().map(|t| t.stall + extra + t.seconds.unwrap_or(0.0)).sum();
+        let s: f64 = self
+            .tests
+            .iter()
+            .map(|t| t.connect_worst().as_secs_f64() + t.stall + extra + t.seconds.unwrap_or(0.0))
+            .sum();
         Duration::from_secs_f64(s.clamp(0.0, 86_400.0))
     }
 }
@@ -2144,6 +2186,63 @@ fn matrices(pod: &Pod, measured: &[Measured], specs: &[TestSpec]) -> Vec<Matrix>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A listener whose accept queue is full: the kernel drops every new SYN, as a dead
+    /// ECMP path does (and the held connection that fills it).
+    fn full_listener() -> (socket2::Socket, SocketAddr, TcpStream) {
+        use socket2::{Domain, Socket, Type};
+        let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        l.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
+        l.listen(0).unwrap();
+        let addr = l.local_addr().unwrap().as_socket().unwrap();
+        // Backlog 0 holds one established connection; the next SYNs are dropped.
+        let held = TcpStream::connect(addr).unwrap();
+        (l, addr, held)
+    }
+
+    #[test]
+    fn a_side_channel_whose_syns_vanish_tries_again_from_new_ports() {
+        let t = TestSpec {
+            test: "send-lat".into(),
+            sizes: vec![2],
+            iters: Some(50),
+            seconds: None,
+            stall: 1.0,
+            udp_source_port: None,
+            qp_timeout: 14,
+            tx_depth: None,
+            qps: 1,
+        };
+        assert_eq!(t.connect_attempt(), Duration::from_millis(500));
+        // Every attempt dropped: four of them, said in the error.
+        let (_l, addr, _held) = full_listener();
+        let started = Instant::now();
+        let err = connect_side_channel(addr, &t).unwrap_err();
+        let took = started.elapsed();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+        assert!(err.to_string().contains("4 attempts"), "{err}");
+        assert!(took >= Duration::from_millis(1900) && took < Duration::from_secs(6), "{took:?}");
+        // The queue frees during the first attempt: a later attempt connects.
+        let (l, addr, held) = full_listener();
+        let freer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let (s, _) = l.accept().unwrap();
+            drop((s, held));
+            std::thread::sleep(Duration::from_secs(3));
+            l
+        });
+        let started = Instant::now();
+        let sock = connect_side_channel(addr, &t);
+        assert!(sock.is_ok(), "{sock:?}");
+        assert!(started.elapsed() >= Duration::from_millis(450), "{:?}", started.elapsed());
+        drop(freer);
+        // Refused is no dead path: at once, no second attempt.
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let started = Instant::now();
+        let err = connect_side_channel(port, &t).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused, "{err}");
+        assert!(started.elapsed() < Duration::from_millis(400));
+    }
 
     #[test]
     fn probe_ports_cross_every_spine_each_way() {
