@@ -471,6 +471,13 @@ pub struct Membership {
     /// The largest lateness of a timer seen, and how many fired late.
     worst_late: Duration,
     late_timers: u64,
+    /// When a datagram last arrived from any member.
+    last_heard: Option<Instant>,
+    /// When the first datagram arrived after a silence of [`Membership::cut_off_after`]:
+    /// the suspicions raised meanwhile have this long to be refuted.
+    heard_again: Option<Instant>,
+    /// Suspicions whose timeout fell while this host was cut off, held back.
+    held_back: u64,
 }
 
 impl std::fmt::Debug for Membership {
@@ -521,6 +528,9 @@ impl Membership {
             events: Vec::new(),
             worst_late: Duration::ZERO,
             late_timers: 0,
+            last_heard: None,
+            heard_again: None,
+            held_back: 0,
         }
     }
 
@@ -562,6 +572,10 @@ impl Membership {
 
     /// A membership datagram arrived.
     pub fn handle_datagram(&mut self, data: &[u8], now: Instant) -> Result<(), Error> {
+        if self.last_heard.is_none_or(|t| now.saturating_duration_since(t) > self.cut_off_after()) {
+            self.heard_again = Some(now);
+        }
+        self.last_heard = Some(now);
         // Every rail carries a copy of each message: the second copy is dropped here (foca
         // would answer a ping twice, on every rail). A datagram repeated byte for byte
         // within the window tells foca nothing new.
@@ -614,12 +628,51 @@ impl Membership {
                 self.lhm = self.lhm.saturating_sub(1);
             }
             self.rt.stretch = self.lhm;
+            if matches!(t, Timer::ChangeSuspectToDown { .. }) && self.cut_off(now) {
+                // Cut off, or just back: what it suspected may be no one's fault but its
+                // own rails'. The suspicion stays, and is judged again a timeout later.
+                self.held_back += 1;
+                self.rt.seq += 1;
+                self.rt.timers.insert((now + self.timeouts.suspect_to_down, self.rt.seq), t);
+                continue;
+            }
             if let Err(e) = self.foca.handle_timer(t, &mut self.rt) {
                 result = Err(e.into());
             }
         }
         self.absorb(now);
         result
+    }
+
+    /// How long a silence of every member means this host is cut off (three probe
+    /// periods: each host pings one member and gossips to three a period, so a host hears
+    /// several datagrams a period while any path to it carries).
+    fn cut_off_after(&self) -> Duration {
+        self.timeouts.probe_period * 3
+    }
+
+    /// Whether this host is cut off from the pod — two or more members not down, and
+    /// nothing heard from any of them for [`Membership::cut_off_after`] — or heard from
+    /// them again less than a suspicion timeout ago. A host whose own rails are cut (a
+    /// flapping cable of a one-rail host, its ToR dropping everything) suspects every member
+    /// it probes meanwhile; declared down, those would spread pod-wide as it comes back (SWIM
+    /// takes a member down for good at its incarnation: each must rejoin). Its suspicions
+    /// wait instead, and the members refute them once it hears them again. With one other
+    /// member, its silence says nothing of who is cut off: it is judged as SWIM would.
+    fn cut_off(&self, now: Instant) -> bool {
+        let others = self.members.values().filter(|m| m.health != Health::Down).count();
+        let silent = self
+            .last_heard
+            .is_some_and(|t| now.saturating_duration_since(t) > self.cut_off_after());
+        let back = self
+            .heard_again
+            .is_some_and(|t| now.saturating_duration_since(t) < self.timeouts.suspect_to_down);
+        others >= 2 && (silent || back)
+    }
+
+    /// Suspicions held back while this host was cut off (each time one fell due).
+    pub fn held_back(&self) -> u64 {
+        self.held_back
     }
 
     /// The next datagram to send: (to whom, bytes). Send it to every address of the member.
@@ -760,6 +813,8 @@ mod tests {
         ms: Vec<Membership>,
         flight: Vec<(Instant, u16, Vec<u8>)>,
         dead: Vec<u16>,
+        /// Hosts whose loop runs, but whose datagrams are lost both ways (their cables).
+        cut: Vec<u16>,
         slow: Vec<u16>,
         slow_every: Duration,
         last_run: Vec<Instant>,
@@ -793,6 +848,7 @@ mod tests {
                 ms,
                 flight: Vec::new(),
                 dead: vec![],
+                cut: vec![],
                 slow: vec![],
                 slow_every: Duration::ZERO,
                 last_run: vec![t0; n as usize],
@@ -837,7 +893,8 @@ mod tests {
                 let _ = self.ms[h].handle_timeouts(now);
                 while let Some((to, d)) = self.ms[h].poll_transmit() {
                     self.sent += 1;
-                    if !self.dead.contains(&to.host) {
+                    let lost = [hh, to.host].iter().any(|x| self.cut.contains(x));
+                    if !self.dead.contains(&to.host) && !lost {
                         if self.copies {
                             // The other rail's copy, a little later.
                             self.flight.push((now + Duration::from_micros(80), to.host, d.clone()));
@@ -918,6 +975,41 @@ mod tests {
         assert!(d.iter().all(|(_, of)| *of == 2), "a healthy host was declared down: {d:?}");
         assert!(s.ms[2].lateness().0 > 0, "the starvation was seen");
         assert!(s.ms[2].local_health() > 0);
+    }
+
+    #[test]
+    fn a_host_cut_off_again_and_again_takes_no_one_else_down() {
+        // Host 5's only cable flaps: down 1.8 s, up 1.8 s. Each time, the others take it
+        // down; it suspects every member it probes meanwhile, and must not take them down
+        // (nor spread that as it comes back).
+        let mut s = Sim::new(8);
+        s.run(Duration::from_secs(2));
+        downs(&mut s);
+        let mut of5 = 0;
+        for _ in 0..5 {
+            s.cut = vec![5];
+            s.run(Duration::from_millis(1800));
+            s.cut.clear();
+            s.run(Duration::from_millis(1800));
+            let d = downs(&mut s);
+            of5 += d.iter().filter(|(_, of)| *of == 5).count();
+            let others: Vec<&(u16, u16)> = d.iter().filter(|(_, of)| *of != 5).collect();
+            assert!(others.is_empty(), "taken down beside host 5: {others:?}");
+        }
+        // Host 5 was down at every other host, each time.
+        assert!(of5 >= 5 * 7, "host 5 taken down {of5} times");
+        assert!(s.ms[5].held_back() > 0);
+        // Back for good: no one else taken down, and every host sees every other alive (a
+        // suspicion host 5 raised while cut off, its gossip spent into the void, waits for
+        // the next exchange of member lists to be refuted: seconds).
+        s.run(Duration::from_secs(12));
+        let d = downs(&mut s);
+        assert!(d.is_empty(), "{d:?}");
+        for a in 0..8 {
+            for b in (0..8).filter(|&b| b != a) {
+                assert_eq!(s.health(a, b), Some(Health::Alive), "{a} sees {b}");
+            }
+        }
     }
 
     #[test]
