@@ -28,6 +28,7 @@ mod chan;
 pub use chan::{MAX_ACCEPTED_PER_PEER, MAX_MESSAGE, RouteEvent, WINDOW};
 
 use crate::channel::{ChannelCounters, Delivered, Undeliverable};
+use crate::flap::{self, Outages};
 use crate::locate::{self, Finding};
 use crate::member::{Health, Id, Membership, Timeouts};
 use crate::probe::{
@@ -892,6 +893,8 @@ fn control_loop(inner: &Inner, sockets: Vec<Vec<UdpSocket>>, incarnation: u64) {
 struct Located {
     health: BTreeMap<u16, Health>,
     key: Vec<(u16, u64)>,
+    /// The hosts whose membership flapped (see [`flap`]).
+    flapping: Vec<usize>,
     reports: BTreeMap<u16, Report>,
     found: Vec<Finding>,
 }
@@ -917,6 +920,9 @@ struct Control<'a> {
     /// When each finding shown was last located.
     last_located: BTreeMap<(String, String), Instant>,
     down_since: BTreeMap<u16, Instant>,
+    /// Each member's outages over the horizon: a one-rail host whose membership flaps is
+    /// its rail.
+    outages: Outages,
     last_published: Vec<u8>,
     published_loop: LoopHealth,
     published_at: Instant,
@@ -1005,6 +1011,7 @@ impl<'a> Control<'a> {
             first_seen: BTreeMap::new(),
             last_located: BTreeMap::new(),
             down_since: BTreeMap::new(),
+            outages: Outages::default(),
             last_published: Vec::new(),
             published_loop: LoopHealth::default(),
             published_at: start,
@@ -1193,6 +1200,9 @@ impl<'a> Control<'a> {
             let name = pod.hosts.get(usize::from(e.host)).map_or("?", |h| h.name.as_str());
             let text = format!("{name} {}", health_word(e.health));
             self.record("member", text);
+            if e.health != Health::Suspect {
+                self.outages.record(usize::from(e.host), e.health == Health::Down, e.at);
+            }
             match e.health {
                 // Its messages are given up only if it stays down (a host that was only
                 // suspected, or came back as the same life, loses nothing).
@@ -1325,7 +1335,7 @@ impl<'a> Control<'a> {
             (judged, report)
         };
         self.publish(now, report);
-        let health = self.locate();
+        let health = self.locate(now);
         self.route(now, &judged, &health);
         self.settle(now);
         let mut names = std::mem::take(&mut self.path_names);
@@ -1355,7 +1365,7 @@ impl<'a> Control<'a> {
 
     /// The members' health (this host alive) and, when it or the reports changed, the pod
     /// located again.
-    fn locate(&mut self) -> BTreeMap<u16, Health> {
+    fn locate(&mut self, now: Instant) -> BTreeMap<u16, Health> {
         let me = self.inner.cfg.me;
         // Reports decoded once per version.
         let raw = self.m.reports();
@@ -1387,7 +1397,13 @@ impl<'a> Control<'a> {
             .filter(|(h, _)| health.get(h).is_some_and(|x| *x != Health::Down))
             .map(|(h, (v, _))| (*h, *v))
             .collect();
-        if self.located.as_ref().is_none_or(|l| l.health != health || l.key != key) {
+        let flaps = self.outages.flapping(now);
+        let flapping: Vec<usize> = flaps.iter().map(|f| f.host).collect();
+        if self
+            .located
+            .as_ref()
+            .is_none_or(|l| l.health != health || l.key != key || l.flapping != flapping)
+        {
             let reports: BTreeMap<u16, Report> = key
                 .iter()
                 .filter_map(|(h, _)| Some((*h, self.decoded.get(h)?.1.clone())))
@@ -1425,7 +1441,8 @@ impl<'a> Control<'a> {
                     );
                 }
             }
-            self.located = Some(Located { health: health.clone(), key, reports, found });
+            flap::name_flaps(pod, &mut found, &flaps);
+            self.located = Some(Located { health: health.clone(), key, reports, flapping, found });
             self.located_gen += 1;
         }
         health

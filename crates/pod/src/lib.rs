@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod cable;
 pub mod channel;
+pub mod flap;
 pub mod locate;
 pub mod member;
 pub mod probe;
