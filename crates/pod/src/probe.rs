@@ -328,12 +328,6 @@ impl PathStats {
         self.buckets.iter().filter(|b| sec.is_none_or(|s| b.0 > s)).map(|b| b.1).sum()
     }
 
-    /// Small probes that crossed `spines` in the seconds after `sec`.
-    fn crossed_after(&self, spines: [u8; 2], sec: Option<u64>) -> u32 {
-        let after = |c: &&(u64, [u8; 2], bool)| c.1 == spines && sec.is_none_or(|s| c.0 > s);
-        self.crossings.iter().filter(after).count() as u32
-    }
-
     /// Its last [`DEAD_AFTER`] small probes were all lost (and it has sent that many).
     fn last_small_lost(&self) -> bool {
         let last = self.recent.iter().rev().filter(|o| !o.large).take(DEAD_AFTER);
@@ -1412,24 +1406,28 @@ impl Prober {
                 e.2 = e.2.max(at);
             }
         }
+        // The probes of each class since its last loss: one pass over the paths' crossings.
+        let mut since: BTreeMap<(u8, u16, [u8; 2]), u32> = BTreeMap::new();
+        for ((rail, d), st) in &self.paths {
+            let Some(&tor) = self.tor_of.get(d) else { continue };
+            for &(sec, spines, _) in &st.crossings {
+                let key = (*rail as u8, tor, spines);
+                if by.get(&key).is_some_and(|t| t.2.is_none_or(|last| sec > last)) {
+                    *since.entry(key).or_default() += 1;
+                }
+            }
+        }
         let horizon = self.cfg.horizon.as_secs();
         let mut out: Vec<Crossings> = by
             .into_iter()
-            .map(|((rail, tor, spines), (judged, lost, at))| Crossings {
+            .map(|(key @ (rail, tor, spines), (judged, lost, at))| Crossings {
                 rail,
                 tor,
                 spines,
                 judged,
                 lost,
                 quiet: quiet_since(at, self.pruned_at, horizon),
-                since: self
-                    .paths
-                    .iter()
-                    .filter(|(k, _)| {
-                        usize::from(rail) == k.0 && self.tor_of.get(&k.1) == Some(&tor)
-                    })
-                    .map(|(_, st)| st.crossed_after(spines, at))
-                    .sum(),
+                since: since.get(&key).copied().unwrap_or(0),
             })
             .collect();
         out.sort_by_key(|c| (std::cmp::Reverse(c.lost), std::cmp::Reverse(c.judged)));
@@ -2026,16 +2024,20 @@ mod tests {
         }
         let mut p = Prober::new(&pod, 0, cfg, t0);
         p.set_routes(&routes);
-        let (mut odd_to_h3, mut lost) = (0, 0);
+        let (mut odd_to_h3, mut lost, mut last_lost, mut odd_after) = (0, 0, 0, 0);
         for k in 0..100u32 {
             let now = t0 + cfg.period * k;
             assert!(k > 50 || p.broadcast(LoopHealth::default()).crossings.is_empty());
             for o in p.poll(now, &[NO_ADDR], &[1]) {
                 let odd = (usize::from(o.port) - 0xF000) / 7 % 2 == 1;
-                if k >= 50 && o.dst.host == 3 && odd {
+                if odd && o.dst.host >= 2 && k > last_lost {
+                    odd_after += 1;
+                }
+                if (50..80).contains(&k) && o.dst.host == 3 && odd {
                     odd_to_h3 += 1;
                     if odd_to_h3 % 3 == 1 {
                         lost += 1;
+                        (last_lost, odd_after) = (k, 0);
                         continue;
                     }
                 }
@@ -2045,8 +2047,8 @@ mod tests {
         // Probes lost after the last poll are not judged yet.
         p.poll(t0 + cfg.period * 100 + cfg.timeout, &[NO_ADDR], &[1]);
         let r = p.broadcast(LoopHealth::default());
-        let c: Vec<([u8; 2], u32, u32)> =
-            r.crossings.iter().map(|c| (c.spines, c.judged, c.lost)).collect();
+        let c: Vec<([u8; 2], u32, u32, u32)> =
+            r.crossings.iter().map(|c| (c.spines, c.judged, c.lost, c.since)).collect();
         assert_eq!(r.crossings.iter().map(|c| (c.rail, c.tor)).collect::<Vec<_>>(), [(0, 1); 2]);
         // 10 s of probes, one to ToR rack1 a round: half through spine 0 twice, none lost …
         assert_eq!(c[0].0, [0, 0]);
@@ -2054,6 +2056,10 @@ mod tests {
         // … half out through 0, back through 1: those to h3 lost from 5 s on.
         assert_eq!(c[1].0, [0, 1]);
         assert!(c[1].2 == lost && lost >= 5, "{c:?}, {lost} lost");
+        // Since the last loss: every probe of the class that lost nothing; of the other,
+        // those after the second of its last loss (up to a second's ten rounds fewer).
+        assert_eq!(c[0].3, c[0].1, "{c:?}");
+        assert!(c[1].3 <= odd_after && c[1].3 + 10 >= odd_after && c[1].3 > 0, "{c:?} {odd_after}");
         assert!(c[0].1 + c[1].1 >= 100, "{c:?}");
         assert_eq!(Report::decode(&r.encode()).unwrap().crossings, r.crossings);
     }
