@@ -613,6 +613,20 @@ impl PodAgent {
         !s.members.is_empty() && s.members.iter().all(|m| m.health == Health::Alive)
     }
 
+    /// The agent's threads that ended though it was not stopped (a panic: its message went
+    /// to stderr), by name; empty while it runs. The monitor has stopped watching then — its
+    /// status no longer moves — and the program should say so and exit.
+    pub fn ended_threads(&self) -> Vec<String> {
+        if self.inner.stop.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        self.threads
+            .iter()
+            .filter(|t| t.is_finished())
+            .map(|t| t.thread().name().unwrap_or("a pod thread").to_string())
+            .collect()
+    }
+
     /// Stops the threads (the pod sees this host go).
     pub fn stop(mut self) {
         self.shutdown();

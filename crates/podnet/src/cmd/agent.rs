@@ -395,6 +395,17 @@ fn serve(agent: Arc<Agent>, args: &AgentArgs, interval: f64) -> anyhow::Result<E
         .spawn(move || {
             loop {
                 sampler.sample();
+                // A pod monitor whose loop died serves a status that no longer moves: say
+                // so and exit, for the supervisor (systemd, the DaemonSet) to restart it.
+                let ended = sampler.pod.as_ref().map(|m| m.ended_threads()).unwrap_or_default();
+                if !ended.is_empty() {
+                    eprintln!(
+                        "podnet agent: the pod monitor's {} thread ended (its panic is above); \
+                         exiting",
+                        ended.join(", ")
+                    );
+                    std::process::exit(70);
+                }
                 std::thread::sleep(Duration::from_secs_f64(interval));
             }
         })

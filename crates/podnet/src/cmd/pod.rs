@@ -247,6 +247,11 @@ impl Monitor {
         Ok(Some(Monitor { agent, series }))
     }
 
+    /// The pod agent's threads that ended on their own (see [`PodAgent::ended_threads`]).
+    pub(crate) fn ended_threads(&self) -> Vec<String> {
+        self.agent.ended_threads()
+    }
+
     /// The monitor's view, as /pod serves it.
     pub(crate) fn status(&self) -> Status {
         self.agent.status()
