@@ -11,7 +11,7 @@
 #                       [--kinds all|clean,loss,slow,mtu,down,flap,partial-blackhole,spine-down,
 #                                tor-loss,corrupt,host-killed,host-frozen,host-starved]
 #                       [--per-cell N] [--max-mbit M] [--watch S] [--clean-watch S] [--out FILE]
-#                       [--only agent/3:1/flap/0,…]   # a miss again: same flags, its id
+#                       [--only agent/3:1/flap/0,…]   # a miss again: its id and seed
 #   benches/campaign.sh --seed N --table       # the table of what ran (Wilson intervals)
 set -euo pipefail
 cd "$(dirname "$0")/.."

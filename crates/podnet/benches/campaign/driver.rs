@@ -55,9 +55,21 @@ impl Draw {
 /// The largest pod a draw builds on 2 cores: hosts × rails.
 pub(crate) const MAX_DEVICES: usize = 12;
 
+/// The seed of the draw `id` (`agent/1:1/flap/0`) of a campaign seeded `seed`: its own,
+/// from the two alone (FNV-1a over the id), so that a draw is the same whatever else the
+/// flags ask — a miss run again with `--only`, or a campaign resumed with more kinds.
+pub(crate) fn draw_seed(seed: u64, id: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+    for b in id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
 /// The draws of a stratified campaign: for each uplink class and each kind (and clean),
 /// `per_cell` draws, each its own shape (drawn until it has at most [`MAX_DEVICES`]
-/// devices and host links of at most `max_mbit`) and fault, all from `seed`.
+/// devices and host links of at most `max_mbit`) and fault, from `seed` and the draw's id.
 pub(crate) fn cells(
     seed: u64,
     tool: Tool,
@@ -67,14 +79,18 @@ pub(crate) fn cells(
     max_mbit: u32,
 ) -> Vec<Draw> {
     let mut out = Vec::new();
-    let mut n = 0u64;
     for &u in uplinks {
         for &kind in kinds {
             for k in 0..per_cell {
-                // A shape small enough for 2 cores, drawn on from the cell's seed.
+                let t = if tool == Tool::Qualify { "qualify" } else { "agent" };
+                let what = kind.map_or("clean", Kind::as_str);
+                let id = format!("{t}/{}/{what}/{k}", u.as_str());
+                // A shape small enough for 2 cores, drawn on from the draw's seed.
+                let base = draw_seed(seed, &id);
+                let mut n = 0u64;
                 let shape = loop {
                     n += 1;
-                    let s = Shape::draw_with(seed.wrapping_mul(1_000_003).wrapping_add(n), u);
+                    let s = Shape::draw_with(base.wrapping_mul(1_000_003).wrapping_add(n), u);
                     if s.hosts() * s.rails <= MAX_DEVICES && s.host_mbit <= max_mbit {
                         break s;
                     }
@@ -83,16 +99,7 @@ pub(crate) fn cells(
                     Some(kind) => Scenario::draw(shape.seed, &shape, kind).faults,
                     None => vec![],
                 };
-                let t = if tool == Tool::Qualify { "qualify" } else { "agent" };
-                let what = kind.map_or("clean", Kind::as_str);
-                out.push(Draw {
-                    id: format!("{t}/{}/{what}/{k}", u.as_str()),
-                    tool,
-                    shape,
-                    kind,
-                    faults,
-                    load: false,
-                });
+                out.push(Draw { id, tool, shape, kind, faults, load: false });
             }
         }
     }

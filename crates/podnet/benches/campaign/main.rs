@@ -96,8 +96,8 @@ fn main() {
         let clean = driver::cells(seed, Tool::Agent, &uplinks, &[None], per_cell, max_mbit);
         draws.extend(clean.into_iter().map(driver::Draw::loaded));
     }
-    // --only: the draws named (as the campaign numbers them for these flags), e.g. to run a
-    // miss again.
+    // --only: the draws named, e.g. to run a miss again (a draw is the same whatever the
+    // other flags: its seed is the campaign's and its id).
     let only: Option<Vec<String>> =
         flag("--only").map(|l| l.split(',').map(String::from).collect());
     let todo: Vec<&driver::Draw> = draws

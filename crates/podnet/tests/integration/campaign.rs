@@ -41,6 +41,26 @@ fn env(name: &str) -> (driver::Env, tempfile::TempDir) {
 }
 
 #[test]
+fn a_draw_is_the_same_whatever_else_the_campaign_asks() {
+    let draws = |kinds: &[Option<Kind>], uplinks: &[Uplink]| {
+        driver::cells(44, Tool::Agent, uplinks, kinds, 2, 200)
+    };
+    let alone = draws(&[Some(Kind::Flap)], &[Uplink::OneToOne]);
+    let among = draws(
+        &[None, Some(Kind::Loss), Some(Kind::Flap), Some(Kind::TorLoss)],
+        &[Uplink::ThreeToOne, Uplink::OneToOne],
+    );
+    for d in &alone {
+        let same = among.iter().find(|x| x.id == d.id).unwrap();
+        assert_eq!((&same.shape, &same.faults), (&d.shape, &d.faults), "{}", d.id);
+    }
+    // Another seed, another draw; another draw of the cell, another pod.
+    let other = driver::cells(45, Tool::Agent, &[Uplink::OneToOne], &[Some(Kind::Flap)], 2, 200);
+    assert_ne!(other[0].shape, alone[0].shape);
+    assert_ne!(alone[0].shape, alone[1].shape);
+}
+
+#[test]
 fn a_mini_campaign_on_a_non_blocking_pod_is_named_right() {
     let shape = shape();
     assert_eq!((shape.uplink, shape.hosts(), shape.rails), (Uplink::OneToOne, 4, 1), "{shape:?}");
