@@ -244,16 +244,28 @@ fn counts_of(
 /// and then only (its finding came and went with them); while this holds below
 /// [`HOLD_ALPHA`] and the devices have not healed ([`healed`], pooled: the seconds since the
 /// last loss of any of them) its finding stays, as a cable's does.
+///
+/// With `naming`, for a ToR not named before: the pooled count at the naming bar
+/// ([`ALPHA`]), and every device under it (two or more) lost probes to another device under
+/// it — its own ports, which no link to a spine carries (a lossy uplink lifts every device
+/// under its ToR too, toward other ToRs only). A ToR dropping under a percent at every port
+/// fails no path window: its devices are each a lossy cable, two or more under one ToR,
+/// which the cables' test leaves to the ToR.
 pub fn tor_loss(
     pod: &Pod,
     reports: &BTreeMap<u16, Report>,
     excluded: &BTreeSet<usize>,
     under: &[Dev],
+    naming: bool,
 ) -> Option<(u32, u32, f64, f64)> {
     let counts = counts_of(pod, reports, excluded);
     // A device under it that lost nothing in the horizon: not every port.
     let mine: Vec<&Counts> = under.iter().filter_map(|d| counts.get(d)).collect();
     if mine.len() < under.len() {
+        return None;
+    }
+    let own_lost = |c: &&Counts| c.paths.iter().any(|p| p.2 > 0 && under.contains(&p.0));
+    if naming && (under.len() < 2 || !mine.iter().all(own_lost)) {
         return None;
     }
     let (n, k) = mine.iter().fold((0, 0), |(n, k), c| (n + c.judged, k + c.lost));
@@ -285,7 +297,8 @@ pub fn tor_loss(
     let parts: Vec<Part> = mine.iter().map(|c| (c.judged, c.lost, c.since, c.quiet)).collect();
     let (since, quiet) = pooled_since(&parts);
     let p = binomial_tail(n, k, p0);
-    (p <= HOLD_ALPHA && !healed(n, k, p0, since, quiet)).then_some((n, k, p0, p))
+    let bar = if naming { ALPHA } else { HOLD_ALPHA };
+    (p <= bar && !healed(n, k, p0, since, quiet)).then_some((n, k, p0, p))
 }
 
 /// The devices whose rails lose probes above the background, by the test above; `excluded`

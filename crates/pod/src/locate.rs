@@ -340,9 +340,12 @@ fn steady_twins(pod: &Pod, held: &BTreeSet<Component>, out: &mut Vec<Finding>) {
     out.retain(|f| !matches!(f.at, Component::TorSpine { .. }) || seen.insert(f.at.clone()));
 }
 
-/// The ToRs named before (`held`) that the path verdicts did not name again: each stays while
-/// its devices' losses over the horizon stay above the background ([`crate::cable::tor_loss`]:
-/// at a percent or two its path windows fail now and then only), the devices under it its.
+/// The ToRs the path verdicts did not name: one named before (`held`) stays while its
+/// devices' losses over the horizon stay above the background ([`crate::cable::tor_loss`]:
+/// at a percent or two its path windows fail now and then only); one not named before (two
+/// or more hosts under it) is named where every device under it loses above the background,
+/// to one another too, at the naming bar (under a percent, no path window ever fails); the
+/// devices under it are its.
 fn held_tors(
     pod: &Pod,
     reports: &BTreeMap<u16, Report>,
@@ -358,12 +361,16 @@ fn held_tors(
             Component::Pod { .. } => true,
             _ => false,
         });
-        if !held.contains(&at) || covered {
+        let hosts: BTreeSet<usize> = under.iter().map(|d| d.host).collect();
+        let before = held.contains(&at);
+        if covered || !before && hosts.len() < 2 {
             continue;
         }
-        let Some((n, k, p0, p)) = crate::cable::tor_loss(pod, reports, excluded, &under) else {
+        let Some((n, k, p0, p)) = crate::cable::tor_loss(pod, reports, excluded, &under, !before)
+        else {
             continue;
         };
+        let said = if before { "named before, and its" } else { "its" };
         out.retain(|f| !matches!(&f.at, Component::Rail(d) if under.contains(d)));
         out.push(Finding {
             kind: "tor".into(),
@@ -371,9 +378,9 @@ fn held_tors(
             severity: "error".into(),
             confidence: f64::from(k) / f64::from(n.max(1)),
             evidence: format!(
-                "named before, and its {} devices still lose {k} of the {n} small probes they \
-                 sent in the last {} s ({:.1} %), against {:.2} % elsewhere (P = {p:.0e} by \
-                 chance): the ToR drops at every port",
+                "{said} {} devices lose {k} of the {n} small probes they sent in the last {} s \
+                 ({:.1} %), each of them above the rest of the pod and to one another too, \
+                 against {:.2} % elsewhere (P = {p:.0e} by chance): the ToR drops at every port",
                 under.len(),
                 crate::probe::ProbeConfig::default().horizon.as_secs(),
                 100.0 * f64::from(k) / f64::from(n.max(1)),
@@ -865,6 +872,41 @@ mod tests {
         // One of its devices losing at the background: not every port, cleared.
         lose(&mut r, 3, 1);
         assert_eq!(locate_held(&pod, 0, &alive(8), &r, &Routes::new(), &held), vec![]);
+    }
+
+    #[test]
+    fn a_tor_losing_under_a_percent_at_every_port_is_named_by_its_devices_pooled() {
+        // Four ToRs of two hosts, every window ok. rack1 drops 0.8 % at every port: each of
+        // its devices loses 1.6 % of its round trips over the horizon, to its ToR mate too.
+        let pod = test_pod(8, 1, 2);
+        let mut r = reports(&pod, &|_, _| (PathState::Ok, vec![], vec![]));
+        let lose = |r: &mut BTreeMap<u16, Report>, h: u16, lost: u32, mate: u32| {
+            let paths = if lost > 3 {
+                vec![((h ^ 1), 0, 600, mate), ((h + 2) % 8, 0, 800, lost - mate)]
+            } else {
+                vec![]
+            };
+            r.get_mut(&h).unwrap().horizon =
+                vec![RailLoss { rail: 0, judged: 3000, lost, paths, quiet: 0, since: 0 }];
+        };
+        for h in 0..8 {
+            lose(&mut r, h, if h / 2 == 1 { 48 } else { 2 }, 10);
+        }
+        let f = locate(&pod, 0, &alive(8), &r);
+        assert_eq!(kinds(&f), [("tor".into(), "rack1-rail0".into())], "{f:#?}");
+        assert!(f[0].evidence.contains("96 of the 6000"), "{}", f[0].evidence);
+        // Their losses all toward other ToRs (an uplink's): not the ToR.
+        for h in [2, 3] {
+            lose(&mut r, h, 48, 0);
+        }
+        let f = locate(&pod, 0, &alive(8), &r);
+        assert!(f.iter().all(|f| f.kind != "tor"), "{f:#?}");
+        // One device of the two losing: its cable, not the ToR.
+        lose(&mut r, 2, 48, 10);
+        lose(&mut r, 3, 2, 0);
+        let f = locate(&pod, 0, &alive(8), &r);
+        assert_eq!(kinds(&f)[0].0, "rail", "{f:#?}");
+        assert!(f.iter().all(|f| f.kind != "tor"), "{f:#?}");
     }
 
     #[test]
