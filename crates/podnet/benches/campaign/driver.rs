@@ -204,6 +204,20 @@ pub(crate) struct Health {
     hosts0: (u64, u64),
 }
 
+/// Clock ticks a second of `/proc/<pid>/stat`'s times (`getconf CLK_TCK`: 100 on Linux).
+const TICKS_PER_S: f64 = 100.0;
+
+/// The CPU time (user and system, in clock ticks) process `pid` has used; `None` once it is
+/// gone.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's name (in parentheses, which may hold spaces): state is field 3,
+    // utime 14 and stime 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
 impl Health {
     /// (idle, total) jiffies of `/proc/stat`'s line `which` (`cpu`: every CPU).
     fn cpu_of(which: &str) -> (u64, u64) {
@@ -602,6 +616,7 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
     }
     let health = Health::start();
     let start = Instant::now();
+    let cpu0: Vec<Option<u64>> = agents.iter().map(|a| cpu_ticks(a.id())).collect();
     let mut snaps: Vec<(f64, Vec<Said>)> = Vec::new();
     let mut shown: Vec<Value> = Vec::new();
     let mut look = |snaps: &mut Vec<(f64, Vec<Said>)>| {
@@ -656,6 +671,17 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
     if keep {
         let _ = std::fs::write(dir.join("status.jsonl"), kept.take());
     }
+    // Each agent's CPU over the watch, percent of a core (its process: membership, probes,
+    // reports, location, its HTTP endpoint).
+    let wall = start.elapsed().as_secs_f64();
+    let agent_cpu: Vec<Option<f64>> = agents
+        .iter()
+        .zip(&cpu0)
+        .map(|(a, t0)| {
+            let ticks = cpu_ticks(a.id())?.checked_sub((*t0)?)?;
+            Some((1000.0 * ticks as f64 / TICKS_PER_S / wall).round() / 10.0)
+        })
+        .collect();
     for a in &mut agents {
         let _ = a.kill();
     }
@@ -710,6 +736,7 @@ pub(crate) fn agent(env: &Env, d: &Draw, w: Watch) -> Value {
         "settled_after": settled,
         "observer": pod.hosts[obs].name,
         "emulator": { "cpu_idle_pct": idle, "hosts_cpu_idle_pct": hosts_idle, "qdisc_drops": drops },
+        "agent_cpu_pct": agent_cpu,
         "heal_at": heal_at,
         "heal_error": heal_err,
         "timelines": times,
