@@ -371,7 +371,12 @@ fn held_tors(
             continue;
         };
         let said = if before { "named before, and its" } else { "its" };
-        out.retain(|f| !matches!(&f.at, Component::Rail(d) if under.contains(d)));
+        // Its devices, and the pairs through it, are its.
+        out.retain(|f| match &f.at {
+            Component::Rail(d) => !under.contains(d),
+            Component::Path(a, b) => !under.contains(a) && !under.contains(b),
+            _ => true,
+        });
         out.push(Finding {
             kind: "tor".into(),
             component: at.name(pod),
@@ -879,7 +884,11 @@ mod tests {
         // Four ToRs of two hosts, every window ok. rack1 drops 0.8 % at every port: each of
         // its devices loses 1.6 % of its round trips over the horizon, to its ToR mate too.
         let pod = test_pod(8, 1, 2);
-        let mut r = reports(&pod, &|_, _| (PathState::Ok, vec![], vec![]));
+        // A pair through it lost some in its window this time: a `link` of its own, the ToR's.
+        let mut r = reports(&pod, &|a, b| match (a.host, b.host) {
+            (2, 6) | (6, 2) => (PathState::Lossy, vec![], vec![]),
+            _ => (PathState::Ok, vec![], vec![]),
+        });
         let lose = |r: &mut BTreeMap<u16, Report>, h: u16, lost: u32, mate: u32| {
             let paths = if lost > 3 {
                 vec![((h ^ 1), 0, 600, mate), ((h + 2) % 8, 0, 800, lost - mate)]
