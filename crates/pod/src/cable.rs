@@ -246,9 +246,10 @@ fn counts_of(
 /// last loss of any of them) its finding stays, as a cable's does.
 ///
 /// With `naming`, for a ToR not named before: the pooled count at the naming bar
-/// ([`ALPHA`]), and every device under it (two or more) lost probes to another device under
-/// it — its own ports, which no link to a spine carries (a lossy uplink lifts every device
-/// under its ToR too, toward other ToRs only). A ToR dropping under a percent at every port
+/// ([`ALPHA`]), every device under it (two or more) lost probes to another device under it —
+/// its own ports, which no link to a spine carries (a lossy uplink lifts every device under
+/// its ToR too, toward other ToRs only) — and each loses above the background toward other
+/// ToRs too (a dead cable under it makes its mates lose toward that one device alone). A ToR dropping under a percent at every port
 /// fails no path window: its devices are each a lossy cable, two or more under one ToR,
 /// which the cables' test leaves to the ToR.
 pub fn tor_loss(
@@ -272,26 +273,41 @@ pub fn tor_loss(
     if k < MIN_LOST {
         return None;
     }
-    let mut shares: Vec<f64> =
-        pod.devices()
-            .into_iter()
-            .filter(|e| !excluded.contains(&e.host) && !under.contains(e))
-            .map(|e| {
-                counts.get(&e).map_or(0.0, |c| {
-                    let (n, k) = under.iter().fold((c.judged, c.lost), |(n, k), d| {
-                        c.paths.iter().filter(|p| p.0 == *d).fold((n, k), |(n, k), p| {
-                            (n.saturating_sub(p.1), k.saturating_sub(p.2))
-                        })
-                    });
-                    f64::from(k) / f64::from(n.max(k).max(1))
-                })
+    // A device's (judged, lost) with its probes to the ToR's devices left out.
+    let away = |c: &Counts| -> (u32, u32) {
+        let (n, k) = under.iter().fold((c.judged, c.lost), |(n, k), d| {
+            c.paths
+                .iter()
+                .filter(|p| p.0 == *d)
+                .fold((n, k), |(n, k), p| (n.saturating_sub(p.1), k.saturating_sub(p.2)))
+        });
+        (n.max(k), k)
+    };
+    let mut shares: Vec<f64> = pod
+        .devices()
+        .into_iter()
+        .filter(|e| !excluded.contains(&e.host) && !under.contains(e))
+        .map(|e| {
+            counts.get(&e).map_or(0.0, |c| {
+                let (n, k) = away(c);
+                f64::from(k) / f64::from(n.max(1))
             })
-            .collect();
+        })
+        .collect();
     shares.sort_by(f64::total_cmp);
     let p0 = shares.get(shares.len() / 2).copied().unwrap_or(0.0).max(BACKGROUND_FLOOR);
     // Every port: each device above the background on its own too (a cable under the ToR
-    // lifts the pooled count alone).
+    // lifts the pooled count alone) — and, to name the ToR, toward other ToRs as well: a
+    // dead or lossy cable under it makes its mates lose toward it alone.
     if mine.iter().any(|c| binomial_tail(c.judged, c.lost, p0) > EVERY_PORT) {
+        return None;
+    }
+    if naming
+        && mine.iter().any(|c| {
+            let (n, k) = away(c);
+            binomial_tail(n, k, p0) > EVERY_PORT
+        })
+    {
         return None;
     }
     let parts: Vec<Part> = mine.iter().map(|c| (c.judged, c.lost, c.since, c.quiet)).collect();

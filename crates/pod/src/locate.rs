@@ -370,7 +370,11 @@ fn held_tors(
         else {
             continue;
         };
-        let said = if before { "named before, and its" } else { "its" };
+        let (said, each) = if before {
+            ("named before, and its", "")
+        } else {
+            ("its", ", each of them above the rest of the pod, to other ToRs and to one another")
+        };
         // Its devices, and the pairs through it, are its.
         out.retain(|f| match &f.at {
             Component::Rail(d) => !under.contains(d),
@@ -384,8 +388,8 @@ fn held_tors(
             confidence: f64::from(k) / f64::from(n.max(1)),
             evidence: format!(
                 "{said} {} devices lose {k} of the {n} small probes they sent in the last {} s \
-                 ({:.1} %), each of them above the rest of the pod and to one another too, \
-                 against {:.2} % elsewhere (P = {p:.0e} by chance): the ToR drops at every port",
+                 ({:.1} %){each}, against {:.2} % elsewhere (P = {p:.0e} by chance): the ToR \
+                 drops at every port",
                 under.len(),
                 crate::probe::ProbeConfig::default().horizon.as_secs(),
                 100.0 * f64::from(k) / f64::from(n.max(1)),
@@ -908,6 +912,11 @@ mod tests {
         for h in [2, 3] {
             lose(&mut r, h, 48, 0);
         }
+        let f = locate(&pod, 0, &alive(8), &r);
+        assert!(f.iter().all(|f| f.kind != "tor"), "{f:#?}");
+        // One device's cable lossy, its mate losing toward it alone: the cable, not the ToR.
+        lose(&mut r, 2, 48, 10);
+        lose(&mut r, 3, 48, 48);
         let f = locate(&pod, 0, &alive(8), &r);
         assert!(f.iter().all(|f| f.kind != "tor"), "{f:#?}");
         // One device of the two losing: its cable, not the ToR.
