@@ -78,23 +78,33 @@ fn an_emulated_pod_fails_the_way_a_fabric_fails() {
         let (rc, last) = pingpong(&pod.0, 0, 3, rail);
         assert_eq!(rc, 0, "rail {rail}: {last}");
     }
-    // Eight QPs from host 0 to host 3 on rail 0 leave ToR 0 over both spines.
-    let before = to_spines(&name, 0);
+    // Eight QPs from host 0 to host 3 on rail 0 leave ToR 0 over both spines. Their UDP
+    // source ports come from their QP numbers, drawn anew each run: all eight hash onto one
+    // spine one run in 128 (seen once in a full suite), so a run that did is run again, up
+    // to three times (one in two million).
     let p = env!("CARGO_BIN_EXE_podnet");
-    let o = Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "E={s}; $E exec {name} 3 {p} perf write-bw -q 8 -n 100 -s 16384 -d soft:10.1.3.1 --timeout 20 >/dev/null 2>&1 & \
-             sleep 0.4; $E exec {name} 0 {p} perf write-bw -q 8 -n 100 -s 16384 -d soft:10.1.0.1 --timeout 20 10.1.3.1; \
-             rc=$?; wait; exit $rc",
-            s = script()
-        ))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let after = to_spines(&name, 0);
-    let sent: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
-    // 8 × 100 × 4 packets; each spine carries at least one QP's.
+    let mut sent: Vec<u64> = Vec::new();
+    for _ in 0..3 {
+        let before = to_spines(&name, 0);
+        let o = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "E={s}; $E exec {name} 3 {p} perf write-bw -q 8 -n 100 -s 16384 -d soft:10.1.3.1 --timeout 20 >/dev/null 2>&1 & \
+                 sleep 0.4; $E exec {name} 0 {p} perf write-bw -q 8 -n 100 -s 16384 -d soft:10.1.0.1 --timeout 20 10.1.3.1; \
+                 rc=$?; wait; exit $rc",
+                s = script()
+            ))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let after = to_spines(&name, 0);
+        sent = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        // 8 × 100 × 4 packets; each spine carries at least one QP's.
+        if sent.iter().all(|n| *n >= 300) {
+            break;
+        }
+        eprintln!("packets to the spines: {sent:?}: every QP hashed onto one spine; again");
+    }
     assert!(sent.iter().all(|n| *n >= 300), "packets to the spines: {sent:?}");
     // Rail 0 of host 3 down: rail 0 fails, rail 1 still works (no rerouting by the kernel).
     assert!(emupod(&["link", &name, "h3r0", "down"]).status.success());
