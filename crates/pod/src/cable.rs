@@ -249,9 +249,9 @@ fn counts_of(
 /// ([`ALPHA`]), every device under it (two or more) lost probes to another device under it —
 /// its own ports, which no link to a spine carries (a lossy uplink lifts every device under
 /// its ToR too, toward other ToRs only) — and each loses above the background toward other
-/// ToRs too (a dead cable under it makes its mates lose toward that one device alone). A ToR dropping under a percent at every port
-/// fails no path window: its devices are each a lossy cable, two or more under one ToR,
-/// which the cables' test leaves to the ToR.
+/// ToRs too (a dead cable under it makes its mates lose toward that one device alone). A
+/// ToR dropping under a percent at every port fails no path window: its devices are each a
+/// lossy cable, two or more under one ToR, which the cables' test leaves to the ToR.
 pub fn tor_loss(
     pod: &Pod,
     reports: &BTreeMap<u16, Report>,
