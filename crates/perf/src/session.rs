@@ -237,10 +237,12 @@ pub struct Options {
     /// Messages up to this many bytes go inline (`-I`; SEND and WRITE): the payload is
     /// copied into the work request at the post, and a NIC need not fetch it by DMA.
     pub inline_size: usize,
-    /// The UDP source port of every QP's packets (0xC000–0xFFFF), set as the flow label
-    /// that gives it; both sides must ask for the same one. `None`: the port the QP numbers
-    /// hash to, as rxe and RoCE NICs choose it. A probe that walks ECMP paths sets it.
-    pub udp_source_port: Option<u16>,
+    /// The UDP source ports of the QPs' packets (0xC000–0xFFFF), QP `i` from the `i`-th
+    /// (round the list again past its end), each set as the flow label that gives it; both
+    /// sides must ask for the same ones. Empty: the port each QP's numbers hash to, as rxe
+    /// and RoCE NICs choose it. A probe that walks ECMP paths sets one; a test that spreads
+    /// its QPs over known paths sets one a QP.
+    pub udp_source_ports: Vec<u16>,
     /// Where the buffers are: host memory, or a GPU's (`--use_cuda`).
     pub memory: Placement,
 }
@@ -312,7 +314,7 @@ impl Options {
             traffic_class: None,
             qp_timeout: 14,
             inline_size: 0,
-            udp_source_port: None,
+            udp_source_ports: Vec::new(),
             memory: Placement::Host,
         }
     }
@@ -947,10 +949,11 @@ fn connect(
     peer_ip: IpAddr,
 ) -> Result<Vec<Peer>, Error> {
     let mut peers = Vec::with_capacity(o.qps);
-    for (qp, (mine, theirs)) in qps.iter().zip(local.iter().zip(remote)) {
+    for (i, (qp, (mine, theirs))) in qps.iter().zip(local.iter().zip(remote)).enumerate() {
         let ip = Gid(theirs.gid.unwrap_or([0; 16])).to_ip().unwrap_or(peer_ip);
         let path = Path::new(ip, Qpn::new(theirs.qpn));
-        let path = match o.udp_source_port {
+        let port = o.udp_source_ports.get(i % o.udp_source_ports.len().max(1));
+        let path = match port.copied() {
             Some(port) => path.with_udp_source_port(port).ok_or_else(|| {
                 Error::Invalid(format!(
                     "UDP source port {port}: RoCEv2 source ports are 49152-65535"

@@ -70,6 +70,51 @@ pub fn routes(pod: &Pod, pairs: &[(Dev, Dev)], ports: &[u16], answers: &[Option<
     out
 }
 
+/// Source ports for `flows` (data from the first device to the second), `qps` a flow, so
+/// that the QPs leaving each ToR, and those arriving at each, cross the spines as evenly as
+/// the known `routes` of `ports` allow: a test of the fabric's capacity then measures the
+/// fabric, not how its ECMP hash fell. QP by QP in turn over the flows, each takes the port
+/// whose spine is least loaded at both its ToRs (the lowest port of the list's order among
+/// equals). A flow under one ToR, or with no known route, gets none (its QPs' own hashes).
+pub fn spread(
+    pod: &Pod,
+    flows: &[(Dev, Dev)],
+    qps: usize,
+    ports: &[u16],
+    routes: &Routes,
+) -> Vec<Vec<u16>> {
+    let mut out_of: BTreeMap<(&str, usize), usize> = BTreeMap::new();
+    let mut into: BTreeMap<(&str, usize), usize> = BTreeMap::new();
+    let mut chosen: Vec<Vec<u16>> = vec![Vec::new(); flows.len()];
+    for _ in 0..qps {
+        for (i, &(a, b)) in flows.iter().enumerate() {
+            if pod.same_tor(a, b) {
+                continue;
+            }
+            let (from, to) = (pod.rail(a).tor.as_str(), pod.rail(b).tor.as_str());
+            let key = if a <= b { (a, b) } else { (b, a) };
+            let best = ports
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| !chosen[i].contains(p))
+                .filter_map(|(k, p)| {
+                    let [f, r] = routes.get(&(key, *p))?;
+                    let spine = if key.0 == a { *f } else { *r };
+                    let (o, n) = (out_of.get(&(from, spine)), into.get(&(to, spine)));
+                    let (o, n) = (o.copied().unwrap_or(0), n.copied().unwrap_or(0));
+                    Some(((o.max(n), o + n, k), *p, spine))
+                })
+                .min();
+            if let Some((_, p, spine)) = best {
+                chosen[i].push(p);
+                *out_of.entry((from, spine)).or_default() += 1;
+                *into.entry((to, spine)).or_default() += 1;
+            }
+        }
+    }
+    chosen
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +128,56 @@ mod tests {
         assert_eq!(parse(" - \n", 1), Ok(vec![None]));
         assert_eq!(parse("1\n2\n", 1), Err("answered 2 lines for 1 flows".into()));
         assert!(parse("spine-a\n", 1).unwrap_err().contains("a spine's index"));
+    }
+
+    #[test]
+    fn a_tests_qps_spread_over_the_spines_however_the_hash_leans() {
+        use crate::shape::{Shape, Uplink};
+        let shape = Shape {
+            seed: 0,
+            racks: 4,
+            hosts_per_tor: 2,
+            rails: 2,
+            spines: 3,
+            uplink: Uplink::OneToOne,
+            host_mbit: 100,
+            mtu: 1500,
+            ecmp_seed: 0,
+        };
+        let pod = shape.pod();
+        let flows = crate::bisection(&pod);
+        let ports: Vec<u16> = (0..16).map(|k| 0xC000 + k).collect();
+        // The hash leans: ten ports of each pair cross spine 0 out; back, every one spine 0.
+        let lean = |k: usize| [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2][k];
+        let mut routes = Routes::new();
+        for &(a, b) in flows.iter().skip(1) {
+            for (k, p) in ports.iter().enumerate() {
+                routes.insert(((a, b), *p), [lean(k), 0]);
+            }
+        }
+        let qps = 4;
+        let got = spread(&pod, &flows, qps, &ports, &routes);
+        assert_eq!(got[0], Vec::<u16>::new(), "a flow of no known route: its own hashes");
+        let mut out_of: BTreeMap<(&str, usize), usize> = BTreeMap::new();
+        let mut into: BTreeMap<(&str, usize), usize> = BTreeMap::new();
+        for (&(a, b), p) in flows.iter().zip(&got).skip(1) {
+            assert_eq!(p.len(), qps, "{a:?} -> {b:?}: {p:?}");
+            let distinct: std::collections::BTreeSet<&u16> = p.iter().collect();
+            assert_eq!(distinct.len(), qps, "a port a QP: {p:?}");
+            for port in p {
+                let spine = routes[&((a, b), *port)][0];
+                *out_of.entry((pod.rail(a).tor.as_str(), spine)).or_default() += 1;
+                *into.entry((pod.rail(b).tor.as_str(), spine)).or_default() += 1;
+            }
+        }
+        for (what, load) in [("out of", &out_of), ("into", &into)] {
+            let tors: std::collections::BTreeSet<&str> = load.keys().map(|k| k.0).collect();
+            for tor in tors {
+                let per: Vec<usize> =
+                    (0..3).map(|s| load.get(&(tor, s)).copied().unwrap_or(0)).collect();
+                let (lo, hi) = (per.iter().min().unwrap(), per.iter().max().unwrap());
+                assert!(hi - lo <= 1, "{what} {tor}: QPs per spine {per:?}");
+            }
+        }
     }
 }

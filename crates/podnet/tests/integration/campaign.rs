@@ -3,12 +3,13 @@
 //! clean pod passes qualify with no suspect; a host's cable at part of its rate, lossy, and a
 //! lossy ToR are each named by qualify — and nothing the fault does not explain; the agents
 //! name a cable down and a killed host within their time targets, with no flicker and no
-//! finding the fault does not explain. The full campaign (every kind on every uplink class,
+//! finding the fault does not explain; a ToR whose spine links carry a third of their rate
+//! fails the bisection. The full campaign (every kind on every uplink class,
 //! BENCHMARKS.md) is `benches/campaign.sh`; it scores the kinds this test does not run.
 
 use std::time::Duration;
 
-use topology::fault::{Fault, Kind, Place};
+use topology::fault::{Direction, Fault, Kind, Place, TorId};
 use topology::score::Tool;
 use topology::{Shape, Uplink};
 
@@ -121,5 +122,22 @@ fn a_mini_campaign_on_a_non_blocking_pod_is_named_right() {
             assert!(cleared < 30.0, "{}: cleared after {cleared:.1} s", d.id);
         }
     }
+    // A ToR whose spine links carry a third of their rate: the bisection (its QPs spread
+    // over both links by the route command) falls short of half the flows' capacity.
+    let slow = |spine| Fault {
+        kind: Kind::Slow,
+        at: Place::SpineLink { tor: TorId { rack: 0, rail: 0 }, spine },
+        strength: 0.33,
+        direction: Direction::Both,
+        start_s: 0.0,
+    };
+    let row = driver::qualify(&env, &draw("slow-uplinks", Tool::Qualify, vec![slow(0), slow(1)]));
+    table.push(format!("slow-uplinks: {}", row["qualify"]["failed"]));
+    assert_eq!(row["valid"], true, "{row}");
+    let failed = row["qualify"]["failed"].as_array().unwrap();
+    assert!(
+        failed.iter().any(|c| c.as_str().unwrap().starts_with("pod/bisection/aggregate ")),
+        "the bisection passed with a ToR's uplinks at a third: {row}"
+    );
     eprintln!("{}", table.join("\n"));
 }
