@@ -1344,6 +1344,18 @@ impl Coordinator<'_> {
         Ok(Pass { measured, ports, beside, when })
     }
 
+    /// Source ports for `flows`' QPs, `qps` a flow, that spread them evenly over the spines
+    /// ([`topology::route::spread`]), from the plan's route command; why not, without one
+    /// or where it failed.
+    fn spread(&self, flows: &[(Dev, Dev)], qps: usize) -> Result<Vec<Vec<u16>>, String> {
+        let pod = self.pod;
+        let cmd = pod.route.as_deref().ok_or("no route command")?;
+        let ports = route_candidates();
+        let answers = ask_routes(cmd, &topology::route::flows(pod, flows, &ports))?;
+        let routes = topology::route::routes(pod, flows, &ports, &answers);
+        Ok(topology::route::spread(pod, flows, qps, &ports, &routes))
+    }
+
     /// The bisection round: half the hosts to the other half at once, the aggregate against
     /// the flows' line rate.
     fn bisection(
@@ -1363,16 +1375,7 @@ impl Coordinator<'_> {
         // spine link would judge the schedule, not the fabric. Where the fabric's routes are
         // known, the QPs are given ports that spread them over the spines; else a figure
         // short of the threshold is measured again, the QPs hashed anew.
-        let spread = match pod.route.as_deref() {
-            Some(cmd) => {
-                let ports = route_candidates();
-                ask_routes(cmd, &topology::route::flows(pod, &flows, &ports)).map(|answers| {
-                    let routes = topology::route::routes(pod, &flows, &ports, &answers);
-                    topology::route::spread(pod, &flows, b.qps, &ports, &routes)
-                })
-            }
-            None => Err("no route command".into()),
-        };
+        let spread = self.spread(&flows, b.qps);
         let spec =
             TestSpec { qps: b.qps, ..self.spec("write-bw", vec![b.size], None, Some(b.seconds)) };
         let jobs: Vec<Job> = flows
@@ -1480,9 +1483,20 @@ impl Coordinator<'_> {
                 tx_depth: self.pod.tx_depth.map(|d| (d / inc.qps).max(1)),
                 ..self.spec("write-bw", vec![inc.size], None, Some(inc.seconds))
             };
-            let jobs: Vec<Job> = from
+            // Where the routes are known, the QPs spread over the spines.
+            let ends: Vec<(Dev, Dev)> = from.iter().map(|&d| (d, rx)).collect();
+            let spread = self.spread(&ends, inc.qps).ok();
+            let jobs: Vec<Job> = ends
                 .iter()
-                .map(|&d| Job { client: d, server: rx, tests: vec![spec.clone()] })
+                .enumerate()
+                .map(|(i, &(d, rx))| Job {
+                    client: d,
+                    server: rx,
+                    tests: vec![TestSpec {
+                        udp_source_ports: spread.as_ref().map_or(Vec::new(), |s| s[i].clone()),
+                        ..spec.clone()
+                    }],
+                })
                 .collect();
             self.progress.starting(&format!(
                 "incast into {} under {tor}: {} senders",
