@@ -332,12 +332,20 @@ struct Inner {
     chan: Mutex<chan::ChanIo>,
     delivered: Condvar,
     wake: UnixDatagram,
+    /// Each device's address, from the plan (per host, per rail): read once, not parsed
+    /// from its device name at every probe.
+    rail_ips: Vec<Vec<Option<IpAddr>>>,
 }
 
 impl Inner {
     /// Wakes the control loop (a message queued, a frame arrived, a send finished).
     fn wake(&self) {
         let _ = self.wake.send(&[1]);
+    }
+
+    /// Device `d`'s address in the plan ([`probe::rail_addr`]).
+    fn rail_ip(&self, d: Dev) -> Option<IpAddr> {
+        self.rail_ips.get(d.host)?.get(d.rail).copied().flatten()
     }
 }
 
@@ -470,6 +478,12 @@ impl PodAgent {
         let chan = chan::ChanIo::new(pod, me, incarnation, cfg.probe.port(0), cfg.key.as_ref());
         let probe_key = cfg.key.as_ref().map(|k| k.key(Purpose::Probe));
         let now = Instant::now();
+        let rail_ips = (0..pod.hosts.len())
+            .map(|h| {
+                let rails = pod.hosts[h].rails.len();
+                (0..rails).map(|r| probe::rail_addr(pod, Dev { host: h, rail: r })).collect()
+            })
+            .collect();
         let inner = Arc::new(Inner {
             chan: Mutex::new(chan),
             delivered: Condvar::new(),
@@ -492,6 +506,7 @@ impl PodAgent {
             probe_bytes: [AtomicU64::new(0), AtomicU64::new(0)],
             probe_key,
             probes_refused: Mutex::new(RefusedCounts::default()),
+            rail_ips,
         });
         let mut threads = Vec::new();
         for r in 0..inner.rails.len() {
@@ -658,6 +673,10 @@ fn nice(n: i32) {
     }
 }
 
+/// The longest a rail's thread sleeps with nothing arriving: how soon it sees the stop
+/// flag. Every probe, reply and completion wakes it sooner.
+const RAIL_IDLE: Duration = Duration::from_millis(250);
+
 fn rail_loop(inner: &Inner, r: usize) {
     nice(-10);
     let rail = &inner.rails[r];
@@ -671,7 +690,7 @@ fn rail_loop(inner: &Inner, r: usize) {
             let _ = rail.cq.req_notify();
             n = rail.cq.poll(&mut wcs);
             if n == 0 {
-                let _ = rail.channel.get_cq_event(Some(Duration::from_millis(50)));
+                let _ = rail.channel.get_cq_event(Some(RAIL_IDLE));
                 continue;
             }
         }
@@ -766,7 +785,7 @@ fn on_probe(inner: &Inner, r: usize, buf: &[u8], src: Option<IpAddr>) {
     if !plan
         || usize::from(p.dst_rail) != r
         || src != Some(p.addr)
-        || probe::rail_addr(&inner.cfg.pod, prober) != Some(p.addr)
+        || inner.rail_ip(prober) != Some(p.addr)
     {
         refuse(seal::Refused::UnknownSender);
         return;
@@ -1289,7 +1308,7 @@ impl<'a> Control<'a> {
                 .members()
                 .get(&(o.dst.host as u16))
                 .and_then(|x| x.id.qpns.get(o.dst.rail).copied());
-            let Some(to) = probe::rail_addr(pod, o.dst) else { continue };
+            let Some(to) = inner.rail_ip(o.dst) else { continue };
             let mut pk = o.packet;
             pk.t1 = stamp(inner, Instant::now());
             let sent = qpn.is_some_and(|q| send(inner, o.rail, &pk, o.len, to, q, o.port));
