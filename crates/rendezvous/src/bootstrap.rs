@@ -620,7 +620,7 @@ fn coordinate(
     t: &Timeouts,
     secret: Option<&Secret>,
 ) -> Result<Session, BootstrapError> {
-    let listener = TcpListener::bind(world.coordinator)
+    let listener = control_listener(world.coordinator)
         .map_err(|source| BootstrapError::Bind { addr: world.coordinator, source })?;
     let _ = listener.set_nonblocking(true);
     let deadline = Instant::now() + t.join;
@@ -823,10 +823,37 @@ fn heartbeats(links: Vec<Option<Arc<Mutex<TcpStream>>>>, stop: Arc<AtomicBool>, 
     });
 }
 
+/// The largest TCP segment the rendezvous sends, and asks its peer for: 536 bytes, what every
+/// IPv4 host must take. The ranks' connections cross the pod's own fabric, where one link
+/// whose MTU is smaller than the hosts' (a misconfigured cable or port, and a fabric that
+/// sends no ICMP) drops every full-size segment: the rank would look dead to rank 0, and the
+/// MTU fault — which qualify's near-MTU probes exist to name — would pass for a dead host.
+pub const CONTROL_MSS: u32 = 536;
+
+/// A TCP socket for `addr`'s family with its segments at most [`CONTROL_MSS`].
+fn control_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_tcp_mss(CONTROL_MSS)?;
+    Ok(s)
+}
+
+/// Rank 0's listener at `addr`: its connections' segments at most [`CONTROL_MSS`] (the
+/// accepted sockets take the option from it).
+fn control_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let s = control_socket(addr)?;
+    s.set_reuse_address(true)?;
+    s.bind(&addr.into())?;
+    s.listen(128)?;
+    Ok(s.into())
+}
+
 /// One try at rank 0: connect, read the challenge. `Err` for what is worth another try (rank 0
 /// not listening yet, or busy).
 fn reach(world: &World, t: &Timeouts) -> std::io::Result<(TcpStream, BufReader<TcpStream>, Msg)> {
-    let s = TcpStream::connect_timeout(&world.coordinator, Duration::from_secs(1))?;
+    let s = control_socket(world.coordinator)?;
+    s.connect_timeout(&world.coordinator.into(), Duration::from_secs(1))?;
+    let s = TcpStream::from(s);
     s.set_read_timeout(Some(t.handshake.max(Duration::from_millis(10))))?;
     s.set_write_timeout(Some(t.handshake.max(Duration::from_millis(10))))?;
     let mut r = BufReader::new(s.try_clone()?);
@@ -1085,5 +1112,23 @@ impl Session {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ranks_connections_send_segments_no_larger_than_any_ipv4_path_takes() {
+        let listener = control_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let s = control_socket(addr).unwrap();
+        s.connect(&addr.into()).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        // Loopback's MTU is 64 KiB: without the option each side's MSS is near it.
+        let mss = |t: &TcpStream| socket2::SockRef::from(t).tcp_mss().unwrap();
+        assert!(s.tcp_mss().unwrap() <= CONTROL_MSS, "{}", s.tcp_mss().unwrap());
+        assert!(mss(&accepted) <= CONTROL_MSS, "{}", mss(&accepted));
     }
 }
