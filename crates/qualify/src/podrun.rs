@@ -767,6 +767,22 @@ const ROUTE_CANDIDATES: usize = 16;
 /// short each time.
 const BISECTION_ATTEMPTS: usize = 3;
 
+/// A job per flow of `ends` (client, server), each running `spec` with its QPs' source ports
+/// from `spread` (the flow's list, in order); without it, the ports the QPs hash to.
+fn spread_jobs(ends: &[(Dev, Dev)], spec: &TestSpec, spread: Option<&[Vec<u16>]>) -> Vec<Job> {
+    ends.iter()
+        .enumerate()
+        .map(|(i, &(client, server))| Job {
+            client,
+            server,
+            tests: vec![TestSpec {
+                udp_source_ports: spread.and_then(|s| s.get(i)).cloned().unwrap_or_default(),
+                ..spec.clone()
+            }],
+        })
+        .collect()
+}
+
 /// The ports a route command is asked about for each flow: [`ROUTE_CANDIDATES`], spread.
 fn route_candidates() -> Vec<u16> {
     (0..ROUTE_CANDIDATES).map(|i| spread_port(i, ROUTE_CANDIDATES)).collect()
@@ -1378,18 +1394,7 @@ impl Coordinator<'_> {
         let spread = self.spread(&flows, b.qps);
         let spec =
             TestSpec { qps: b.qps, ..self.spec("write-bw", vec![b.size], None, Some(b.seconds)) };
-        let jobs: Vec<Job> = flows
-            .iter()
-            .enumerate()
-            .map(|(i, &(a, c))| Job {
-                client: a,
-                server: c,
-                tests: vec![TestSpec {
-                    udp_source_ports: spread.as_ref().map_or(Vec::new(), |s| s[i].clone()),
-                    ..spec.clone()
-                }],
-            })
-            .collect();
+        let jobs = spread_jobs(&flows, &spec, spread.as_deref().ok());
         let rate = bisection_capacity(pod, &flows, line_rate);
         let want = b.min_vs_line_rate * rate;
         let attempts = if spread.is_ok() { 1 } else { BISECTION_ATTEMPTS };
@@ -1413,15 +1418,15 @@ impl Coordinator<'_> {
             }
         };
         let total = tries.iter().copied().fold(0.0, f64::max);
-        let how = match (&spread, tries.as_slice()) {
-            (Ok(_), _) => "; its QPs spread over the spines by the route command".to_string(),
-            (Err(why), [_]) => format!("; its QPs on their own hashes ({why})"),
-            (Err(why), [first, ..]) => format!(
-                "; its QPs on their own hashes ({why}): {first:.1} MB/s the first time, the \
-                 best of {} counts",
+        let how = match &spread {
+            Ok(_) => "; its QPs spread over the spines by the route command".to_string(),
+            Err(why) if tries.len() == 1 => format!("; its QPs on their own hashes ({why})"),
+            Err(why) => format!(
+                "; its QPs on their own hashes ({why}): {:.1} MB/s the first time, the best of \
+                 {} counts",
+                tries[0],
                 tries.len()
             ),
-            (Err(_), []) => String::new(),
         };
         let m = Measurement::new("pod/bisection/aggregate")
             .figure(total, "MB/s")
@@ -1486,18 +1491,7 @@ impl Coordinator<'_> {
             // Where the routes are known, the QPs spread over the spines.
             let ends: Vec<(Dev, Dev)> = from.iter().map(|&d| (d, rx)).collect();
             let spread = self.spread(&ends, inc.qps).ok();
-            let jobs: Vec<Job> = ends
-                .iter()
-                .enumerate()
-                .map(|(i, &(d, rx))| Job {
-                    client: d,
-                    server: rx,
-                    tests: vec![TestSpec {
-                        udp_source_ports: spread.as_ref().map_or(Vec::new(), |s| s[i].clone()),
-                        ..spec.clone()
-                    }],
-                })
-                .collect();
+            let jobs = spread_jobs(&ends, &spec, spread.as_deref());
             self.progress.starting(&format!(
                 "incast into {} under {tor}: {} senders",
                 pod.name(rx),
