@@ -769,15 +769,20 @@ fn coordinate(
     }
     // A reader per rank: heartbeats keep it alive; silence or a closed connection loses it,
     // and every other rank hears which.
+    let base = Instant::now();
+    let heard: Arc<Vec<AtomicU64>> =
+        Arc::new((0..conns.len()).map(|_| AtomicU64::new(0)).collect());
+    let me = roster.first().map(|m| m.host.clone()).unwrap_or_default();
     for (rank, c) in conns.into_iter().enumerate() {
         let Some((_, mut r)) = c else { continue };
         let (shared, stop, links, host) =
             (shared.clone(), stop.clone(), links.clone(), roster[rank].host.clone());
-        let gap = gap.clone();
+        let (gap, heard, me) = (gap.clone(), heard.clone(), me.clone());
         let dead = t.dead_after;
         let _ = r.get_ref().set_read_timeout(Some(dead));
         std::thread::spawn(move || {
             let reason = watch(&mut r, dead, &gap, |m| {
+                heard[rank].store(base.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 match m {
                     Msg::Done { ok, .. } => lock(&shared).done.push((rank as u32, ok)),
                     Msg::Data(v) => lock(&shared).inbox.push_back((rank as u32, v)),
@@ -796,7 +801,10 @@ fn coordinate(
             if s.failure.is_none() && !s.announcing {
                 s.announcing = true;
                 drop(s);
-                let f = Failure { rank: rank as u32, host, reason };
+                let f = match cut_off(&heard, base, rank, dead) {
+                    Some(reason) => Failure { rank: 0, host: me, reason },
+                    None => Failure { rank: rank as u32, host, reason },
+                };
                 for (k, w) in links.iter().enumerate() {
                     if k != rank
                         && let Some(w) = w
@@ -810,6 +818,29 @@ fn coordinate(
     }
     heartbeats(links.clone(), stop.clone(), t.heartbeat);
     Ok(Session { world: world.clone(), roster, shared, stop, links, timeouts: *t, gap })
+}
+
+/// Rank 0, when rank `lost` went silent: whether every other rank went silent with it —
+/// none heard from for half of `dead` — which says that the cut is rank 0's own control path
+/// (its cable, NIC or network), not the ranks': why, then. Needs two ranks or more besides
+/// rank 0 (one cannot tell its path from rank 0's).
+fn cut_off(heard: &[AtomicU64], base: Instant, lost: usize, dead: Duration) -> Option<String> {
+    let now = base.elapsed().as_nanos() as u64;
+    let others: Vec<u64> = (1..heard.len())
+        .filter(|k| *k != lost)
+        .map(|k| now.saturating_sub(heard[k].load(Ordering::Relaxed)))
+        .collect();
+    let half = (dead / 2).as_nanos() as u64;
+    if others.is_empty() || others.iter().any(|s| *s < half) {
+        return None;
+    }
+    let least = Duration::from_nanos(others.iter().copied().min().unwrap_or(0));
+    Some(format!(
+        "heard from none of the {} other ranks for {:.1} s or more: all went silent at once, so \
+         the cut is this host's own control path (its cable, NIC or network)",
+        heard.len() - 1,
+        least.as_secs_f64()
+    ))
 }
 
 fn heartbeats(links: Vec<Option<Arc<Mutex<TcpStream>>>>, stop: Arc<AtomicBool>, every: Duration) {

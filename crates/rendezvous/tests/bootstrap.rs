@@ -181,6 +181,36 @@ fn a_rank_that_dies_or_freezes_is_reported_to_the_others() {
 }
 
 #[test]
+fn every_rank_silent_at_once_is_rank_0s_own_path() {
+    let addr = free_addr();
+    let t = fast();
+    let coord = std::thread::spawn(move || {
+        let s = join(&world(0, 4, addr), "host0", json!(null), &t, None).unwrap();
+        let start = Instant::now();
+        while s.failure().is_none() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        s.failure()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    // Ranks 1-3 by hand: they join, then all fall silent together (rank 0's cable cut),
+    // their connections still open.
+    let held: Vec<_> = (1..4u32)
+        .map(|r| {
+            raw_hello(
+                addr,
+                json!({ "rank": r, "host": format!("host{r}"), "info": null,
+                "world_size": 4, "version": VERSION, "nonce": "00" }),
+            )
+        })
+        .collect();
+    let f = coord.join().unwrap().expect("a loss is reported");
+    assert_eq!((f.rank, f.host.as_str()), (0, "host0"), "{f}");
+    assert!(f.reason.contains("heard from none of the 3 other ranks"), "{f}");
+    drop(held);
+}
+
+#[test]
 fn a_rank_outside_the_world_is_turned_away() {
     let addr = free_addr();
     let t = Timeouts { join: Duration::from_millis(600), ..fast() };
