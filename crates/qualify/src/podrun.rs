@@ -191,9 +191,25 @@ pub struct TestResult {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]
 enum Reply {
-    Listening { job: u64, addr: SocketAddr },
-    NotServing { job: u64, error: String },
-    Measured { job: u64, results: Vec<TestResult> },
+    Listening {
+        job: u64,
+        addr: SocketAddr,
+    },
+    NotServing {
+        job: u64,
+        error: String,
+    },
+    Measured {
+        job: u64,
+        results: Vec<TestResult>,
+    },
+    /// The server side of the job's `test`-th test failed (its client fails too, often with
+    /// no more than a closed side channel to say why).
+    ServerFailed {
+        job: u64,
+        test: usize,
+        error: String,
+    },
 }
 
 /// What a rank tells rank 0 of itself when it joins.
@@ -250,7 +266,11 @@ impl Worker {
                 };
                 reply(Reply::Listening { job, addr });
                 let events = self.progress == Progress::Event;
-                std::thread::spawn(move || serve(&ctx, &listener, &tests, events));
+                std::thread::spawn(move || {
+                    serve(&ctx, &listener, &tests, events, &mut |test, error| {
+                        reply(Reply::ServerFailed { job, test, error });
+                    });
+                });
             }
             Cmd::Measure { job, device, peer, tests } => {
                 let me = self.clone();
@@ -272,24 +292,61 @@ impl Worker {
 }
 
 /// Serves `tests` on `listener`, a connection each; gives up on a client that does not come
-/// (its side failed before connecting).
-fn serve(ctx: &Context, listener: &TcpListener, tests: &[TestSpec], events: bool) {
+/// (its side failed before connecting). A session that fails is told to `failed` (the
+/// test's index, the error) before its side channel closes.
+fn serve(
+    ctx: &Context,
+    listener: &TcpListener,
+    tests: &[TestSpec],
+    events: bool,
+    failed: &mut dyn FnMut(usize, String),
+) {
     let _ = listener.set_nonblocking(true);
-    for t in tests {
+    for (i, t) in tests.iter().enumerate() {
         let o = Options { gid_index: ctx.gid_index(), ..t.options() };
         let until = Instant::now() + Duration::from_secs_f64(t.stall + 30.0);
-        let sock = loop {
-            match listener.accept() {
-                Ok((s, peer)) => break Some((s, peer)),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < until => {
-                    std::thread::sleep(Duration::from_millis(2));
+        let Some((sock, peer)) = accept_client(listener, until) else { return };
+        if let Err(e) = session::run(ctx, &o, Role::Server, &sock, peer.ip(), events, &mut Quiet) {
+            failed(i, e.to_string());
+        }
+    }
+}
+
+/// The next connection on `listener` (non-blocking) whose client speaks, waiting until
+/// `until`; `None` once it has passed.
+///
+/// A connection closed before its first byte is one the client gave up on: its connect
+/// attempt timed out ([`TestSpec::connect_attempt`]) just as the handshake completed — a
+/// lost SYN is sent again after 1 s, as long as an attempt of a 2 s stall lasts — and it
+/// connected again from another port. Served, it would fail the session and the client's
+/// real connection would wait in the accept queue of a listener about to close.
+fn accept_client(listener: &TcpListener, until: Instant) -> Option<(TcpStream, SocketAddr)> {
+    loop {
+        match listener.accept() {
+            Ok((s, peer)) => {
+                let _ = s.set_nonblocking(false);
+                let wait = until.saturating_duration_since(Instant::now());
+                let _ = s.set_read_timeout(Some(wait.max(Duration::from_millis(1))));
+                let mut first = [0u8; 1];
+                // The client speaks first (`exchange::Channel::swap`); a client that says
+                // nothing in time fails its session as before.
+                let abandoned = match s.peek(&mut first) {
+                    Ok(n) => n == 0,
+                    Err(e) => !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ),
+                };
+                let _ = s.set_read_timeout(None);
+                if !abandoned {
+                    return Some((s, peer));
                 }
-                Err(_) => break None,
             }
-        };
-        let Some((sock, peer)) = sock else { return };
-        let _ = sock.set_nonblocking(false);
-        let _ = session::run(ctx, &o, Role::Server, &sock, peer.ip(), events, &mut Quiet);
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(_) => return None,
+        }
     }
 }
 
@@ -484,7 +541,18 @@ pub fn run(
     // waited on meanwhile, beside it.
     if let Err(BootstrapError::Lost(f)) = &report {
         let silent = std::mem::take(&mut coord.silent_ranks);
-        let r = lost_report(plan, pod, &places, facts, f, &silent);
+        // Rank 0 cut off from every rank at once: the device its coordinator address is
+        // on, where it is one of its rails (its own cable, port or ToR).
+        let control = (f.rank == 0)
+            .then(|| {
+                let h = places[0];
+                let at = session.world().coordinator.ip();
+                (0..pod.hosts[h].rails.len())
+                    .map(|rail| Dev { host: h, rail })
+                    .find(|d| worker.open(&pod.rail(*d).device).is_ok_and(|c| c.ip() == at))
+            })
+            .flatten();
+        let r = lost_report(plan, pod, &places, facts, f, &silent, control);
         return Ok(PodRun::Report(Box::new(r)));
     }
     let verdict = match &report {
@@ -538,7 +606,9 @@ pub fn not_joined_report(plan: &Plan, missing: &[u32], error: &str) -> Report {
 }
 
 /// The report of a run that stopped when rank `f.rank` was lost: it as the suspect, and each
-/// rank in `silent` (it heartbeat, but did not do what it was asked) beside it.
+/// rank in `silent` (it heartbeat, but did not do what it was asked) beside it. Rank 0 itself
+/// lost (every rank went silent at once): its control path is the suspect — `control`, the
+/// rail its coordinator address is on, where it is one; else its host.
 fn lost_report(
     plan: &Plan,
     pod: &Pod,
@@ -546,6 +616,7 @@ fn lost_report(
     facts: Vec<HostFacts>,
     f: &rendezvous::bootstrap::Failure,
     silent: &BTreeMap<u32, String>,
+    control: Option<Dev>,
 ) -> Report {
     let name_of = |rank: u32| {
         places
@@ -554,17 +625,38 @@ fn lost_report(
     };
     let name = name_of(f.rank);
     let mut r = Report::new(&plan.name);
+    let (check, evidence, at) = match (f.rank, control) {
+        (0, Some(d)) => (
+            format!("pod/{}/control-path", pod.name(d)),
+            format!(
+                "{f}; the coordinator listens on {}'s address: its cable, port or ToR; the \
+                 figures measured before it are not in this report",
+                pod.name(d)
+            ),
+            Some(topology::Component::Rail(d)),
+        ),
+        (0, None) => (
+            format!("pod/{name}/control-path"),
+            format!("{f}; the figures measured before it are not in this report"),
+            places.first().map(|h| topology::Component::Host(*h)),
+        ),
+        _ => (
+            format!("pod/{name}/reachable"),
+            format!(
+                "{f}: the host stopped answering the rendezvous mid-run (frozen, killed or cut \
+                 off on its control path); the figures measured before it are not in this \
+                 report"
+            ),
+            places.get(f.rank as usize).map(|h| topology::Component::Host(*h)),
+        ),
+    };
     r.checks.push(
-        Measurement::new(format!("pod/{name}/reachable"))
+        Measurement::new(check.clone())
             .want(Threshold::Unset(format!("{f}: the run stopped there")))
             .judge(None),
     );
-    let evidence = format!(
-        "{f}: the host stopped answering the rendezvous mid-run (frozen, killed or cut off on \
-         its control path); the figures measured before it are not in this report"
-    );
-    let mut s = match places.get(f.rank as usize) {
-        Some(h) => topology::Suspect::on(pod, topology::Component::Host(*h), 1.0, evidence),
+    let mut s = match at {
+        Some(at) => topology::Suspect::on(pod, at, 1.0, evidence),
         None => topology::Suspect {
             kind: "host".into(),
             component: name.clone(),
@@ -576,9 +668,9 @@ fn lost_report(
             at: topology::Component::Host(usize::MAX),
         },
     };
-    s.checks = vec![format!("pod/{name}/reachable")];
+    s.checks = vec![check];
     r.suspects.push(s);
-    for (rank, what) in silent.iter().filter(|(r, _)| **r != f.rank) {
+    for (rank, what) in silent.iter().filter(|(r, _)| **r != f.rank && f.rank != 0) {
         let Some(&h) = places.get(*rank as usize) else { continue };
         let other = name_of(*rank);
         let check = format!("pod/{other}/answers");
@@ -934,6 +1026,8 @@ impl Coordinator<'_> {
         let base = self.next_job;
         self.next_job += jobs.len() as u64;
         let mut states: Vec<JobState> = Vec::with_capacity(jobs.len());
+        // What servers said of their failed sessions: (job, test) → error.
+        let mut server_failed: BTreeMap<(usize, usize), String> = BTreeMap::new();
         for (i, j) in jobs.iter().enumerate() {
             let device = self.pod.rail(j.server).device.clone();
             self.bus.send(
@@ -972,10 +1066,16 @@ impl Coordinator<'_> {
             let job = match &reply {
                 Reply::Listening { job, .. }
                 | Reply::NotServing { job, .. }
-                | Reply::Measured { job, .. } => *job,
+                | Reply::Measured { job, .. }
+                | Reply::ServerFailed { job, .. } => *job,
             };
             let Some(i) = job.checked_sub(base).map(|i| i as usize).filter(|i| *i < jobs.len())
             else {
+                if matches!(reply, Reply::ServerFailed { .. }) && job < base {
+                    // A server that failed after its client (which said why): its word
+                    // came after the phase.
+                    continue;
+                }
                 self.progress.note(&format!(
                     "rank {rank}: an answer for job {job}, not one of this phase's ({base}–{}), set aside",
                     base + jobs.len() as u64
@@ -1007,20 +1107,35 @@ impl Coordinator<'_> {
                 (Reply::Measured { results, .. }, JobState::Measuring { .. }) if rank == client => {
                     states[i] = JobState::Done(self.plausible(j, results));
                 }
+                (Reply::ServerFailed { test, error, .. }, _)
+                    if rank == server && test < j.tests.len() =>
+                {
+                    server_failed.insert((i, test), error);
+                }
                 (r, _) => self.progress.note(&format!(
                     "rank {rank}: {} for job {job}, which is not its to answer now, set aside",
                     match r {
                         Reply::Listening { .. } => "listening",
                         Reply::NotServing { .. } => "not serving",
                         Reply::Measured { .. } => "figures",
+                        Reply::ServerFailed { .. } => "a failed session",
                     }
                 )),
             }
         }
         Ok(states
             .into_iter()
-            .map(|s| match s {
-                JobState::Done(r) => r,
+            .enumerate()
+            .map(|(i, s)| match s {
+                JobState::Done(mut r) => {
+                    for (k, t) in r.iter_mut().enumerate() {
+                        if let (Some(mine), Some(theirs)) = (&t.error, server_failed.get(&(i, k))) {
+                            let host = &self.pod.hosts[jobs[i].server.host].name;
+                            t.error = Some(format!("{mine}; the server side ({host}): {theirs}"));
+                        }
+                    }
+                    r
+                }
                 _ => Vec::new(),
             })
             .collect())
@@ -2270,18 +2385,66 @@ mod tests {
     }
 
     #[test]
-    fn a_side_channel_whose_syns_vanish_tries_again_from_new_ports() {
-        let t = TestSpec {
+    fn a_connection_its_client_gave_up_on_is_not_served() {
+        use std::io::Write;
+        use std::net::Ipv4Addr;
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        // The attempt that timed out as its handshake completed: closed before a byte.
+        drop(TcpStream::connect(addr).unwrap());
+        let mut real = TcpStream::connect(addr).unwrap();
+        real.write_all(b"v").unwrap();
+        let until = Instant::now() + Duration::from_secs(5);
+        let (_, peer) = accept_client(&listener, until).expect("the client that spoke");
+        assert_eq!(peer, real.local_addr().unwrap(), "served the abandoned connection");
+        // None comes: given up at the deadline.
+        let t0 = Instant::now();
+        assert!(accept_client(&listener, t0 + Duration::from_millis(200)).is_none());
+        assert!(t0.elapsed() >= Duration::from_millis(200));
+    }
+
+    /// A short `send-lat` with a stall limit of `stall` seconds.
+    fn send_lat(stall: f64) -> TestSpec {
+        TestSpec {
             test: "send-lat".into(),
             sizes: vec![2],
             iters: Some(50),
             seconds: None,
-            stall: 1.0,
+            stall,
             udp_source_ports: Vec::new(),
             qp_timeout: 14,
             tx_depth: None,
             qps: 1,
-        };
+        }
+    }
+
+    #[test]
+    fn a_server_whose_session_fails_says_why() {
+        use std::io::{Read, Write};
+        let ctx = providers::open("soft:127.0.0.77", &ContextOptions::default()).unwrap();
+        let listener = TcpListener::bind((ctx.ip(), 0)).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let t = send_lat(2.0);
+        let (tx, rx) = mpsc::channel();
+        let server = std::thread::spawn(move || {
+            serve(&ctx, &listener, &[t], false, &mut |i, e| tx.send((i, e)).unwrap());
+        });
+        // A client of another exchange version: the server's session fails at the opening,
+        // and the client sees no more than its side channel closing.
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(&[b'9'; perf::exchange::VERSION_LEN]).unwrap();
+        let mut rest = Vec::new();
+        let _ = c.read_to_end(&mut rest);
+        server.join().unwrap();
+        let (i, error) = rx.recv_timeout(Duration::from_secs(1)).expect("the server's error");
+        assert_eq!(i, 0);
+        assert!(error.contains("version"), "{error}");
+    }
+
+    #[test]
+    fn a_side_channel_whose_syns_vanish_tries_again_from_new_ports() {
+        let t = send_lat(1.0);
         assert_eq!(t.connect_attempt(), Duration::from_millis(500));
         // Every attempt dropped: four of them, said in the error.
         let (_l, addr, _held) = full_listener();
