@@ -769,9 +769,7 @@ fn coordinate(
     }
     // A reader per rank: heartbeats keep it alive; silence or a closed connection loses it,
     // and every other rank hears which.
-    let base = Instant::now();
-    let heard: Arc<Vec<AtomicU64>> =
-        Arc::new((0..conns.len()).map(|_| AtomicU64::new(0)).collect());
+    let heard = Arc::new(Heard::new(conns.len(), t.dead_after));
     let me = roster.first().map(|m| m.host.clone()).unwrap_or_default();
     for (rank, c) in conns.into_iter().enumerate() {
         let Some((_, mut r)) = c else { continue };
@@ -782,7 +780,7 @@ fn coordinate(
         let _ = r.get_ref().set_read_timeout(Some(dead));
         std::thread::spawn(move || {
             let reason = watch(&mut r, dead, &gap, |m| {
-                heard[rank].store(base.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                heard.from(rank);
                 match m {
                     Msg::Done { ok, .. } => lock(&shared).done.push((rank as u32, ok)),
                     Msg::Data(v) => lock(&shared).inbox.push_back((rank as u32, v)),
@@ -801,7 +799,7 @@ fn coordinate(
             if s.failure.is_none() && !s.announcing {
                 s.announcing = true;
                 drop(s);
-                let f = match cut_off(&heard, base, rank, dead) {
+                let f = match heard.cut_off(rank) {
                     Some(reason) => Failure { rank: 0, host: me, reason },
                     None => Failure { rank: rank as u32, host, reason },
                 };
@@ -820,27 +818,87 @@ fn coordinate(
     Ok(Session { world: world.clone(), roster, shared, stop, links, timeouts: *t, gap })
 }
 
-/// Rank 0, when rank `lost` went silent: whether every other rank went silent with it —
-/// none heard from for half of `dead` — which says that the cut is rank 0's own control path
-/// (its cable, NIC or network), not the ranks': why, then. Needs two ranks or more besides
-/// rank 0 (one cannot tell its path from rank 0's).
-fn cut_off(heard: &[AtomicU64], base: Instant, lost: usize, dead: Duration) -> Option<String> {
-    let now = base.elapsed().as_nanos() as u64;
-    let others: Vec<u64> = (1..heard.len())
-        .filter(|k| *k != lost)
-        .map(|k| now.saturating_sub(heard[k].load(Ordering::Relaxed)))
-        .collect();
-    let half = (dead / 2).as_nanos() as u64;
-    if others.is_empty() || others.iter().any(|s| *s < half) {
-        return None;
+/// When rank 0 last heard from each rank, and from any: what tells a rank that went silent
+/// from rank 0's own control path cut (its cable, NIC or network), which silences every rank
+/// at once.
+struct Heard {
+    base: Instant,
+    /// Per rank, ns since `base`.
+    last: Vec<AtomicU64>,
+    /// From any rank, ns since `base`.
+    any: AtomicU64,
+    /// The last stretch of half of `dead` or more with no word from any rank: its end
+    /// (since `base`) and its length, ns.
+    quiet_end: AtomicU64,
+    quiet_len: AtomicU64,
+    dead: Duration,
+}
+
+impl Heard {
+    fn new(ranks: usize, dead: Duration) -> Heard {
+        Heard {
+            base: Instant::now(),
+            last: (0..ranks).map(|_| AtomicU64::new(0)).collect(),
+            any: AtomicU64::new(0),
+            quiet_end: AtomicU64::new(0),
+            quiet_len: AtomicU64::new(0),
+            dead,
+        }
     }
-    let least = Duration::from_nanos(others.iter().copied().min().unwrap_or(0));
-    Some(format!(
-        "heard from none of the {} other ranks for {:.1} s or more: all went silent at once, so \
-         the cut is this host's own control path (its cable, NIC or network)",
-        heard.len() - 1,
-        least.as_secs_f64()
-    ))
+
+    fn now(&self) -> u64 {
+        self.base.elapsed().as_nanos() as u64
+    }
+
+    /// A message from `rank`.
+    fn from(&self, rank: usize) {
+        let now = self.now();
+        self.last[rank].store(now, Ordering::Relaxed);
+        let before = self.any.swap(now, Ordering::Relaxed);
+        let gap = now.saturating_sub(before);
+        if gap >= (self.dead / 2).as_nanos() as u64 {
+            self.quiet_len.store(gap, Ordering::Relaxed);
+            self.quiet_end.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Rank `lost` went silent: whether every other rank went silent with it — none heard
+    /// from for half of `dead` now, or (two others or more) none for half of `dead` at once
+    /// while `lost` was silent (a cable that flaps: the others came back, `lost`'s
+    /// connection, its retransmissions backed off, not yet) — and why, then. Needs two ranks
+    /// or more besides rank 0 (one cannot tell its path from rank 0's).
+    fn cut_off(&self, lost: usize) -> Option<String> {
+        let now = self.now();
+        let others: Vec<u64> = (1..self.last.len())
+            .filter(|k| *k != lost)
+            .map(|k| now.saturating_sub(self.last[k].load(Ordering::Relaxed)))
+            .collect();
+        let half = (self.dead / 2).as_nanos() as u64;
+        if others.is_empty() {
+            return None;
+        }
+        let ranks = self.last.len() - 1;
+        if others.iter().all(|s| *s >= half) {
+            let least = Duration::from_nanos(others.iter().copied().min().unwrap_or(0));
+            return Some(format!(
+                "heard from none of the {ranks} other ranks for {:.1} s or more: all went silent \
+                 at once, so the cut is this host's own control path (its cable, NIC or network)",
+                least.as_secs_f64()
+            ));
+        }
+        let (end, len) =
+            (self.quiet_end.load(Ordering::Relaxed), self.quiet_len.load(Ordering::Relaxed));
+        let window = self.dead.as_nanos() as u64 + half;
+        (others.len() >= 2 && len > 0 && now.saturating_sub(end) <= window).then(|| {
+            format!(
+                "lost rank {lost}, silent since none of the {ranks} ranks was heard from for \
+                 {:.1} s at once ({:.1} s ago) and the others came back: the cut is this \
+                 host's own control path (its cable, NIC or network), coming and going",
+                Duration::from_nanos(len).as_secs_f64(),
+                Duration::from_nanos(now.saturating_sub(end)).as_secs_f64()
+            )
+        })
+    }
 }
 
 fn heartbeats(links: Vec<Option<Arc<Mutex<TcpStream>>>>, stop: Arc<AtomicBool>, every: Duration) {

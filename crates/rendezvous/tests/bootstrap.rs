@@ -8,7 +8,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use rendezvous::bootstrap::{BootstrapError, HELLO_LIMIT, Secret, Timeouts, VERSION, join};
+use rendezvous::bootstrap::{
+    BootstrapError, Failure, HELLO_LIMIT, Secret, Timeouts, VERSION, join,
+};
 use rendezvous::world::{Launcher, World};
 use serde_json::json;
 
@@ -180,8 +182,9 @@ fn a_rank_that_dies_or_freezes_is_reported_to_the_others() {
     }
 }
 
-#[test]
-fn every_rank_silent_at_once_is_rank_0s_own_path() {
+/// Rank 0 of a world of 4 on a free address, in a thread that returns the first loss it
+/// hears of (within 5 s).
+fn coordinator_of_4() -> (SocketAddr, std::thread::JoinHandle<Option<Failure>>) {
     let addr = free_addr();
     let t = fast();
     let coord = std::thread::spawn(move || {
@@ -193,9 +196,12 @@ fn every_rank_silent_at_once_is_rank_0s_own_path() {
         s.failure()
     });
     std::thread::sleep(Duration::from_millis(200));
-    // Ranks 1-3 by hand: they join, then all fall silent together (rank 0's cable cut),
-    // their connections still open.
-    let held: Vec<_> = (1..4u32)
+    (addr, coord)
+}
+
+/// Ranks 1-3 of a world of 4, joined by hand.
+fn hand_made_ranks(addr: SocketAddr) -> Vec<(TcpStream, BufReader<TcpStream>)> {
+    (1..4u32)
         .map(|r| {
             raw_hello(
                 addr,
@@ -203,11 +209,50 @@ fn every_rank_silent_at_once_is_rank_0s_own_path() {
                 "world_size": 4, "version": VERSION, "nonce": "00" }),
             )
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn every_rank_silent_at_once_is_rank_0s_own_path() {
+    let (addr, coord) = coordinator_of_4();
+    // Ranks 1-3 by hand: they join, then all fall silent together (rank 0's cable cut),
+    // their connections still open.
+    let held = hand_made_ranks(addr);
     let f = coord.join().unwrap().expect("a loss is reported");
     assert_eq!((f.rank, f.host.as_str()), (0, "host0"), "{f}");
     assert!(f.reason.contains("heard from none of the 3 other ranks"), "{f}");
     drop(held);
+}
+
+#[test]
+fn a_rank_that_stays_silent_after_every_rank_fell_silent_is_rank_0s_own_path() {
+    // Rank 0's cable flaps: every rank falls silent at once, the others come back, one
+    // connection (its retransmissions backed off) does not in time.
+    let (addr, coord) = coordinator_of_4();
+    let mut ranks = hand_made_ranks(addr);
+    for (_, r) in &mut ranks {
+        assert!(read_line(r).contains("roster"));
+    }
+    let beat = |ranks: &mut Vec<(TcpStream, BufReader<TcpStream>)>, which: &[usize]| {
+        for &k in which {
+            writeln!(ranks[k].0, "\"heartbeat\"").unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for _ in 0..3 {
+        beat(&mut ranks, &[0, 1, 2]);
+    }
+    // Every rank silent for 400 ms (the half of `dead_after`: 300 ms), then ranks 1 and 2
+    // again, rank 3 not.
+    std::thread::sleep(Duration::from_millis(400));
+    let f = loop {
+        beat(&mut ranks, &[0, 1]);
+        if coord.is_finished() {
+            break coord.join().unwrap().expect("a loss is reported");
+        }
+    };
+    assert_eq!((f.rank, f.host.as_str()), (0, "host0"), "{f}");
+    assert!(f.reason.contains("lost rank 3, silent since none of the 3 ranks"), "{f}");
 }
 
 #[test]
