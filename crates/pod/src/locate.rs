@@ -36,9 +36,9 @@ pub struct Finding {
     /// The paths it explains (`h1.r0 <-> h2.r0`), the first few.
     pub paths: Vec<String>,
     /// Its paths lose some probes, not every one, or it names one pair (or the spine path
-    /// between two ToRs) from near-MTU probes alone: the evidence is still arriving, at a rate set by the loss or by the near-MTU
-    /// probes' (every fourth round while the pod is calm) — such a finding is shown after a
-    /// longer settling time, as a `link` is.
+    /// between two ToRs) from near-MTU probes alone: the evidence is still arriving, at a
+    /// rate set by the loss or by the near-MTU probes' (every fourth round while the pod is
+    /// calm) — such a finding is shown after a longer settling time, as a `link` is.
     pub partial: bool,
 }
 

@@ -625,6 +625,7 @@ fn lost_report(
     };
     let name = name_of(f.rank);
     let mut r = Report::new(&plan.name);
+    let host = places.get(f.rank as usize).map(|h| topology::Component::Host(*h));
     let (check, evidence, at) = match (f.rank, control) {
         (0, Some(d)) => (
             format!("pod/{}/control-path", pod.name(d)),
@@ -638,7 +639,7 @@ fn lost_report(
         (0, None) => (
             format!("pod/{name}/control-path"),
             format!("{f}; the figures measured before it are not in this report"),
-            places.first().map(|h| topology::Component::Host(*h)),
+            host,
         ),
         _ => (
             format!("pod/{name}/reachable"),
@@ -647,7 +648,7 @@ fn lost_report(
                  off on its control path); the figures measured before it are not in this \
                  report"
             ),
-            places.get(f.rank as usize).map(|h| topology::Component::Host(*h)),
+            host,
         ),
     };
     r.checks.push(
@@ -670,7 +671,9 @@ fn lost_report(
     };
     s.checks = vec![check];
     r.suspects.push(s);
-    for (rank, what) in silent.iter().filter(|(r, _)| **r != f.rank && f.rank != 0) {
+    // Rank 0 cut off: every rank was silent to it, none is beside it.
+    let beside = if f.rank == 0 { &BTreeMap::new() } else { silent };
+    for (rank, what) in beside.iter().filter(|(r, _)| **r != f.rank) {
         let Some(&h) = places.get(*rank as usize) else { continue };
         let other = name_of(*rank);
         let check = format!("pod/{other}/answers");
