@@ -639,6 +639,56 @@ fn a_duplicate_is_acked_at_its_own_psn() {
 }
 
 #[test]
+fn a_requester_that_resent_and_fell_quiet_is_acked_again_unasked() {
+    // A Linux rxe requester (6.1) that took an ACK of a message's last PSN as progress while
+    // it was resending the message waits, without a timer, for one more ACK at or past that
+    // PSN (docs/rxe-reference.md). If the ACKs of its resent last packet are lost, or that
+    // packet itself, only an ACK the responder sends unasked frees it.
+    let (mut net, a, b) = rc_pair(Params { mtu: Mtu::Mtu256, ..Params::default() });
+    net.keep_log = true;
+    net.nodes[0].post_send(a.qpn, write(1, &b, BUF_ADDR, 16 * 256, &a)).unwrap();
+    let wc = next_wc(&mut net, 0, &a, Duration::from_secs(1)).unwrap();
+    assert_eq!(wc.status, WcStatus::Success);
+    let requests: Vec<Vec<u8>> =
+        net.log.iter().filter(|(f, _, _)| *f == 0).map(|(_, _, p)| p.clone()).collect();
+    let last = psn_of(&requests[15]);
+    // A clean exchange: no ACK beyond the one asked for, however long the requester is quiet.
+    net.advance(Duration::from_secs(2));
+    assert_eq!(acks_from(&net, 1), [last]);
+    // Two packets of the message again, without AckReq, 40 ms apart: nothing at once, and
+    // the requester counts as quiet only from the second.
+    let ms = Duration::from_millis;
+    net.inject(0, 1, requests[3].clone());
+    net.advance(ms(40));
+    net.inject(0, 1, requests[4].clone());
+    net.advance(ms(40));
+    assert_eq!(acks_from(&net, 1), [last]);
+    // 50 ms after the second: the latest PSN, ACKed unasked; once more 400 ms later, should
+    // that ACK be lost; then nothing.
+    net.advance(ms(15));
+    assert_eq!(acks_from(&net, 1), [last, last]);
+    net.advance(ms(390));
+    assert_eq!(acks_from(&net, 1), [last, last]);
+    net.advance(ms(20));
+    assert_eq!(acks_from(&net, 1), [last, last, last]);
+    net.advance(Duration::from_secs(5));
+    assert_eq!(acks_from(&net, 1), [last, last, last]);
+    assert_eq!(net.nodes[1].counters().unasked_acks, 2);
+    // Once a READ followed the WRITE, an ACK past the READ would complete it without its
+    // data: a resent WRITE then gets only the ACK it asks for.
+    let rd = SendWr::new(2, SendOp::Read { remote_addr: BUF_ADDR, rkey: RKey(b.mr.rkey) })
+        .sge(BUF_ADDR, 256, a.mr.lkey);
+    net.nodes[0].post_send(a.qpn, rd).unwrap();
+    let wc = next_wc(&mut net, 0, &a, Duration::from_secs(1)).unwrap();
+    assert_eq!(wc.status, WcStatus::Success);
+    let n = acks_from(&net, 1).len();
+    net.inject(0, 1, requests[3].clone());
+    net.advance(Duration::from_secs(2));
+    assert_eq!(acks_from(&net, 1).len(), n);
+    assert_eq!(net.nodes[1].counters().unasked_acks, 2);
+}
+
+#[test]
 fn ud_drops_a_wrong_q_key_and_fills_the_grh_area() {
     let mut net = Net::new(2, 3, Faults::default());
     let a = side(&mut net, 0, QpType::Ud, BUF);

@@ -44,6 +44,9 @@ counters! {
     rcvd_seq_err,
     /// PSN-sequence-error NAKs sent by the responder.
     sent_seq_err,
+    /// ACKs the responder sent again unasked, once a requester that resent a message fell
+    /// quiet (what frees a Linux rxe requester that would otherwise wait for good).
+    unasked_acks,
     /// Work requests failed with RETRY_EXC_ERR (rxe: retry_exceeded_err).
     retry_exceeded_err,
     /// Work requests failed with RNR_RETRY_EXC_ERR (rxe: retry_rnr_exceeded_err).

@@ -316,10 +316,8 @@ impl<M: Memory> Endpoint<M> {
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.qps
             .values()
-            .filter_map(|q| match (q.req.timer, q.req.rnr_until) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            })
+            .flat_map(|q| [q.req.timer, q.req.rnr_until, q.resp.reack.map(|(t, _)| t)])
+            .flatten()
             .min()
     }
 }
@@ -486,7 +484,7 @@ impl<M: Memory> Endpoint<M> {
                 qp.resp.rq.push_back(r);
             }
             match qp.qp_type {
-                QpType::Rc => self.on_rc_request(qpn, &pkt),
+                QpType::Rc => self.on_rc_request(now, qpn, &pkt),
                 QpType::Uc => self.on_uc_request(qpn, &pkt),
                 QpType::Ud => self.on_ud_request(qpn, meta, &pkt),
             }

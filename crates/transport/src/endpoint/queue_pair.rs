@@ -219,6 +219,21 @@ pub(super) struct Responder {
     pub(super) ud_seen: HashMap<(IpAddr, Qpn), Psn>,
     /// A plain ACK waited once for a request of this QP to go first.
     pub(super) ack_waited: bool,
+    /// The PSN of the last SEND/WRITE packet carried out, while no READ or atomic came
+    /// after it: a PSN an ACK may name again at any time.
+    pub(super) last_write_psn: Option<Psn>,
+    /// After a duplicate SEND/WRITE: when to ACK `last_write_psn` again unasked, should the
+    /// requester fall quiet, and how many times more (see `Responder::REACK_QUIET`).
+    pub(super) reack: Option<(Instant, u8)>,
+}
+
+impl Responder {
+    /// How long a requester that resent a message stays quiet before the responder ACKs
+    /// its latest PSN again: longer than the gaps within one resend, shorter than rxe's
+    /// 67 ms retransmit timeout.
+    pub(super) const REACK_QUIET: Duration = Duration::from_millis(50);
+    /// The wait before the second unasked ACK, should the first be lost.
+    pub(super) const REACK_AGAIN: Duration = Duration::from_millis(400);
 }
 
 impl QueuePair {

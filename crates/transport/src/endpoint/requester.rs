@@ -290,13 +290,26 @@ impl<M: Memory> Endpoint<M> {
     }
 
     /// Lets timers run: retransmission (go-back-N from the oldest unacknowledged PSN, or
-    /// RETRY_EXC_ERR when the retries are spent) and the end of RNR waits.
+    /// RETRY_EXC_ERR when the retries are spent), the end of RNR waits, and the responder's
+    /// unasked ACK after a resend.
     pub fn handle_timeout(&mut self, now: Instant) {
         for qp in self.qps.values_mut() {
             let mut fired = false;
             if qp.req.rnr_until.is_some_and(|t| t <= now) {
                 qp.req.rnr_until = None;
                 fired = true;
+            }
+            if let Some((t, left)) = qp.resp.reack
+                && t <= now
+            {
+                qp.resp.reack = (left > 1).then(|| (now + Responder::REACK_AGAIN, left - 1));
+                if let Some(psn) = qp.resp.last_write_psn
+                    && matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+                {
+                    self.dev.counters.unasked_acks += 1;
+                    Self::queue_ack(qp, psn);
+                    fired = true;
+                }
             }
             if fired && !qp.queued {
                 qp.queued = true;

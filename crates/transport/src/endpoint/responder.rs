@@ -119,7 +119,7 @@ impl<M: Memory> Endpoint<M> {
     }
 
     /// The RC responder.
-    pub(super) fn on_rc_request(&mut self, qpn: Qpn, pkt: &roce::Packet<&[u8]>) {
+    pub(super) fn on_rc_request(&mut self, now: Instant, qpn: Qpn, pkt: &roce::Packet<&[u8]>) {
         let Some(qp) = self.qps.get_mut(&qpn) else { return };
         let b = pkt.bth();
         let psn = b.psn();
@@ -128,6 +128,10 @@ impl<M: Memory> Endpoint<M> {
             self.dev.counters.dropped_pkts += 1;
             return;
         };
+        // The requester is not quiet yet: an unasked ACK waits for it to be.
+        if let Some((at, _)) = &mut qp.resp.reack {
+            *at = now + Responder::REACK_QUIET;
+        }
         if d > 0 {
             // Ahead of the expected PSN: a packet was lost. NAK once per gap.
             self.dev.counters.out_of_seq_request += 1;
@@ -187,6 +191,10 @@ impl<M: Memory> Endpoint<M> {
                     // never ahead of what the requester has sent again, and the ACK of a
                     // duplicate that ends a message goes twice: that is the one ACK such
                     // a requester still waits for. Both only ever follow a retransmission.
+                    // And should both be lost, or the resent last packet itself, the
+                    // latest PSN is ACKed again, unasked, once the requester falls quiet:
+                    // any ACK at or past the message's last PSN completes it there.
+                    qp.resp.reack = Some((now + Responder::REACK_QUIET, 2));
                     if b.ack_req() {
                         Self::queue_ack(qp, psn);
                         if last {
@@ -206,7 +214,11 @@ impl<M: Memory> Endpoint<M> {
         match outcome {
             Outcome::Done => {
                 qp.resp.nak_sent = false;
-                if !matches!(req, Req::Read | Req::Atomic) {
+                if matches!(req, Req::Read | Req::Atomic) {
+                    // An ACK past a READ or atomic would complete it without its data.
+                    qp.resp.last_write_psn = None;
+                } else {
+                    qp.resp.last_write_psn = Some(psn);
                     qp.resp.epsn = psn.add(1);
                     if b.ack_req() {
                         Self::queue_ack(qp, psn);
