@@ -595,13 +595,9 @@ fn acks_from(net: &Net, from: usize) -> Vec<u32> {
         .collect()
 }
 
-#[test]
-fn a_duplicate_is_acked_at_its_own_psn() {
-    // A requester that went back to a message's start resends it packet by packet. A
-    // duplicate is ACKed at its own PSN, never at the last PSN received: Linux rxe's
-    // completer (6.1) takes an ACK of a message's last PSN that comes while it is still
-    // resending the message as progress only, and if the ACK it then waits for is lost it
-    // has nothing left to retry and never re-arms its timer — the QP stalls.
+/// An RC pair (256-byte MTU) that carried one 16-packet WRITE, logging what it sent; and the
+/// WRITE's request packets, to be handed to the responder again.
+fn one_write_of_16_packets() -> (Net, Side, Side, Vec<Vec<u8>>) {
     let (mut net, a, b) = rc_pair(Params { mtu: Mtu::Mtu256, ..Params::default() });
     net.keep_log = true;
     net.nodes[0].post_send(a.qpn, write(1, &b, BUF_ADDR, 16 * 256, &a)).unwrap();
@@ -609,6 +605,17 @@ fn a_duplicate_is_acked_at_its_own_psn() {
     assert_eq!(wc.status, WcStatus::Success);
     let requests: Vec<Vec<u8>> =
         net.log.iter().filter(|(f, _, _)| *f == 0).map(|(_, _, p)| p.clone()).collect();
+    (net, a, b, requests)
+}
+
+#[test]
+fn a_duplicate_is_acked_at_its_own_psn() {
+    // A requester that went back to a message's start resends it packet by packet. A
+    // duplicate is ACKed at its own PSN, never at the last PSN received: Linux rxe's
+    // completer (6.1) takes an ACK of a message's last PSN that comes while it is still
+    // resending the message as progress only, and if the ACK it then waits for is lost it
+    // has nothing left to retry and never re-arms its timer — the QP stalls.
+    let (mut net, _, _, requests) = one_write_of_16_packets();
     assert_eq!(requests.len(), 16);
     let last = psn_of(&requests[15]);
     assert_eq!(acks_from(&net, 1), [last], "one ACK, for the message's last packet");
@@ -644,13 +651,7 @@ fn a_requester_that_resent_and_fell_quiet_is_acked_again_unasked() {
     // it was resending the message waits, without a timer, for one more ACK at or past that
     // PSN (docs/rxe-reference.md). If the ACKs of its resent last packet are lost, or that
     // packet itself, only an ACK the responder sends unasked frees it.
-    let (mut net, a, b) = rc_pair(Params { mtu: Mtu::Mtu256, ..Params::default() });
-    net.keep_log = true;
-    net.nodes[0].post_send(a.qpn, write(1, &b, BUF_ADDR, 16 * 256, &a)).unwrap();
-    let wc = next_wc(&mut net, 0, &a, Duration::from_secs(1)).unwrap();
-    assert_eq!(wc.status, WcStatus::Success);
-    let requests: Vec<Vec<u8>> =
-        net.log.iter().filter(|(f, _, _)| *f == 0).map(|(_, _, p)| p.clone()).collect();
+    let (mut net, a, b, requests) = one_write_of_16_packets();
     let last = psn_of(&requests[15]);
     // A clean exchange: no ACK beyond the one asked for, however long the requester is quiet.
     net.advance(Duration::from_secs(2));
