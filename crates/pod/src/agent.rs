@@ -415,6 +415,19 @@ fn open_rail(pod: &Pod, me: usize, r: usize, probe: &ProbeConfig) -> Result<Rail
     })
 }
 
+/// The last point before `now` of the wall clock's grid of `period` (Unix time a multiple
+/// of it). Every host's probe rounds, membership timers and reports fall on this grid (the
+/// prober's epoch): with clocks in step, the pod's probes of a round arrive together, and a
+/// rail's thread wakes once for a round's probes rather than once per prober.
+fn wall_grid(now: Instant, period: Duration) -> Instant {
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let into = unix % period.as_nanos().max(1);
+    now.checked_sub(Duration::from_nanos(into as u64)).unwrap_or(now)
+}
+
 fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
@@ -478,6 +491,8 @@ impl PodAgent {
         let chan = chan::ChanIo::new(pod, me, incarnation, cfg.probe.port(0), cfg.key.as_ref());
         let probe_key = cfg.key.as_ref().map(|k| k.key(Purpose::Probe));
         let now = Instant::now();
+        // Probe stamps and the prober's rounds count from one origin: the grid's last point.
+        let epoch = wall_grid(now, cfg.probe.period);
         let rail_ips = (0..pod.hosts.len())
             .map(|h| {
                 let rails = pod.hosts[h].rails.len();
@@ -489,7 +504,7 @@ impl PodAgent {
             delivered: Condvar::new(),
             wake,
             prober: Mutex::new({
-                let mut p = Prober::new(pod, me, cfg.probe, now);
+                let mut p = Prober::new(pod, me, cfg.probe, epoch);
                 p.set_routes(&cfg.routes);
                 p
             }),
@@ -499,7 +514,7 @@ impl PodAgent {
                 ..Status::default()
             }),
             cfg,
-            epoch: now,
+            epoch,
             stop: AtomicBool::new(false),
             rails,
             observer,
@@ -1083,7 +1098,9 @@ impl<'a> Control<'a> {
         let readable = self.wait(due);
         let now = Instant::now();
         // How late the loop ran against its own deadline: this host's CPU, not the network.
-        let lag = now.saturating_duration_since(due);
+        // The first deadlines fall on the grid's last point, before the loop started: not
+        // late.
+        let lag = now.saturating_duration_since(due.max(self.start));
         self.lag_window.push_back((now, lag));
         let window = self.inner.cfg.probe.window;
         while self.lag_window.front().is_some_and(|(t, _)| now.duration_since(*t) > window) {

@@ -533,6 +533,17 @@ pub struct LoopHealth {
     pub late_pct: u8,
 }
 
+/// The first point of the grid `last + k × period` (k ≥ 1) after `now`.
+pub fn next_on_grid(last: Instant, period: Duration, now: Instant) -> Instant {
+    let next = last + period;
+    if next > now || period.is_zero() {
+        return next;
+    }
+    let behind = now.duration_since(next).as_nanos() / period.as_nanos();
+    let k = u32::try_from(behind + 1).unwrap_or(u32::MAX);
+    next.checked_add(period.saturating_mul(k)).unwrap_or(now + period)
+}
+
 /// A wake-up this late (ms) is a late one.
 pub const LATE_MS: u32 = 25;
 /// A loop with this share (%) of late wake-ups is starved. An idle host's loop is late
@@ -1006,8 +1017,9 @@ impl Prober {
         if now < self.next_round {
             return out;
         }
-        // A round late by more than a period is skipped, not made up in a burst.
-        self.next_round = (self.next_round + self.cfg.period).max(now);
+        // Rounds stay on their grid (every host's is the same, see `PodAgent::start`): a
+        // round late by more than a period is skipped, not made up in a burst.
+        self.next_round = next_on_grid(self.next_round, self.cfg.period, now);
         let sec = now.saturating_duration_since(self.epoch).as_secs();
         if sec != self.pruned_at {
             self.pruned_at = sec;
@@ -1462,6 +1474,20 @@ pub const NO_ADDR: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 mod tests {
     use super::*;
     use crate::test_pod as pod;
+
+    /// Rounds stay on their grid: a late round is followed by the next point of it, and one
+    /// late by periods skips them (every host's grid is the same: made up off it, a host's
+    /// rounds would drift apart from the pod's).
+    #[test]
+    fn rounds_stay_on_their_grid() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let p = ms(100);
+        assert_eq!(next_on_grid(t0, p, t0 + ms(50)), t0 + ms(100));
+        assert_eq!(next_on_grid(t0, p, t0 + ms(130)), t0 + ms(200));
+        assert_eq!(next_on_grid(t0, p, t0 + ms(250)), t0 + ms(300));
+        assert_eq!(next_on_grid(t0, p, t0 + ms(300)), t0 + ms(400));
+    }
 
     /// Every form of a soft device name a plan may give — IPv4, IPv6 in brackets, with a UDP
     /// port — is a rail address the agent probes and announces (each was skipped silently,
