@@ -299,17 +299,8 @@ impl<M: Memory> Endpoint<M> {
                 qp.req.rnr_until = None;
                 fired = true;
             }
-            if let Some((t, left)) = qp.resp.reack
-                && t <= now
-            {
-                qp.resp.reack = (left > 1).then(|| (now + Responder::REACK_AGAIN, left - 1));
-                if let Some(psn) = qp.resp.last_write_psn
-                    && matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
-                {
-                    self.dev.counters.unasked_acks += 1;
-                    Self::queue_ack(qp, psn);
-                    fired = true;
-                }
+            if Self::on_reack_timer(&mut self.dev.counters, qp, now) {
+                fired = true;
             }
             if fired && !qp.queued {
                 qp.queued = true;

@@ -118,6 +118,28 @@ impl<M: Memory> Endpoint<M> {
         qp.resp.resp_out.push_back(RespOut::Ack { psn, syndrome: ACK_SYNDROME, msn });
     }
 
+    /// The responder's timer: once a requester that resent a SEND/WRITE has fallen quiet,
+    /// its latest PSN is ACKed again unasked (see `Responder::REACK_QUIET`). True when an ACK
+    /// was queued.
+    pub(super) fn on_reack_timer(
+        counters: &mut Counters,
+        qp: &mut QueuePair,
+        now: Instant,
+    ) -> bool {
+        let Some((t, left)) = qp.resp.reack else { return false };
+        if t > now {
+            return false;
+        }
+        qp.resp.reack = (left > 1).then(|| (now + Responder::REACK_AGAIN, left - 1));
+        let Some(psn) = qp.resp.last_write_psn else { return false };
+        if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            return false;
+        }
+        counters.unasked_acks += 1;
+        Self::queue_ack(qp, psn);
+        true
+    }
+
     /// The RC responder.
     pub(super) fn on_rc_request(&mut self, now: Instant, qpn: Qpn, pkt: &roce::Packet<&[u8]>) {
         let Some(qp) = self.qps.get_mut(&qpn) else { return };
